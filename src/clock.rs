@@ -1,0 +1,168 @@
+//! Where time comes from: the wall clock, or a clock a test drives.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Once};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A source of whole seconds since the Unix epoch.
+///
+/// The generator asks it once per ID, so it should be cheap. It may go
+/// backwards; the generator copes (see the crate docs, `# Design`).
+pub trait Clock: Send + Sync + 'static {
+    /// Whole seconds since 1970-01-01T00:00:00Z. A clock set before 1970
+    /// reads 0.
+    fn now(&self) -> u64;
+}
+
+/// The wall clock, read through the C library (as `std` does, so tools like
+/// `faketime` move it), cached per second.
+///
+/// A `SystemTime::now()` call costs tens of nanoseconds; an ID costs a few.
+/// So the first use starts one small background thread (`idutil-clock`) that
+/// reads the wall clock just after each second boundary (and at least every
+/// 250 ms) and publishes the second in an atomic; [`SystemClock::now`] is a
+/// single atomic load. A step of the wall clock shows up within 250 ms;
+/// until then IDs keep the previous second, which the generator treats like
+/// any other clock reading (unique and increasing either way). If the thread
+/// cannot be started, every call reads the wall clock directly.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+static TICK: AtomicU64 = AtomicU64::new(0);
+static DIRECT: AtomicBool = AtomicBool::new(false);
+static START: Once = Once::new();
+const MAX_SLEEP: Duration = Duration::from_millis(250);
+
+/// One read of the wall clock, uncached.
+pub(crate) fn wall_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        let t = TICK.load(Relaxed);
+        if t != 0 {
+            return t;
+        }
+        start_ticker()
+    }
+}
+
+#[cold]
+fn start_ticker() -> u64 {
+    START.call_once(|| {
+        TICK.store(wall_now().max(1), Relaxed);
+        let spawned = thread::Builder::new()
+            .name("idutil-clock".into())
+            .spawn(|| loop {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                TICK.store(now.as_secs().max(1), Relaxed);
+                let to_next_second =
+                    Duration::from_nanos(1_000_000_000 - u64::from(now.subsec_nanos()))
+                        + Duration::from_micros(200);
+                thread::sleep(to_next_second.min(MAX_SLEEP));
+            });
+        if spawned.is_err() {
+            DIRECT.store(true, Relaxed);
+            TICK.store(0, Relaxed);
+        }
+    });
+    if DIRECT.load(Relaxed) {
+        wall_now()
+    } else {
+        TICK.load(Relaxed)
+    }
+}
+
+/// A clock that only moves when told to: for tests and simulations,
+/// including clocks that go backwards.
+///
+/// Clones share the same time, so a test can keep one and hand another to a
+/// generator.
+///
+/// ```
+/// use idutil::{Clock, ManualClock};
+/// let clock = ManualClock::new(1_700_000_000);
+/// let handle = clock.clone();
+/// handle.rewind(3600); // the wall clock goes back an hour
+/// assert_eq!(clock.now(), 1_700_000_000 - 3600);
+/// ```
+#[derive(Clone, Debug)]
+pub struct ManualClock(Arc<AtomicU64>);
+
+impl ManualClock {
+    /// A clock reading `unix_seconds`.
+    pub fn new(unix_seconds: u64) -> ManualClock {
+        ManualClock(Arc::new(AtomicU64::new(unix_seconds)))
+    }
+
+    /// A clock reading the current wall-clock second.
+    pub fn starting_now() -> ManualClock {
+        ManualClock::new(wall_now())
+    }
+
+    /// Sets the time.
+    pub fn set(&self, unix_seconds: u64) {
+        self.0.store(unix_seconds, Relaxed);
+    }
+
+    /// Moves the time forward.
+    pub fn advance(&self, seconds: u64) {
+        self.0.fetch_add(seconds, Relaxed);
+    }
+
+    /// Moves the time back (not below 0).
+    pub fn rewind(&self, seconds: u64) {
+        let _ = self
+            .0
+            .fetch_update(Relaxed, Relaxed, |t| Some(t.saturating_sub(seconds)));
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+impl<C: Clock> Clock for Arc<C> {
+    #[inline]
+    fn now(&self) -> u64 {
+        (**self).now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_clock_follows_the_wall_clock() {
+        let a = wall_now();
+        let t = SystemClock.now();
+        let b = wall_now();
+        assert!(a <= t + 1 && t <= b, "{a} <= {t} <= {b}");
+        // The ticker keeps up across a second boundary.
+        thread::sleep(Duration::from_millis(1300));
+        let t2 = SystemClock.now();
+        assert!(t2 > t && t2 + 1 >= wall_now(), "{t} -> {t2}");
+    }
+
+    #[test]
+    fn manual_clock_goes_both_ways() {
+        let c = ManualClock::new(100);
+        c.advance(5);
+        assert_eq!(c.now(), 105);
+        c.rewind(50);
+        assert_eq!(c.now(), 55);
+        c.rewind(1000);
+        assert_eq!(c.now(), 0);
+    }
+}

@@ -1,0 +1,235 @@
+//! The one error type of the crate.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::layout::LayoutError;
+use crate::shard::ShardSource;
+
+/// Everything that can go wrong in `idutil`.
+///
+/// Each message says what happened and, where there is one, what to do about
+/// it. [`Error::path`] and [`Error::shard`] give the file and shard involved,
+/// for callers that want to react to them rather than print them.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A [`Layout`](crate::Layout) that cannot be built.
+    Layout(LayoutError),
+    /// Text or a number that is not a valid ID (negative, above
+    /// 2<sup>53</sup> − 1, not a decimal integer, or not fitting the layout).
+    InvalidId {
+        /// The input, as given.
+        input: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A part given to [`Layout::encode`](crate::Layout::encode) does not fit
+    /// its field.
+    PartOutOfRange {
+        /// `"seconds"`, `"clock"`, `"sequence"` or `"shard"`.
+        part: &'static str,
+        /// The value given.
+        value: u64,
+        /// The largest value the field holds.
+        max: u64,
+    },
+    /// The shard is larger than the layout's shard field holds.
+    ShardOutOfRange {
+        /// The shard asked for.
+        shard: u64,
+        /// The largest shard the layout holds.
+        max: u64,
+        /// Where the shard came from.
+        source: ShardSource,
+    },
+    /// An environment variable (`IDUTIL_SHARD`, `IDUTIL_STATE_DIR`, ...) holds
+    /// a value that cannot be used.
+    InvalidEnv {
+        /// The variable's name.
+        var: &'static str,
+        /// Its value, lossily decoded.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The host name could not be read.
+    Hostname(io::Error),
+    /// No state directory was given and no platform default could be found.
+    NoStateDir,
+    /// The generator reached the last second its layout can represent.
+    EndOfRange {
+        /// The last representable second, in seconds since the Unix epoch.
+        last_unix_second: u64,
+    },
+    /// Issuing would take the generator further ahead of the wall clock than
+    /// its `max_lead` allows (only from the non-waiting calls).
+    LeadCapReached {
+        /// The lead the ID would have had, in seconds.
+        lead: u64,
+        /// The configured cap, in seconds.
+        max_lead: u64,
+    },
+    /// Another generator (in this process or another) holds the shard.
+    Locked {
+        /// The shard.
+        shard: u32,
+        /// The state directory.
+        dir: PathBuf,
+        /// The pid recorded by the holder, when it could be read.
+        pid: Option<u32>,
+    },
+    /// The state directory or file could not be created, read or written.
+    Io {
+        /// What was being done, e.g. `"create the state directory"`.
+        action: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The state file exists but cannot be trusted: unreadable, truncated,
+    /// corrupt, from an unknown version, or written for another layout or
+    /// shard. It is never reset silently.
+    BadState {
+        /// The state file.
+        path: PathBuf,
+        /// The shard it belongs to.
+        shard: u32,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The generator was closed; it issues no more IDs.
+    Closed,
+    /// The process-wide generator was already initialized.
+    AlreadyInitialized,
+}
+
+impl Error {
+    /// The file or directory involved, if any.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Error::Locked { dir, .. } => Some(dir),
+            Error::Io { path, .. } | Error::BadState { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The shard involved, if any.
+    pub fn shard(&self) -> Option<u64> {
+        match self {
+            Error::ShardOutOfRange { shard, .. } => Some(*shard),
+            Error::Locked { shard, .. } | Error::BadState { shard, .. } => Some(u64::from(*shard)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> Error {
+        Error::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid_id(input: impl Into<String>, reason: &'static str) -> Error {
+        Error::InvalidId {
+            input: input.into(),
+            reason,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Layout(e) => write!(f, "invalid layout: {e}"),
+            Error::InvalidId { input, reason } => write!(f, "invalid ID {input:?}: {reason}"),
+            Error::PartOutOfRange { part, value, max } => {
+                write!(f, "{part} {value} does not fit the layout (at most {max})")
+            }
+            Error::ShardOutOfRange { shard, max, source } => write!(
+                f,
+                "shard {shard} ({source}) is out of range 0..={max}; \
+                 set IDUTIL_SHARD or --shard to a shard in range"
+            ),
+            Error::InvalidEnv { var, value, reason } => {
+                write!(f, "environment variable {var}={value:?}: {reason}")
+            }
+            Error::Hostname(e) => write!(
+                f,
+                "cannot read the host name to choose a shard ({e}); set IDUTIL_SHARD"
+            ),
+            Error::NoStateDir => write!(
+                f,
+                "no state directory: set IDUTIL_STATE_DIR, XDG_STATE_HOME or HOME, \
+                 or pass a state directory"
+            ),
+            Error::EndOfRange { last_unix_second } => write!(
+                f,
+                "the layout's last second ({last_unix_second} s after the Unix epoch) \
+                 has been used; no more IDs can be issued"
+            ),
+            Error::LeadCapReached { lead, max_lead } => write!(
+                f,
+                "issuing would put the generator {lead} s ahead of the wall clock, \
+                 past its max_lead of {max_lead} s"
+            ),
+            Error::Locked { shard, dir, pid } => {
+                write!(
+                    f,
+                    "shard {shard} in state directory {} is in use by another generator",
+                    dir.display()
+                )?;
+                match pid {
+                    Some(pid) => write!(f, " (pid {pid})"),
+                    None => Ok(()),
+                }
+            }
+            Error::Io {
+                action,
+                path,
+                source,
+            } => write!(f, "cannot {action} {}: {source}", path.display()),
+            Error::BadState {
+                path,
+                shard,
+                reason,
+            } => {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                write!(
+                    f,
+                    "state file {} cannot be trusted: {reason}; it was left as it is. \
+                     To restart it conservatively run: idutil state recover --shard {shard} \
+                     --state-dir {}",
+                    path.display(),
+                    dir.display()
+                )
+            }
+            Error::Closed => write!(f, "the generator is closed"),
+            Error::AlreadyInitialized => {
+                write!(f, "the process-wide generator is already initialized")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Layout(e) => Some(e),
+            Error::Hostname(e) | Error::Io { source: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<LayoutError> for Error {
+    fn from(e: LayoutError) -> Self {
+        Error::Layout(e)
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,874 @@
+//! Where IDs are issued: the lock-free hot path, borrowing, the lead cap,
+//! and the reservation of seconds ahead in the state file.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::id::Id;
+use crate::layout::Layout;
+use crate::shard::{self, ShardSource};
+use crate::state::{self, StateFile, Store};
+
+/// Set in the cursor once the generator is closed: every later
+/// compare-and-swap fails and the slow path reports [`Error::Closed`].
+const CLOSED: u64 = 1 << 63;
+/// Largest batch; keeps `cursor + n` far from overflow.
+const MAX_BATCH: u64 = 1 << 40;
+/// Default reservation window, in seconds.
+pub const DEFAULT_WINDOW: u64 = 5;
+/// How often a call waiting on the lead cap looks at the clock again.
+const LEAD_POLL: Duration = Duration::from_millis(5);
+
+/// An ID generator for one shard: thread-safe, lock-free on the hot path,
+/// backed by a locked state file.
+///
+/// Share one per process (`&Generator`, `Arc<Generator>` or a `static`);
+/// all threads draw from the same sequence. Open it with
+/// [`Generator::builder`]; [`IdUtil`](crate::IdUtil) keeps a process-wide
+/// one for you.
+///
+/// Closing (explicitly with [`close`](Generator::close), or by dropping it)
+/// records the exact last ID, so the next generator for the shard continues
+/// right after it; without a clean close it continues after the reserved
+/// high-water second.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?; // this example writes a state file
+/// use idutil::Generator;
+///
+/// let generator = Generator::builder().shard(3).state_dir(dir.path()).open()?;
+/// let a = generator.next_id()?;
+/// let b = generator.next_id()?;
+/// assert!(b > a);
+/// assert_eq!(b.shard(), 3);
+/// let batch: Vec<_> = generator.next_ids(1000)?.collect();
+/// assert!(batch[0] > b && batch.windows(2).all(|w| w[0] < w[1]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Generator<C: Clock = SystemClock> {
+    inner: Arc<Inner<C>>,
+    extender: Mutex<Option<JoinHandle<Result<()>>>>,
+}
+
+/// Keeps the contended cursor on a cache line of its own.
+#[repr(align(64))]
+struct Padded(AtomicU64);
+
+struct Inner<C> {
+    /// The next counter value to hand out: `(second << sequence_bits) |
+    /// sequence`, seconds since the layout epoch, plus the [`CLOSED`] flag.
+    /// Incrementing past the last sequence number carries into the next
+    /// second: that is borrowing.
+    cursor: Padded,
+    /// The highest second the hot path may issue without asking the slow
+    /// path. Never above the durably reserved second.
+    limit: AtomicU64,
+    /// The clock reading last acted on (Unix seconds).
+    last_now: AtomicU64,
+    clock: C,
+    layout: Layout,
+    sequence_bits: u32,
+    base: u64,
+    shard: u32,
+    shard_source: ShardSource,
+    clock_id: u64,
+    clock_value: u32,
+    window: u64,
+    max_lead: Option<u64>,
+    path: PathBuf,
+    dir: PathBuf,
+    cold: Mutex<Cold>,
+    /// Signals the extender (new request, closing) and waiters (reservation
+    /// done or failed).
+    changed: Condvar,
+}
+
+/// Everything off the hot path, behind one mutex. Seconds are relative to
+/// the layout epoch.
+struct Cold {
+    /// Highest wall-clock second seen by any run on this shard: the base of
+    /// the lead, so a clock rollback never counts as lead.
+    seen_max: u64,
+    /// Highest wall-clock second this run has seen.
+    seen_run: u64,
+    in_rollback: bool,
+    /// Durable: no ID past this second until the state file says so.
+    reserved: u64,
+    /// Requested reservation; above `reserved` while a write is under way.
+    wanted: u64,
+    /// Passing this second asks for the next extension.
+    trigger: u64,
+    failure: Option<(io::ErrorKind, String)>,
+    closing: bool,
+    /// The state as last written, the template for the next write.
+    file: StateFile,
+}
+
+/// Configures and opens a [`Generator`].
+///
+/// Every setting has a default: the shard from `IDUTIL_SHARD` or the host
+/// name, the state directory from `IDUTIL_STATE_DIR` or the platform's
+/// state directory, [`Layout::DEFAULT`], the [`SystemClock`], a
+/// reservation window of 5 seconds and no lead cap.
+#[derive(Clone, Debug)]
+pub struct Builder<C: Clock = SystemClock> {
+    shard: Option<u32>,
+    state_dir: Option<PathBuf>,
+    layout: Layout,
+    clock: C,
+    window: u64,
+    max_lead: Option<u64>,
+}
+
+impl Default for Builder<SystemClock> {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder<SystemClock> {
+    /// A builder with every setting at its default.
+    pub fn new() -> Self {
+        Builder {
+            shard: None,
+            state_dir: None,
+            layout: Layout::DEFAULT,
+            clock: SystemClock,
+            window: DEFAULT_WINDOW,
+            max_lead: None,
+        }
+    }
+}
+
+impl<C: Clock> Builder<C> {
+    /// Uses this shard instead of `IDUTIL_SHARD` or the host name.
+    pub fn shard(mut self, shard: u32) -> Self {
+        self.shard = Some(shard);
+        self
+    }
+
+    /// Keeps the state file in `dir` instead of `IDUTIL_STATE_DIR` or the
+    /// platform's state directory.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Uses this layout.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Reads time from `clock` instead of the system clock.
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<C2> {
+        Builder {
+            shard: self.shard,
+            state_dir: self.state_dir,
+            layout: self.layout,
+            clock,
+            window: self.window,
+            max_lead: self.max_lead,
+        }
+    }
+
+    /// How far ahead the state file reserves seconds (rounded up to whole
+    /// seconds, at least 1; default 5). A larger window means fewer writes;
+    /// after a crash the next generator starts up to this far ahead.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = whole_seconds(window).max(1);
+        self
+    }
+
+    /// Caps the lead: how far (in whole seconds) the generator's second may
+    /// run ahead of the highest wall-clock second seen, by borrowing.
+    /// [`Generator::next_id`] waits for the clock at the cap;
+    /// [`Generator::try_next_id`] returns [`Error::LeadCapReached`].
+    pub fn max_lead(mut self, max_lead: Duration) -> Self {
+        self.max_lead = Some(whole_seconds(max_lead));
+        self
+    }
+
+    /// Takes the shard's lock, reads its state and reserves the first
+    /// window durably.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ShardOutOfRange`] or [`Error::InvalidEnv`] for a bad shard,
+    /// [`Error::Locked`] if another generator holds the shard,
+    /// [`Error::BadState`] if the state file cannot be trusted,
+    /// [`Error::Io`] if the state directory cannot be used.
+    pub fn open(self) -> Result<Generator<C>> {
+        let (shard, source) = shard::resolve_shard(self.shard, &self.layout)?;
+        let dir = state::state_dir(self.state_dir.as_deref())?;
+        let store = Store::open(&dir, shard)?;
+        Generator::start(self, store, shard, source)
+    }
+}
+
+fn whole_seconds(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Where a generator starts, worked out from the previous state file and
+/// the clock.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// The state to write (before the reservation is added).
+    pub(crate) file: StateFile,
+    /// The first counter value to hand out.
+    pub(crate) start: u64,
+    /// Seconds the wall clock went back across the restart, if it did.
+    pub(crate) rollback: Option<u64>,
+}
+
+/// Decides where a generator opening at `now` (Unix seconds) starts.
+pub(crate) fn plan(prev: Option<StateFile>, layout: &Layout, shard: u32, now: u64) -> Plan {
+    let epoch = layout.epoch();
+    let s = layout.sequence_bits();
+    let at = |unix_second: u64| unix_second.saturating_sub(epoch) << s;
+    let now_counter = at(now);
+    let Some(prev) = prev else {
+        return Plan {
+            file: StateFile {
+                layout: *layout,
+                shard,
+                clock_id: 0,
+                seen_max: now,
+                seen_last_run: now,
+                high_water: Default::default(),
+                last: None,
+            },
+            start: now_counter,
+            rollback: None,
+        };
+    };
+    let values = u64::from(layout.clock_values());
+    let old_value = prev.clock_value();
+    let rollback = prev.seen_last_run.checked_sub(now).filter(|d| *d > 0);
+    let mut clock_id = prev.clock_id;
+    if rollback.is_some() {
+        let mark = |c: u32| prev.high_water.get(&c).copied();
+        // The first clock value after the current one whose mark is behind
+        // the clock runs on real time; failing that, the lowest mark.
+        let behind = (1..=values).find(|step| {
+            let c = ((u64::from(old_value) + step) % values) as u32;
+            mark(c).is_none_or(|m| m < now)
+        });
+        let step = behind.unwrap_or_else(|| {
+            (1..=values)
+                .min_by_key(|step| mark(((u64::from(old_value) + step) % values) as u32))
+                .unwrap_or(1)
+        });
+        clock_id += step;
+    }
+    let mut file = StateFile {
+        clock_id,
+        seen_max: prev.seen_max.max(now),
+        seen_last_run: now,
+        last: None,
+        ..prev
+    };
+    let value = file.clock_value();
+    let after = match (file.high_water.get(&value), prev.last) {
+        // A clean close under this clock value: right after the exact last ID.
+        (_, Some((sec, seq))) if value == old_value => Some(at(sec) + u64::from(seq) + 1),
+        // Otherwise after everything the reservation allowed.
+        (Some(&mark), _) => Some(at(mark + 1)),
+        (None, _) => None,
+    };
+    let start = after.map_or(now_counter, |a| a.max(now_counter));
+    file.high_water.entry(value).or_insert(0);
+    Plan {
+        file,
+        start,
+        rollback,
+    }
+}
+
+impl Generator<SystemClock> {
+    /// A builder with every setting at its default.
+    pub fn builder() -> Builder<SystemClock> {
+        Builder::new()
+    }
+}
+
+impl<C: Clock> Generator<C> {
+    fn start(b: Builder<C>, store: Store, shard: u32, source: ShardSource) -> Result<Self> {
+        let layout = b.layout;
+        let epoch = layout.epoch();
+        let prev = store.load()?;
+        if let Some(prev) = &prev {
+            state::check_layout(store.path(), prev, &layout)?;
+        }
+        let now_unix = b.clock.now();
+        let Plan {
+            mut file,
+            start,
+            rollback,
+        } = plan(prev, &layout, shard, now_unix);
+        if let Some(back) = rollback {
+            log::warn!(
+                "the wall clock is {back} s behind the last run of shard {shard} \
+                 (state file {}); clock id bumped to {}, IDs continue after everything \
+                 issued before",
+                store.path().display(),
+                file.clock_id
+            );
+        }
+        let now = now_unix.saturating_sub(epoch);
+        let start_sec = start >> layout.sequence_bits();
+        let reserved = (start_sec + b.window).min(layout.max_seconds());
+        let value = file.clock_value();
+        let mark = file.high_water.get(&value).copied().unwrap_or(0);
+        file.high_water.insert(value, mark.max(epoch + reserved));
+        store.save(&file)?;
+
+        let inner = Arc::new(Inner {
+            cursor: Padded(AtomicU64::new(start)),
+            limit: AtomicU64::new(0),
+            last_now: AtomicU64::new(now_unix),
+            layout,
+            sequence_bits: layout.sequence_bits(),
+            base: layout.base(value, shard),
+            shard,
+            shard_source: source,
+            clock_id: file.clock_id,
+            clock_value: value,
+            window: b.window,
+            max_lead: b.max_lead,
+            path: store.path().to_path_buf(),
+            dir: store.dir().to_path_buf(),
+            clock: b.clock,
+            cold: Mutex::new(Cold {
+                seen_max: file.seen_max.saturating_sub(epoch),
+                seen_run: now,
+                in_rollback: false,
+                reserved,
+                wanted: reserved,
+                trigger: reserved.saturating_sub(b.window / 2),
+                failure: None,
+                closing: false,
+                file,
+            }),
+            changed: Condvar::new(),
+        });
+        inner.publish_limit(&inner.lock());
+        let worker = Arc::clone(&inner);
+        let extender = thread::Builder::new()
+            .name(format!("idutil-shard-{shard}"))
+            .spawn(move || worker.extend_until_closed(store))
+            .map_err(|e| Error::io("start the reservation thread for", &inner.path, e))?;
+        Ok(Generator {
+            inner,
+            extender: Mutex::new(Some(extender)),
+        })
+    }
+
+    /// The next ID. Waits if the lead cap is reached, or (rarely, when IDs
+    /// are drawn faster than the state file can reserve seconds) for the
+    /// reservation to be written.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EndOfRange`] past the layout's last second,
+    /// [`Error::Closed`] after [`close`](Generator::close), [`Error::Io`] if
+    /// a needed reservation cannot be written.
+    #[inline]
+    pub fn next_id(&self) -> Result<Id> {
+        self.inner.take(1, true).map(|v| self.inner.id(v))
+    }
+
+    /// Like [`next_id`](Generator::next_id), but never waits for the clock:
+    /// at the lead cap it returns [`Error::LeadCapReached`].
+    ///
+    /// # Errors
+    ///
+    /// As [`next_id`](Generator::next_id), plus [`Error::LeadCapReached`].
+    #[inline]
+    pub fn try_next_id(&self) -> Result<Id> {
+        self.inner.take(1, false).map(|v| self.inner.id(v))
+    }
+
+    /// Reserves `n` consecutive IDs at once: one atomic step however large
+    /// `n` is (up to 2<sup>40</sup>). The batch may span several seconds
+    /// (borrowed ones included); it holds no memory per ID.
+    ///
+    /// # Errors
+    ///
+    /// As [`next_id`](Generator::next_id); [`Error::InvalidId`] if `n` is
+    /// above 2<sup>40</sup>.
+    pub fn next_ids(&self, n: u64) -> Result<IdBatch> {
+        if n > MAX_BATCH {
+            return Err(Error::invalid_id(
+                n.to_string(),
+                "batch larger than 2^40 IDs",
+            ));
+        }
+        let first = if n == 0 { 0 } else { self.inner.take(n, true)? };
+        Ok(IdBatch {
+            next: first,
+            end: first + n,
+            layout: self.inner.layout,
+            base: self.inner.base,
+        })
+    }
+
+    /// Seconds the generator's current second is ahead of the highest
+    /// wall-clock second it has seen: how far it has borrowed. A clock
+    /// rollback does not count.
+    pub fn lead(&self) -> u64 {
+        let cursor = self.inner.cursor.0.load(Relaxed) & !CLOSED;
+        let current = cursor.saturating_sub(1) >> self.inner.sequence_bits;
+        current.saturating_sub(self.inner.lock().seen_max)
+    }
+
+    /// The shard.
+    pub fn shard(&self) -> u32 {
+        self.inner.shard
+    }
+
+    /// Where the shard came from.
+    pub fn shard_source(&self) -> &ShardSource {
+        &self.inner.shard_source
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> Layout {
+        self.inner.layout
+    }
+
+    /// The persistent clock id.
+    pub fn clock_id(&self) -> u64 {
+        self.inner.clock_id
+    }
+
+    /// The clock value IDs carry (`clock_id` modulo the layout's clock
+    /// values; 0 without clock bits).
+    pub fn clock_value(&self) -> u32 {
+        self.inner.clock_value
+    }
+
+    /// The state file.
+    pub fn state_path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The highest second (Unix seconds) durably reserved: no ID is issued
+    /// past it until the state file says so.
+    pub fn reserved_until(&self) -> u64 {
+        self.inner.lock().reserved + self.inner.layout.epoch()
+    }
+
+    /// Stops issuing, records the exact last ID in the state file and
+    /// releases the shard. Later calls return [`Error::Closed`]. Closing
+    /// twice is harmless; dropping the generator closes it too.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the final state cannot be written. The state file
+    /// then still holds the reservation, so nothing is re-issued; the next
+    /// generator just starts a little further ahead.
+    pub fn close(&self) -> Result<()> {
+        let Some(handle) = self
+            .extender
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return Ok(());
+        };
+        self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
+        {
+            let mut cold = self.inner.lock();
+            cold.closing = true;
+            self.inner.limit.store(0, Relaxed);
+            self.inner.changed.notify_all();
+        }
+        handle.join().unwrap_or_else(|_| {
+            Err(Error::io(
+                "close",
+                &self.inner.path,
+                io::Error::other("the reservation thread panicked"),
+            ))
+        })
+    }
+}
+
+impl<C: Clock> Drop for Generator<C> {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::warn!("closing the generator of shard {}: {e}", self.inner.shard);
+        }
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for Generator<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generator")
+            .field("shard", &self.inner.shard)
+            .field("layout", &self.inner.layout)
+            .field("clock_id", &self.inner.clock_id)
+            .field("state_path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock> Inner<C> {
+    fn lock(&self) -> MutexGuard<'_, Cold> {
+        // Nothing under this lock can be left half-done by a panic.
+        self.cold.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[inline]
+    fn id(&self, counter: u64) -> Id {
+        Id::from_valid(self.layout.pack(counter, self.base))
+    }
+
+    /// Hands out `n >= 1` consecutive counter values; returns the first.
+    #[inline]
+    fn take(&self, n: u64, wait: bool) -> Result<u64> {
+        let now = self.clock.now();
+        if now != self.last_now.load(Relaxed) {
+            self.tick(now);
+        }
+        let mut cur = self.cursor.0.load(Relaxed);
+        loop {
+            let last_second = (cur + (n - 1)) >> self.sequence_bits;
+            if last_second > self.limit.load(Relaxed) {
+                self.slow(last_second, wait)?;
+                cur = self.cursor.0.load(Relaxed);
+                continue;
+            }
+            match self
+                .cursor
+                .0
+                .compare_exchange_weak(cur, cur + n, Relaxed, Relaxed)
+            {
+                Ok(_) => return Ok(cur),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// A new clock reading: note rollbacks, move the cursor up to the clock,
+    /// ask for more reservation when it is due.
+    #[cold]
+    fn tick(&self, now_unix: u64) {
+        let mut cold = self.lock();
+        if self.last_now.load(Relaxed) == now_unix {
+            return;
+        }
+        self.last_now.store(now_unix, Relaxed);
+        let now = now_unix.saturating_sub(self.layout.epoch());
+        if now < cold.seen_run {
+            if !cold.in_rollback {
+                log::warn!(
+                    "the wall clock went back {} s on shard {}; IDs continue after the last \
+                     second used, ahead of the clock, until it catches up",
+                    cold.seen_run - now,
+                    self.shard
+                );
+                cold.in_rollback = true;
+            }
+        } else {
+            cold.in_rollback = false;
+            cold.seen_run = now;
+        }
+        cold.seen_max = cold.seen_max.max(now);
+        let cursor = self.cursor.0.fetch_max(now << self.sequence_bits, Relaxed);
+        let second = (cursor >> self.sequence_bits).max(now);
+        if second > cold.trigger && cursor & CLOSED == 0 {
+            self.request(&mut cold, second);
+        }
+        self.publish_limit(&cold);
+    }
+
+    /// The hot path found `second` above the limit: raise the limit, wait,
+    /// or say why not. `Ok` means "try again".
+    #[cold]
+    fn slow(&self, second: u64, wait: bool) -> Result<()> {
+        let mut cold = self.lock();
+        loop {
+            if cold.closing {
+                return Err(Error::Closed);
+            }
+            if second > self.layout.max_seconds() {
+                return Err(Error::EndOfRange {
+                    last_unix_second: self.layout.last_unix_second(),
+                });
+            }
+            if let Some(max_lead) = self.max_lead {
+                let lead = second.saturating_sub(cold.seen_max);
+                if lead > max_lead {
+                    if !wait {
+                        return Err(Error::LeadCapReached { lead, max_lead });
+                    }
+                    drop(cold);
+                    thread::sleep(LEAD_POLL);
+                    let now = self.clock.now();
+                    if now != self.last_now.load(Relaxed) {
+                        self.tick(now);
+                    }
+                    cold = self.lock();
+                    continue;
+                }
+            }
+            if second > cold.reserved {
+                self.request(&mut cold, second);
+                cold = self
+                    .changed
+                    .wait_while(cold, |c| {
+                        c.reserved < second && c.failure.is_none() && !c.closing
+                    })
+                    .unwrap_or_else(|p| p.into_inner());
+                if let Some((kind, message)) = cold.failure.take() {
+                    return Err(Error::io(
+                        "reserve seconds ahead in",
+                        &self.path,
+                        io::Error::new(kind, message),
+                    ));
+                }
+                continue;
+            }
+            if second > cold.trigger {
+                self.request(&mut cold, second);
+            }
+            self.publish_limit(&cold);
+            return Ok(());
+        }
+    }
+
+    /// Asks the extender to reserve past `second`: a window ahead, or as far
+    /// ahead again as the generator already leads, so sustained borrowing
+    /// needs only a logarithmic number of writes.
+    fn request(&self, cold: &mut Cold, second: u64) {
+        let ahead = self.window.max(second.saturating_sub(cold.seen_max));
+        let target = second.saturating_add(ahead).min(self.layout.max_seconds());
+        if target > cold.wanted {
+            cold.wanted = target;
+            cold.failure = None;
+            self.changed.notify_all();
+        }
+    }
+
+    /// Recomputes the hot path's limit from the cold state.
+    fn publish_limit(&self, cold: &Cold) {
+        if cold.closing {
+            return;
+        }
+        // While a write is under way, run up to the durable mark rather
+        // than through the slow path.
+        let mut limit = if cold.wanted > cold.reserved {
+            cold.reserved
+        } else {
+            cold.trigger
+        };
+        limit = limit.min(self.layout.max_seconds());
+        if let Some(max_lead) = self.max_lead {
+            limit = limit.min(cold.seen_max + max_lead);
+        }
+        self.limit.store(limit, Relaxed);
+    }
+
+    /// The reservation thread: the only writer of the state file while the
+    /// generator runs, so writes never overtake each other.
+    fn extend_until_closed(&self, store: Store) -> Result<()> {
+        let epoch = self.layout.epoch();
+        let mut cold = self.lock();
+        while !cold.closing {
+            if cold.wanted <= cold.reserved {
+                cold = self.changed.wait(cold).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            let target = cold.wanted;
+            let mut file = cold.file.clone();
+            file.high_water.insert(self.clock_value, epoch + target);
+            file.seen_max = epoch + cold.seen_max;
+            file.seen_last_run = epoch + cold.seen_run;
+            drop(cold);
+            let saved = store.save(&file);
+            cold = self.lock();
+            match saved {
+                Ok(()) => {
+                    cold.reserved = cold.reserved.max(target);
+                    cold.file = file;
+                    let at = (self.cursor.0.load(Relaxed) & !CLOSED) >> self.sequence_bits;
+                    let margin = (self.window / 2).max(cold.reserved.saturating_sub(at) / 2);
+                    cold.trigger = cold.reserved.saturating_sub(margin);
+                }
+                Err(e) => {
+                    log::warn!("shard {}: {e}", self.shard);
+                    let kind = match &e {
+                        Error::Io { source, .. } => source.kind(),
+                        _ => io::ErrorKind::Other,
+                    };
+                    cold.failure = Some((kind, e.to_string()));
+                    cold.wanted = cold.reserved;
+                }
+            }
+            self.publish_limit(&cold);
+            self.changed.notify_all();
+        }
+        // Clean close: every value below the cursor may have been issued,
+        // none at or above it was.
+        let next = self.cursor.0.load(Relaxed) & !CLOSED;
+        let mut file = cold.file.clone();
+        file.seen_max = epoch + cold.seen_max;
+        file.seen_last_run = epoch + cold.seen_run;
+        if let Some(last) = next.checked_sub(1) {
+            let second = last >> self.sequence_bits;
+            let sequence = (last & u64::from(self.layout.max_sequence())) as u32;
+            file.last = Some((epoch + second, sequence));
+            let mark = file.high_water.entry(self.clock_value).or_insert(0);
+            *mark = (*mark).max(epoch + second);
+        }
+        drop(cold);
+        store.save(&file)
+    }
+}
+
+/// `n` consecutive IDs reserved by [`Generator::next_ids`], produced on the
+/// fly: strictly increasing, no memory per ID.
+#[derive(Clone, Debug)]
+pub struct IdBatch {
+    next: u64,
+    end: u64,
+    layout: Layout,
+    base: u64,
+}
+
+impl Iterator for IdBatch {
+    type Item = Id;
+
+    #[inline]
+    fn next(&mut self) -> Option<Id> {
+        if self.next == self.end {
+            return None;
+        }
+        let v = self.next;
+        self.next += 1;
+        Some(Id::from_valid(self.layout.pack(v, self.base)))
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::try_from(self.end - self.next).unwrap_or(usize::MAX);
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for IdBatch {}
+impl std::iter::FusedIterator for IdBatch {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    const L: Layout = Layout::DEFAULT;
+    const T: u64 = 1_700_000_000;
+
+    fn file(
+        clock_id: u64,
+        seen: u64,
+        marks: &[(u32, u64)],
+        last: Option<(u64, u32)>,
+        layout: Layout,
+    ) -> StateFile {
+        StateFile {
+            layout,
+            shard: 1,
+            clock_id,
+            seen_max: seen,
+            seen_last_run: seen,
+            high_water: marks.iter().copied().collect::<BTreeMap<_, _>>(),
+            last,
+        }
+    }
+
+    fn counter(layout: &Layout, unix: u64, seq: u64) -> u64 {
+        ((unix - layout.epoch()) << layout.sequence_bits()) | seq
+    }
+
+    #[test]
+    fn fresh_state_starts_at_the_clock() {
+        let p = plan(None, &L, 1, T);
+        assert_eq!(p.start, counter(&L, T, 0));
+        assert_eq!(p.file.clock_id, 0);
+    }
+
+    #[test]
+    fn clean_close_continues_after_the_last_id() {
+        let p = plan(Some(file(0, T, &[(0, T + 5)], Some((T, 41)), L)), &L, 1, T);
+        assert_eq!(p.start, counter(&L, T, 42));
+        assert_eq!(p.file.last, None, "the new run must not look closed");
+    }
+
+    #[test]
+    fn crash_continues_after_the_reservation() {
+        let p = plan(Some(file(0, T, &[(0, T + 5)], None, L)), &L, 1, T);
+        assert_eq!(p.start, counter(&L, T + 6, 0));
+    }
+
+    #[test]
+    fn rollback_without_clock_bits_continues_after_the_mark() {
+        let p = plan(
+            Some(file(4, T, &[(0, T + 5)], Some((T + 1, 7)), L)),
+            &L,
+            1,
+            T - 3600,
+        );
+        assert_eq!(p.rollback, Some(3600));
+        assert_eq!(p.file.clock_id, 5);
+        assert_eq!(p.start, counter(&L, T + 1, 8));
+        assert_eq!(p.file.seen_max, T, "the rollback must not count as lead");
+    }
+
+    #[test]
+    fn rollback_with_clock_bits_moves_to_a_clock_value_behind_the_clock() {
+        let l = Layout::new(30, 2, 16, 5, L.epoch()).unwrap();
+        // Values 1 and 2 were used up to after the rolled-back time, 3 is
+        // behind it.
+        let prev = file(
+            0,
+            T,
+            &[(0, T + 5), (1, T), (2, T - 100), (3, T - 7200)],
+            None,
+            l,
+        );
+        let p = plan(Some(prev), &l, 1, T - 3600);
+        assert_eq!(p.file.clock_id, 3);
+        assert_eq!(p.file.clock_value(), 3);
+        assert_eq!(p.start, counter(&l, T - 3600, 0), "runs on real time");
+    }
+
+    #[test]
+    fn rollback_with_every_mark_ahead_resumes_after_the_lowest() {
+        let l = Layout::new(30, 1, 17, 5, L.epoch()).unwrap();
+        let prev = file(0, T, &[(0, T + 5), (1, T - 10)], None, l);
+        let p = plan(Some(prev), &l, 1, T - 3600);
+        assert_eq!(p.file.clock_value(), 1);
+        assert_eq!(p.start, counter(&l, T - 9, 0));
+    }
+
+    #[test]
+    fn unused_clock_value_is_behind_any_clock() {
+        let l = Layout::new(30, 1, 17, 5, L.epoch()).unwrap();
+        let prev = file(0, T, &[(0, T + 5)], None, l);
+        let p = plan(Some(prev), &l, 1, T - 3600);
+        assert_eq!(p.file.clock_id, 1);
+        assert_eq!(p.start, counter(&l, T - 3600, 0));
+    }
+}

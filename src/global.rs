@@ -1,0 +1,127 @@
+//! The process-wide generator behind `IdUtil::next_id()`.
+
+use std::sync::{Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+use crate::generator::{Builder, Generator, IdBatch};
+
+static GLOBAL: OnceLock<Generator> = OnceLock::new();
+static INIT: Mutex<()> = Mutex::new(());
+
+/// The one-line API: IDs from a process-wide [`Generator`], created on first
+/// use from the environment (`IDUTIL_SHARD` or the host name,
+/// `IDUTIL_STATE_DIR` or the platform's state directory).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?; // this example writes a state file
+/// # std::env::set_var("IDUTIL_STATE_DIR", dir.path());
+/// # std::env::set_var("IDUTIL_SHARD", "1");
+/// use idutil::IdUtil;
+///
+/// IdUtil::init()?; // optional: fail at start-up, not at the first ID
+/// let id = IdUtil::next_id();
+/// assert!(IdUtil::try_next_id()? > id);
+/// # Ok::<(), idutil::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct IdUtil;
+
+impl IdUtil {
+    /// The next ID, as the `i64` a `BIGINT` column takes.
+    ///
+    /// # Panics
+    ///
+    /// If the process-wide generator cannot be created (bad shard, locked
+    /// shard, unusable state directory, damaged state file) or cannot issue
+    /// (past the layout's last second), with the full reason. Use
+    /// [`IdUtil::try_next_id`] to handle those as errors, or
+    /// [`IdUtil::init`] to meet them at start-up.
+    #[inline]
+    pub fn next_id() -> i64 {
+        match IdUtil::try_next_id() {
+            Ok(id) => id,
+            Err(e) => panic!("idutil: cannot issue an ID: {e}"),
+        }
+    }
+
+    /// The next ID, or why there is none.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`IdUtil::init`] on the first call, then those of
+    /// [`Generator::next_id`].
+    #[inline]
+    pub fn try_next_id() -> Result<i64> {
+        IdUtil::generator()?.next_id().map(i64::from)
+    }
+
+    /// `n` consecutive IDs at once (see [`Generator::next_ids`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`IdUtil::try_next_id`].
+    pub fn next_ids(n: u64) -> Result<IdBatch> {
+        IdUtil::generator()?.next_ids(n)
+    }
+
+    /// Creates the process-wide generator from the environment now, if it
+    /// does not exist yet.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Builder::open`].
+    pub fn init() -> Result<&'static Generator> {
+        IdUtil::init_inner(None)
+    }
+
+    /// Creates the process-wide generator from `builder`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::AlreadyInitialized`] if it exists already; otherwise those
+    /// of [`Builder::open`].
+    pub fn init_with(builder: Builder) -> Result<&'static Generator> {
+        IdUtil::init_inner(Some(builder))
+    }
+
+    /// The process-wide generator, created from the environment on first
+    /// use.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`IdUtil::init`].
+    #[inline]
+    pub fn generator() -> Result<&'static Generator> {
+        match GLOBAL.get() {
+            Some(g) => Ok(g),
+            None => IdUtil::init(),
+        }
+    }
+
+    /// Closes the process-wide generator cleanly (see
+    /// [`Generator::close`]): call it at the end of `main` so a restart
+    /// continues right after the last ID instead of after the reserved
+    /// window. IDs requested afterwards fail with [`Error::Closed`].
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Generator::close`].
+    pub fn shutdown() -> Result<()> {
+        match GLOBAL.get() {
+            Some(g) => g.close(),
+            None => Ok(()),
+        }
+    }
+
+    fn init_inner(builder: Option<Builder>) -> Result<&'static Generator> {
+        let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(g) = GLOBAL.get() {
+            return match builder {
+                Some(_) => Err(Error::AlreadyInitialized),
+                None => Ok(g),
+            };
+        }
+        let generator = builder.unwrap_or_default().open()?;
+        Ok(GLOBAL.get_or_init(|| generator))
+    }
+}

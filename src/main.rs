@@ -1,0 +1,345 @@
+//! The `idutil` command: issue, decode and inspect IDs from a shell.
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand};
+use idutil::state::{self, StateFile};
+use idutil::{Generator, Id, Layout, DEFAULT_WINDOW};
+use serde_json::json;
+
+/// The most IDs one `idutil next` hands out.
+const MAX_N: u64 = 1_000_000_000;
+
+#[derive(Parser)]
+#[command(
+    name = "idutil",
+    version,
+    about = "Unique 53-bit integer IDs that stay exact in JavaScript and never repeat",
+    after_help = "Examples:\n  idutil next -n 5\n  idutil --shard 3 next --json\n  idutil decode 1452736581206048\n  idutil state\n\n\
+                  Environment: IDUTIL_SHARD (the shard, else the host name's trailing digits), \
+                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil)."
+)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Shard to use (default: IDUTIL_SHARD, else the host name's trailing digits)
+    #[arg(long, global = true, value_name = "N")]
+    shard: Option<u32>,
+    /// State directory (default: IDUTIL_STATE_DIR, else the platform's state directory)
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Issue new IDs, one per line
+    #[command(
+        after_help = "Examples:\n  idutil next\n  idutil next -n 1000 > ids.txt\n  idutil next -n 3 --json"
+    )]
+    Next {
+        /// How many IDs (1 to 1000000000); all are reserved before any is printed
+        #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_N))]
+        n: u64,
+        /// Print a JSON array of numbers
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the time, sequence, shard and clock value of IDs
+    #[command(
+        after_help = "Examples:\n  idutil decode 1452736581206048\n  idutil decode --json $(idutil next -n 3)"
+    )]
+    Decode {
+        /// IDs: decimal integers from 0 to 9007199254740991
+        #[arg(required = true, allow_negative_numbers = true, value_name = "ID")]
+        ids: Vec<Id>,
+        /// Print a JSON array of objects
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the shard's state file and lock holder, or recover a damaged one
+    #[command(
+        after_help = "Examples:\n  idutil state\n  idutil --shard 3 state --json\n  idutil state recover\n  idutil state recover --after 2030-01-01T00:00:00Z"
+    )]
+    State {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<StateAction>,
+    },
+}
+
+#[derive(Subcommand)]
+enum StateAction {
+    /// Replace a damaged or mismatched state file with a fresh one that
+    /// resumes after the latest second the old file, its timestamp and the
+    /// clock could imply
+    Recover {
+        /// Also resume after this second (Unix seconds or RFC 3339), for
+        /// when the old state is lost and the shard may have run ahead
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        after: Option<u64>,
+    },
+}
+
+fn parse_time(s: &str) -> Result<u64, String> {
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(secs);
+    }
+    humantime::parse_rfc3339_weak(s)
+        .map_err(|e| format!("not Unix seconds or an RFC 3339 time: {e}"))
+        .and_then(|t| {
+            t.duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .map_err(|_| "before 1970".to_string())
+        })
+}
+
+fn main() -> ExitCode {
+    log::set_logger(&StderrLogger).ok();
+    log::set_max_level(log::LevelFilter::Warn);
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idutil: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Help and version go to stdout with status 0; anything else is a usage
+/// error: one line on stderr, status 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        eprintln!("idutil: usage error: a command is required: next, decode or state (see 'idutil --help')");
+        return ExitCode::from(2);
+    }
+    let text = e.render().to_string();
+    let reason = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("invalid usage");
+    let reason = reason.strip_prefix("error: ").unwrap_or(reason);
+    eprintln!("idutil: usage error: {reason} (see 'idutil --help')");
+    ExitCode::from(2)
+}
+
+type BoxError = Box<dyn std::error::Error>;
+
+fn run(cli: Cli) -> Result<(), BoxError> {
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match cli.command {
+        Command::Next { n, json } => next(&cli.common, n, json, &mut out)?,
+        Command::Decode { ids, json } => decode(&ids, json, &mut out)?,
+        Command::State { json, action: None } => show_state(&cli.common, json, &mut out)?,
+        Command::State {
+            action: Some(StateAction::Recover { after }),
+            ..
+        } => recover(&cli.common, after, &mut out)?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn next(common: &Common, n: u64, json: bool, out: &mut impl Write) -> Result<(), BoxError> {
+    let mut builder = Generator::builder();
+    if let Some(shard) = common.shard {
+        builder = builder.shard(shard);
+    }
+    if let Some(dir) = &common.state_dir {
+        builder = builder.state_dir(dir);
+    }
+    let generator = builder.open()?;
+    // Reserve every ID before printing any, so a failure cannot leave a
+    // partial list that looks complete.
+    let batch = generator.next_ids(n)?;
+    if json {
+        out.write_all(b"[")?;
+        for (i, id) in batch.enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            write!(out, "{id}")?;
+        }
+        out.write_all(b"]\n")?;
+    } else {
+        for id in batch {
+            writeln!(out, "{id}")?;
+        }
+    }
+    out.flush()?;
+    generator.close()?;
+    Ok(())
+}
+
+fn rfc3339(unix_seconds: u64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(unix_seconds)).to_string()
+}
+
+fn decode(ids: &[Id], json: bool, out: &mut impl Write) -> Result<(), BoxError> {
+    let layout = Layout::DEFAULT;
+    let mut rows = Vec::new();
+    for &id in ids {
+        let p = layout.decode(id)?;
+        let time = rfc3339(layout.epoch() + p.seconds);
+        if json {
+            rows.push(json!({
+                "id": id.as_u64(), "time": time, "seconds": p.seconds,
+                "sequence": p.sequence, "shard": p.shard, "clock": p.clock,
+            }));
+        } else {
+            writeln!(
+                out,
+                "id={id} time={time} seconds={} sequence={} shard={} clock={}",
+                p.seconds, p.sequence, p.shard, p.clock
+            )?;
+        }
+    }
+    if json {
+        serde_json::to_writer(&mut *out, &rows)?;
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+fn shard_and_dir(common: &Common) -> Result<(u32, PathBuf), BoxError> {
+    let (shard, _) = idutil::resolve_shard(common.shard, &Layout::DEFAULT)?;
+    let dir = state::state_dir(common.state_dir.as_deref())?;
+    Ok((shard, dir))
+}
+
+fn show_state(common: &Common, json: bool, out: &mut impl Write) -> Result<(), BoxError> {
+    let (shard, dir) = shard_and_dir(common)?;
+    let report = state::inspect(&dir, shard)?;
+    let holder = match (report.locked, report.holder) {
+        (true, Some(pid)) => format!("pid {pid}"),
+        (true, None) => "a process with an unreadable pid".to_string(),
+        (false, _) => "none".to_string(),
+    };
+    if json {
+        let state = report.state.as_ref().map(|s| {
+            json!({
+                "layout": s.layout.fingerprint(),
+                "clock_id": s.clock_id,
+                "clock_value": s.clock_value(),
+                "high_water": s.high_water.iter().map(|(c, t)| json!({"clock": c, "second": t, "time": rfc3339(*t)})).collect::<Vec<_>>(),
+                "seen_max": s.seen_max,
+                "seen_last_run": s.seen_last_run,
+                "last_issued": s.last.map(|(sec, seq)| json!({"second": sec, "time": rfc3339(sec), "sequence": seq, "id": last_id(s)})),
+            })
+        });
+        let doc = json!({
+            "path": report.path, "shard": shard, "locked": report.locked,
+            "holder_pid": report.holder, "state": state,
+        });
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "path:         {}", report.path.display())?;
+    writeln!(out, "shard:        {shard}")?;
+    writeln!(out, "lock holder:  {holder}")?;
+    let Some(s) = &report.state else {
+        writeln!(
+            out,
+            "state:        none yet (the first generator creates it)"
+        )?;
+        return Ok(());
+    };
+    writeln!(out, "layout:       {}", s.layout.fingerprint())?;
+    writeln!(
+        out,
+        "clock id:     {} (clock value {})",
+        s.clock_id,
+        s.clock_value()
+    )?;
+    for (c, t) in &s.high_water {
+        writeln!(out, "high-water:   {} ({t}) clock value {c}", rfc3339(*t))?;
+    }
+    writeln!(
+        out,
+        "seen:         {} (highest wall clock), {} (last run)",
+        rfc3339(s.seen_max),
+        rfc3339(s.seen_last_run)
+    )?;
+    match s.last {
+        Some((sec, seq)) => {
+            let id = last_id(s).map_or_else(String::new, |id| format!(", ID {id}"));
+            writeln!(out, "last issued:  {} sequence {seq}{id} (clean close)", rfc3339(sec))?
+        }
+        None => writeln!(out, "last issued:  unknown (running, or not closed cleanly: resumes after the high-water second)")?,
+    }
+    Ok(())
+}
+
+/// The exact last ID of a cleanly closed state, when it fits its layout.
+fn last_id(s: &StateFile) -> Option<u64> {
+    let (sec, seq) = s.last?;
+    let parts = idutil::Parts {
+        seconds: sec.checked_sub(s.layout.epoch())?,
+        clock: s.clock_value(),
+        sequence: seq,
+        shard: s.shard,
+    };
+    s.layout.encode(parts).ok().map(Id::as_u64)
+}
+
+fn recover(common: &Common, after: Option<u64>, out: &mut impl Write) -> Result<(), BoxError> {
+    let (shard, dir) = shard_and_dir(common)?;
+    let r = state::recover(&dir, shard, &Layout::DEFAULT, DEFAULT_WINDOW, after)?;
+    writeln!(
+        out,
+        "recovered {}: {}; shard {shard} resumes after {} ({}) with clock id {}",
+        r.path.display(),
+        r.previous,
+        rfc3339(r.resume_after),
+        r.resume_after,
+        r.clock_id
+    )?;
+    Ok(())
+}
+
+fn is_broken_pipe(e: &BoxError) -> bool {
+    e.downcast_ref::<io::Error>()
+        .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+}
+
+/// Warnings from the library, one line each on stderr.
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            let level = match record.level() {
+                log::Level::Error => "error",
+                _ => "warning",
+            };
+            eprintln!("idutil: {level}: {}", record.args());
+        }
+    }
+    fn flush(&self) {}
+}
