@@ -39,7 +39,7 @@ const LEAD_POLL: Duration = Duration::from_millis(5);
 /// high-water second.
 ///
 /// ```
-/// # let dir = tempfile::tempdir()?; // this example writes a state file
+/// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
 /// use idutil::Generator;
 ///
 /// let generator = Generator::builder().shard(3).state_dir(dir.path()).open()?;

@@ -13,7 +13,7 @@ static INIT: Mutex<()> = Mutex::new(());
 /// `IDUTIL_STATE_DIR` or the platform's state directory).
 ///
 /// ```
-/// # let dir = tempfile::tempdir()?; // this example writes a state file
+/// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
 /// # std::env::set_var("IDUTIL_STATE_DIR", dir.path());
 /// # std::env::set_var("IDUTIL_SHARD", "1");
 /// use idutil::IdUtil;

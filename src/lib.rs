@@ -3,7 +3,7 @@
 //! threads, processes, restarts, crashes or wall-clock rollbacks.
 //!
 //! ```
-//! # let dir = tempfile::tempdir()?; // this example writes a state file
+//! # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
 //! # std::env::set_var("IDUTIL_STATE_DIR", dir.path());
 //! # std::env::set_var("IDUTIL_SHARD", "7");
 //! use idutil::IdUtil;
@@ -32,7 +32,7 @@
 //! hot loops and custom layouts use a [`Generator`] of their own:
 //!
 //! ```
-//! # let dir = tempfile::tempdir()?; // this example writes a state file
+//! # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
 //! use idutil::{Generator, Layout, ManualClock};
 //! use std::time::Duration;
 //!
