@@ -359,7 +359,7 @@ impl<C: Clock> Generator<C> {
             }),
             changed: Condvar::new(),
         });
-        inner.publish_limit(&inner.lock());
+        inner.publish_limit(&inner.lock(), 0);
         let worker = Arc::clone(&inner);
         let extender = thread::Builder::new()
             .name(format!("idutil-shard-{shard}"))
@@ -592,7 +592,7 @@ impl<C: Clock> Inner<C> {
         if second > cold.trigger && cursor & CLOSED == 0 {
             self.request(&mut cold, second);
         }
-        self.publish_limit(&cold);
+        self.publish_limit(&cold, 0);
     }
 
     /// The hot path found `second` above the limit: raise the limit, wait,
@@ -601,7 +601,8 @@ impl<C: Clock> Inner<C> {
     fn slow(&self, second: u64, wait: bool) -> Result<()> {
         let mut cold = self.lock();
         loop {
-            if cold.closing {
+            // `close` sets the flag before `closing`: either means closed.
+            if cold.closing || self.cursor.0.load(Relaxed) & CLOSED != 0 {
                 return Err(Error::Closed);
             }
             if second > self.layout.max_seconds() {
@@ -645,7 +646,10 @@ impl<C: Clock> Inner<C> {
             if second > cold.trigger {
                 self.request(&mut cold, second);
             }
-            self.publish_limit(&cold);
+            // Past the trigger with nothing more to ask for (the end of the
+            // range, or a reservation already far ahead): the durable mark
+            // is the limit, or this would loop.
+            self.publish_limit(&cold, second);
             return Ok(());
         }
     }
@@ -663,18 +667,20 @@ impl<C: Clock> Inner<C> {
         }
     }
 
-    /// Recomputes the hot path's limit from the cold state.
-    fn publish_limit(&self, cold: &Cold) {
+    /// Recomputes the hot path's limit from the cold state, letting
+    /// through at least `floor` where the reservation covers it.
+    fn publish_limit(&self, cold: &Cold, floor: u64) {
         if cold.closing {
             return;
         }
         // While a write is under way, run up to the durable mark rather
         // than through the slow path.
-        let mut limit = if cold.wanted > cold.reserved {
+        let soft = if cold.wanted > cold.reserved {
             cold.reserved
         } else {
             cold.trigger
         };
+        let mut limit = soft.max(floor.min(cold.reserved));
         limit = limit.min(self.layout.max_seconds());
         if let Some(max_lead) = self.max_lead {
             limit = limit.min(cold.seen_max + max_lead);
@@ -718,7 +724,7 @@ impl<C: Clock> Inner<C> {
                     cold.wanted = cold.reserved;
                 }
             }
-            self.publish_limit(&cold);
+            self.publish_limit(&cold, 0);
             self.changed.notify_all();
         }
         // Clean close: every value below the cursor may have been issued,

@@ -1,0 +1,321 @@
+//! Behaviour of one generator: threads, borrowing, clock rollbacks while
+//! running, the end of the range, the lead cap and batches.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idutil::{Error, Generator, Id, Layout, ManualClock};
+
+const T: u64 = 1_700_000_000;
+const PER_SECOND: u64 = 65_536;
+
+fn open(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
+    Generator::builder()
+        .shard(shard)
+        .state_dir(dir.path())
+        .clock(clock.clone())
+        .open()
+        .expect("open")
+}
+
+/// Captures warnings, so tests can check what was logged for their shard.
+struct Capture(Mutex<Vec<String>>);
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if record.level() <= log::Level::Warn {
+            self.0.lock().unwrap().push(record.args().to_string());
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn warnings() -> &'static Capture {
+    static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let capture: &'static Capture = Box::leak(Box::new(Capture(Mutex::new(Vec::new()))));
+        log::set_logger(capture).expect("no other logger");
+        log::set_max_level(log::LevelFilter::Warn);
+        capture
+    })
+}
+
+fn warnings_about(shard: u32, needle: &str) -> usize {
+    let tag = format!("shard {shard}");
+    warnings()
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|m| m.contains(&tag) && m.contains(needle))
+        .count()
+}
+
+#[test]
+fn threads_share_one_strictly_increasing_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let generator = Arc::new(
+        Generator::builder()
+            .shard(9)
+            .state_dir(dir.path())
+            .open()
+            .unwrap(),
+    );
+    const THREADS: usize = 4;
+    const EACH: usize = 1_000_000;
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let g = Arc::clone(&generator);
+            thread::spawn(move || {
+                let mut ids = Vec::with_capacity(EACH);
+                for _ in 0..EACH {
+                    ids.push(g.next_id().unwrap());
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(THREADS * EACH);
+    for h in handles {
+        let ids = h.join().unwrap();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "each thread sees strictly increasing IDs"
+        );
+        all.extend(ids);
+    }
+    assert!(all.iter().all(|id| *id <= Id::MAX && id.shard() == 9));
+    all.sort_unstable();
+    let before = all.len();
+    all.dedup();
+    assert_eq!(all.len(), before, "duplicate IDs across threads");
+    // The state file never lags the IDs issued.
+    let report = idutil::state::inspect(dir.path(), 9).unwrap();
+    let reserved = report.state.unwrap().high_water[&0];
+    assert!(reserved >= all.last().unwrap().unix_seconds());
+}
+
+#[test]
+fn borrows_the_next_second_when_the_sequence_runs_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = open(&dir, 1, &clock);
+    let first: Vec<Id> = (0..PER_SECOND).map(|_| g.next_id().unwrap()).collect();
+    assert!(first.iter().all(|id| id.unix_seconds() == T));
+    assert_eq!(first[0].sequence(), 0);
+    assert_eq!(first.last().unwrap().sequence(), 65_535);
+    assert_eq!(g.lead(), 0);
+
+    let borrowed = g.next_id().unwrap();
+    assert_eq!(borrowed.unix_seconds(), T + 1, "borrowed the next second");
+    assert_eq!(borrowed.sequence(), 0);
+    assert!(borrowed > *first.last().unwrap());
+    assert_eq!(g.lead(), 1);
+
+    // When the clock reaches the borrowed second, nothing is repeated.
+    clock.advance(1);
+    let next = g.next_id().unwrap();
+    assert_eq!((next.unix_seconds(), next.sequence()), (T + 1, 1));
+    assert_eq!(g.lead(), 0);
+
+    // A later clock second starts a fresh sequence.
+    clock.advance(5);
+    let later = g.next_id().unwrap();
+    assert_eq!((later.unix_seconds(), later.sequence()), (T + 6, 0));
+}
+
+#[test]
+fn a_rollback_while_running_keeps_ids_increasing_and_warns_once() {
+    warnings();
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = open(&dir, 2, &clock);
+    let mut last = g.next_id().unwrap();
+    clock.rewind(3600);
+    let after_rewind = g.next_id().unwrap();
+    assert!(after_rewind > last);
+    last = after_rewind;
+    for i in 0..200_000 {
+        if i % 50_000 == 0 {
+            clock.advance(1); // still an hour behind
+        }
+        let id = g.next_id().unwrap();
+        assert!(id > last, "{id} after {last}");
+        last = id;
+    }
+    assert!(last.unix_seconds() >= T, "IDs never go back with the clock");
+    assert_eq!(
+        warnings_about(2, "went back 3600 s"),
+        1,
+        "one warning with the size of the rollback"
+    );
+    assert_eq!(g.lead(), 3, "200,000 IDs borrowed 3 seconds; the rollback is no lead");
+    // The clock catching up ends the rollback; a second one warns again.
+    clock.set(T + 100);
+    let caught_up = g.next_id().unwrap();
+    assert_eq!(caught_up.unix_seconds(), T + 100);
+    clock.rewind(10);
+    assert!(g.next_id().unwrap() > caught_up);
+    assert_eq!(warnings_about(2, "went back 10 s"), 1);
+}
+
+#[test]
+fn stops_cleanly_at_the_end_of_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let last_second = Layout::DEFAULT.last_unix_second();
+    assert_eq!(last_second, 5_241_652_095, "2136-02-07T06:28:15Z");
+    let clock = ManualClock::new(last_second);
+    let g = open(&dir, 31, &clock);
+    let ids: Vec<Id> = g.next_ids(PER_SECOND).unwrap().collect();
+    assert_eq!(*ids.last().unwrap(), Id::MAX, "the very last ID is 2^53 - 1");
+    for _ in 0..3 {
+        match g.next_id() {
+            Err(Error::EndOfRange { last_unix_second }) => {
+                assert_eq!(last_unix_second, last_second)
+            }
+            other => panic!("expected EndOfRange, got {other:?}"),
+        }
+    }
+    assert!(matches!(g.next_ids(1), Err(Error::EndOfRange { .. })));
+    // A clock past the range is refused too, never wrapped.
+    drop(g);
+    clock.advance(1000);
+    let g = open(&dir, 31, &clock);
+    assert!(matches!(g.next_id(), Err(Error::EndOfRange { .. })));
+}
+
+#[test]
+fn a_batch_that_would_cross_the_end_of_the_range_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(Layout::DEFAULT.last_unix_second());
+    let g = open(&dir, 30, &clock);
+    assert!(matches!(
+        g.next_ids(PER_SECOND + 1),
+        Err(Error::EndOfRange { .. })
+    ));
+    // Nothing was consumed by the refusal.
+    assert_eq!(g.next_id().unwrap().sequence(), 0);
+}
+
+#[test]
+fn the_lead_cap_stops_borrowing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = Generator::builder()
+        .shard(3)
+        .state_dir(dir.path())
+        .clock(clock.clone())
+        .max_lead(Duration::from_secs(2))
+        .open()
+        .unwrap();
+    // Seconds T, T+1 and T+2 hold 3 * 65,536 IDs.
+    let ids: Vec<Id> = g.next_ids(3 * PER_SECOND).unwrap().collect();
+    assert_eq!(ids.last().unwrap().unix_seconds(), T + 2);
+    assert_eq!(g.lead(), 2);
+    match g.try_next_id() {
+        Err(Error::LeadCapReached { lead, max_lead }) => assert_eq!((lead, max_lead), (3, 2)),
+        other => panic!("expected LeadCapReached, got {other:?}"),
+    }
+    // Refusals consume nothing: the cap is still exactly one second away.
+    for _ in 0..100_000 {
+        assert!(g.try_next_id().is_err());
+    }
+    // `next_id` waits for the clock instead.
+    let ticker = {
+        let clock = clock.clone();
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(200));
+            clock.advance(1);
+        })
+    };
+    let started = Instant::now();
+    let id = g.next_id().unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(150), "it waited");
+    assert_eq!((id.unix_seconds(), id.sequence()), (T + 3, 0));
+    ticker.join().unwrap();
+}
+
+#[test]
+fn a_rollback_does_not_count_towards_the_lead_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = Generator::builder()
+        .shard(4)
+        .state_dir(dir.path())
+        .clock(clock.clone())
+        .max_lead(Duration::from_secs(1))
+        .open()
+        .unwrap();
+    g.next_id().unwrap();
+    clock.rewind(600);
+    // Within the current second and one borrowed one: allowed.
+    let ids: Vec<Id> = g.next_ids(PER_SECOND).unwrap().collect();
+    assert!(ids.iter().all(|id| id.unix_seconds() >= T));
+    assert_eq!(g.lead(), 1);
+}
+
+#[test]
+fn batches_span_seconds_and_stay_ordered() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = open(&dir, 5, &clock);
+    let before = g.next_id().unwrap();
+    let batch = g.next_ids(1_000_000).unwrap();
+    assert_eq!(batch.len(), 1_000_000);
+    let ids: Vec<Id> = batch.collect();
+    assert!(ids[0] > before);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(ids.last().unwrap().unix_seconds(), T + 15, "15 borrowed seconds");
+    assert!(g.next_id().unwrap() > *ids.last().unwrap());
+    assert_eq!(g.next_ids(0).unwrap().count(), 0);
+    // The reservation covers the borrowed seconds before they are handed out.
+    assert!(g.reserved_until() >= T + 15);
+}
+
+#[test]
+fn a_closed_generator_issues_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = open(&dir, 6, &clock);
+    g.next_id().unwrap();
+    g.close().unwrap();
+    g.close().unwrap();
+    assert!(matches!(g.next_id(), Err(Error::Closed)));
+    assert!(matches!(g.next_ids(10), Err(Error::Closed)));
+    // The shard is free again.
+    let again = open(&dir, 6, &clock);
+    again.next_id().unwrap();
+}
+
+#[test]
+fn ids_carry_shard_and_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(31, 2, 14, 6, 1_600_000_000).unwrap();
+    let clock = ManualClock::new(T);
+    let g = Generator::builder()
+        .shard(63)
+        .state_dir(dir.path())
+        .layout(layout)
+        .clock(clock)
+        .open()
+        .unwrap();
+    let ids: HashSet<Id> = (0..50_000).map(|_| g.next_id().unwrap()).collect();
+    assert_eq!(ids.len(), 50_000);
+    for id in ids {
+        let p = layout.decode(id).unwrap();
+        assert_eq!(p.shard, 63);
+        assert_eq!(p.clock, 0);
+        assert!(p.seconds >= T - 1_600_000_000);
+    }
+    let too_big = Generator::builder()
+        .shard(64)
+        .state_dir(dir.path())
+        .layout(layout)
+        .open();
+    assert!(matches!(too_big, Err(Error::ShardOutOfRange { shard: 64, max: 63, .. })));
+}

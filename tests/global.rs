@@ -1,0 +1,62 @@
+//! The process-wide generator behind `IdUtil`. One test, in its own test
+//! binary, because it sets the environment and the generator lives for the
+//! whole process.
+
+use std::collections::HashSet;
+use std::thread;
+
+use idutil::{Error, Generator, IdUtil};
+
+#[test]
+fn the_one_line_api_from_first_use_to_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("IDUTIL_STATE_DIR", dir.path());
+    std::env::set_var("IDUTIL_SHARD", "17");
+
+    // Created lazily, from the environment, by whichever thread comes first.
+    let handles: Vec<_> = (0..4)
+        .map(|_| thread::spawn(|| (0..50_000).map(|_| IdUtil::next_id()).collect::<Vec<i64>>()))
+        .collect();
+    let mut seen = HashSet::new();
+    for h in handles {
+        let ids = h.join().unwrap();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        for id in ids {
+            assert!((0..=9_007_199_254_740_991).contains(&id));
+            assert!(seen.insert(id), "duplicate {id}");
+        }
+    }
+    let g = IdUtil::generator().unwrap();
+    assert_eq!(g.shard(), 17);
+    assert_eq!(g.state_dir(), dir.path());
+
+    // `init` returns the existing generator; `init_with` refuses a second.
+    assert!(std::ptr::eq(IdUtil::init().unwrap(), g));
+    assert!(matches!(
+        IdUtil::init_with(Generator::builder().shard(1)),
+        Err(Error::AlreadyInitialized)
+    ));
+    // The shard is taken: another generator for it is refused.
+    let second = Generator::builder().shard(17).state_dir(dir.path()).open();
+    assert!(matches!(second, Err(Error::Locked { shard: 17, .. })));
+
+    let batch: Vec<_> = IdUtil::next_ids(1000).unwrap().collect();
+    let last = IdUtil::try_next_id().unwrap();
+    assert!(last > i64::from(*batch.last().unwrap()));
+
+    // A clean shutdown records the exact last ID.
+    IdUtil::shutdown().unwrap();
+    assert!(matches!(IdUtil::try_next_id(), Err(Error::Closed)));
+    let report = idutil::state::inspect(dir.path(), 17).unwrap();
+    let (second, sequence) = report.state.unwrap().last.expect("clean close");
+    let last = idutil::Id::try_from(last).unwrap();
+    assert_eq!((second, sequence), (last.unix_seconds(), last.sequence()));
+
+    // After shutdown the one-line call panics with the reason.
+    let panic = std::panic::catch_unwind(IdUtil::next_id).unwrap_err();
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(message.contains("closed"), "{message}");
+}
