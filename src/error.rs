@@ -104,6 +104,10 @@ pub enum Error {
     Closed,
     /// The process-wide generator was already initialized.
     AlreadyInitialized,
+    /// The Redis lease (feature `redis`): no free shard, the lease could not
+    /// be renewed in time or was lost, or Redis could not be reached.
+    #[cfg(feature = "redis")]
+    Lease(crate::lease::LeaseError),
 }
 
 impl Error {
@@ -121,6 +125,8 @@ impl Error {
         match self {
             Error::ShardOutOfRange { shard, .. } => Some(*shard),
             Error::Locked { shard, .. } | Error::BadState { shard, .. } => Some(u64::from(*shard)),
+            #[cfg(feature = "redis")]
+            Error::Lease(e) => e.shard().map(u64::from),
             _ => None,
         }
     }
@@ -211,6 +217,8 @@ impl fmt::Display for Error {
             Error::AlreadyInitialized => {
                 write!(f, "the process-wide generator is already initialized")
             }
+            #[cfg(feature = "redis")]
+            Error::Lease(e) => e.fmt(f),
         }
     }
 }
@@ -220,6 +228,8 @@ impl std::error::Error for Error {
         match self {
             Error::Layout(e) => Some(e),
             Error::Hostname(e) | Error::Io { source: e, .. } => Some(e),
+            #[cfg(feature = "redis")]
+            Error::Lease(e) => std::error::Error::source(e),
             _ => None,
         }
     }

@@ -69,9 +69,13 @@
 //! # Features
 //!
 //! - `cli` (default): the `idutil` command.
-//! - `serde`: `Serialize`/`Deserialize` for [`Id`], as a JSON number.
+//! - `serde`: `Serialize`/`Deserialize` for [`Id`]: a JSON number, or a
+//!   string with `#[serde(with = "idutil::serde::string")]`; reading
+//!   accepts either and rejects negatives, values above 2<sup>53</sup> − 1,
+//!   fractions and junk (module `idutil::serde`).
 //! - `redis`: a shard lease from Redis, for fleets whose host names are not
-//!   unique numbers.
+//!   unique numbers (`Builder::redis_lease`, `IDUTIL_REDIS_URL`,
+//!   `idutil --redis URL`; see *The Redis lease* below).
 //!
 //! # Design
 //!
@@ -163,6 +167,83 @@
 //! names are unique and numbered (Kubernetes StatefulSets, numbered VMs).
 //! Fleets with random names need an explicit shard per instance, or the
 //! Redis lease.
+//!
+//! ## The Redis lease
+//!
+//! With feature `redis`, a generator can lease its shard from a Redis
+//! server instead (`Builder::redis_lease`; `IDUTIL_REDIS_URL`, which
+//! [`IdUtil`] also reads; `idutil --redis URL`). Use it when instances come
+//! and go under names that are not unique numbers: Kubernetes Deployments,
+//! autoscaling groups, containers without persistent volumes. Where names
+//! are numbered and stable (StatefulSets, numbered VMs), the host-name shard
+//! needs no extra moving part and is the better choice.
+//!
+//! **How it works.** Opening takes the first free shard with one Lua script
+//! (`SET NX` with a TTL and a token naming the holder, returning the
+//! shard's record), so two generators never get the same shard. With every
+//! shard leased, opening fails with `lease::LeaseError::NoFreeShard`; a
+//! shard is never shared. The record (a hash with no TTL, kept after release) holds the
+//! shard's **high-water second**: before issuing any ID with a later second,
+//! the generator raises it in Redis, with a script that checks the lease is
+//! still its own, as well as in its state file. A new holder resumes after
+//! the high-water second (or right after the exact last ID, which a clean
+//! close records), and after its own state file where it has one, whichever
+//! is later. So a holder whose clock is behind the previous holder's, or a
+//! previous holder that borrowed ahead, cannot lead to a duplicate, and
+//! neither can a holder that crashed or was killed.
+//!
+//! **Renewal and fencing.** A background thread renews the lease every
+//! third of its TTL (default 10 s, `lease::LeaseConfig::ttl`). If no
+//! renewal has succeeded for three quarters of the TTL, counted on the
+//! monotonic clock from the *send* time of the last successful one, the
+//! generator stops issuing: calls return `lease::LeaseError::Fenced`
+//! (no waiting) until a renewal succeeds again. If the lease expired
+//! meanwhile and nobody reserved anything on the shard since, the same
+//! holder takes it back; if another generator took it, this one stays
+//! stopped with `lease::LeaseError::Lost` and must be reopened. The fence
+//! comes before Redis can expire the lease on one assumption: **over one
+//! TTL, this host's monotonic clock and the Redis server's clock differ in
+//! rate by less than the quarter-TTL margin** (Redis expires keys by its own
+//! clock). Real clocks differ by parts per million, but a Redis host whose
+//! wall clock is stepped forward expires leases early. Uniqueness does not
+//! rest on that assumption: a holder that keeps issuing after its lease is
+//! gone (a process paused for longer than the TTL, a stepped clock) still
+//! issues only seconds it recorded in Redis while it held the lease, and
+//! the next holder starts after them. What the fence buys is that two live
+//! generators do not issue on one shard at once.
+//!
+//! **The TTL trade-off.** A short TTL frees a crashed holder's shard
+//! sooner, but a Redis outage or network stall longer than three quarters
+//! of it stops issuing, and renewals are more frequent. A long TTL rides out
+//! longer stalls but keeps a dead holder's shard (one of only 32 by
+//! default) for longer. 10 s suits most fleets; size the shard range to the
+//! largest fleet plus the instances that may be dead but still leased.
+//!
+//! **Failure modes.**
+//!
+//! - Redis unreachable at open: opening fails with
+//!   `lease::LeaseError::Redis`. While running: IDs continue within the
+//!   reservation already recorded; past it, or past the fence, calls fail
+//!   until Redis answers again.
+//! - Redis restarted: leases and records survive only if Redis persists
+//!   them. **Run it with the append-only file on (`appendonly yes`,
+//!   ideally `appendfsync always`)**; with `everysec` a Redis crash can lose
+//!   the last second of raises. A Redis that loses its data forgets the
+//!   high-water seconds: a holder with a state file still resumes after it,
+//!   but a new host with an empty state directory starts at its clock, and
+//!   IDs issued ahead of that clock can be issued again.
+//! - Replication: a failover to a replica that had not yet received the
+//!   latest raise has the same effect. Use a single primary with
+//!   persistence, not Redis Cluster (the keys of all shards are read by one
+//!   script) or a failover setup without `WAIT`.
+//! - All shards leased: opening fails; dead holders' shards come free
+//!   within one TTL.
+//! - One key prefix is one ID space under one layout. A shard's record
+//!   remembers the layout, and a generator with another layout is refused
+//!   (`lease::LeaseError::LayoutMismatch`); fleets that share a server
+//!   use different prefixes (`lease::LeaseConfig::prefix`). Shards given
+//!   to hosts by other means must be kept out of the leased range
+//!   (`lease::LeaseConfig::shards`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -172,6 +253,10 @@ mod generator;
 mod global;
 mod id;
 mod layout;
+#[cfg(feature = "redis")]
+pub mod lease;
+#[cfg(feature = "serde")]
+pub mod serde;
 mod shard;
 pub mod state;
 

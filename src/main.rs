@@ -20,7 +20,11 @@ const MAX_N: u64 = 1_000_000_000;
     about = "Unique 53-bit integer IDs that stay exact in JavaScript and never repeat",
     after_help = "Examples:\n  idutil next -n 5\n  idutil --shard 3 next --json\n  idutil decode 1452736581206048\n  idutil state\n\n\
                   Environment: IDUTIL_SHARD (the shard, else the host name's trailing digits), \
-                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil)."
+                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil).\n\n\
+                  Exit status: 0 on success; 2 on bad usage (arguments, or an unusable \
+                  IDUTIL_SHARD, IDUTIL_STATE_DIR or host-name shard); 1 on any other error. \
+                  Every error is one line on stderr; output cut short by an error is \
+                  incomplete, whatever it looks like."
 )]
 struct Cli {
     #[command(flatten)]
@@ -31,12 +35,33 @@ struct Cli {
 
 #[derive(Args)]
 struct Common {
-    /// Shard to use (default: IDUTIL_SHARD, else the host name's trailing digits)
-    #[arg(long, global = true, value_name = "N")]
+    /// Shard to use, 0 to 31 (default: IDUTIL_SHARD, else the host name's trailing digits)
+    #[arg(long, global = true, value_name = "N", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(Layout::DEFAULT.max_shard())))]
     shard: Option<u32>,
     /// State directory (default: IDUTIL_STATE_DIR, else the platform's state directory)
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Lease the shard from this Redis server instead (redis://host:port/db); with
+    /// --shard, lease only that shard. `state` then shows the leases
+    #[cfg(feature = "redis")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = idutil::lease::REDIS_URL_ENV,
+        hide_env_values = true
+    )]
+    redis: Option<String>,
+}
+
+impl Common {
+    /// The lease settings, when `--redis` or `IDUTIL_REDIS_URL` is given.
+    #[cfg(feature = "redis")]
+    fn lease(&self) -> Option<idutil::lease::LeaseConfig> {
+        let url = self.redis.as_deref().map(str::trim)?;
+        (!url.is_empty()).then(|| idutil::lease::LeaseConfig::new(url))
+    }
 }
 
 #[derive(Subcommand)]
@@ -47,7 +72,9 @@ enum Command {
     )]
     Next {
         /// How many IDs (1 to 1000000000); all are reserved before any is printed
-        #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_N))]
+        #[arg(short = 'n', long = "count", value_name = "N", default_value_t = 1,
+              allow_negative_numbers = true,
+              value_parser = parse_count)]
         n: u64,
         /// Print a JSON array of numbers
         #[arg(long)]
@@ -83,12 +110,27 @@ enum StateAction {
     /// Replace a damaged or mismatched state file with a fresh one that
     /// resumes after the latest second the old file, its timestamp and the
     /// clock could imply
+    #[command(
+        after_help = "Examples:\n  idutil state recover\n  idutil --shard 3 --state-dir /var/lib/idutil state recover\n  idutil state recover --after 2030-01-01T00:00:00Z\n  idutil state recover --after 1893456000"
+    )]
     Recover {
         /// Also resume after this second (Unix seconds or RFC 3339), for
         /// when the old state is lost and the shard may have run ahead
         #[arg(long, value_name = "TIME", value_parser = parse_time)]
         after: Option<u64>,
     },
+}
+
+fn parse_count(s: &str) -> Result<u64, String> {
+    let out_of_range = || format!("must be from 1 to {MAX_N}");
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("not a whole number; {}", out_of_range()));
+    }
+    match s.parse::<u64>() {
+        Ok(n) if (1..=MAX_N).contains(&n) => Ok(n),
+        _ => Err(out_of_range()),
+    }
 }
 
 fn parse_time(s: &str) -> Result<u64, String> {
@@ -114,11 +156,42 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("idutil: error: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => runtime_error(&*e),
     }
+}
+
+/// Reports an error from running a command on one line of stderr. Settings
+/// that cannot work (a shard out of range, an unusable environment variable)
+/// are the caller's to fix, so they exit 2 like bad arguments; everything
+/// else exits 1.
+fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
+    let (kind, code) = match e.downcast_ref::<idutil::Error>() {
+        Some(
+            idutil::Error::ShardOutOfRange { .. }
+            | idutil::Error::InvalidEnv { .. }
+            | idutil::Error::NoStateDir,
+        ) => ("usage error", 2),
+        Some(_) => ("error", 1),
+        // The library reports its own I/O as `idutil::Error`: a bare I/O
+        // error comes from writing the output.
+        None if e.is::<io::Error>() || e.is::<serde_json::Error>() => {
+            let reason = one_line(&e.to_string());
+            eprintln!("idutil: error: cannot write the output: {reason}");
+            return ExitCode::FAILURE;
+        }
+        None => ("error", 1),
+    };
+    eprintln!("idutil: {kind}: {}", one_line(&e.to_string()));
+    ExitCode::from(code)
+}
+
+/// `text` with its lines joined, so an error is always one line.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Help and version go to stdout with status 0; anything else is a usage
@@ -133,14 +206,31 @@ fn usage_error(e: clap::Error) -> ExitCode {
         eprintln!("idutil: usage error: a command is required: next, decode or state (see 'idutil --help')");
         return ExitCode::from(2);
     }
+    // clap's message: a first paragraph saying what is wrong (the list of
+    // missing arguments on the lines below it), tips, then the usage.
     let text = e.render().to_string();
-    let reason = text
+    let first = text.trim_start().split("\n\n").next().unwrap_or_default();
+    let reason = one_line(first);
+    let reason = reason.strip_prefix("error: ").unwrap_or(&reason);
+    let reason = if reason.is_empty() {
+        "invalid usage"
+    } else {
+        reason
+    };
+    // `Usage: idutil next [OPTIONS]` names the command whose help to point at.
+    let command = text
         .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("invalid usage");
-    let reason = reason.strip_prefix("error: ").unwrap_or(reason);
-    eprintln!("idutil: usage error: {reason} (see 'idutil --help')");
+        .find_map(|l| l.trim().strip_prefix("Usage: "))
+        .map(|usage| {
+            usage
+                .split_whitespace()
+                .take_while(|w| !w.starts_with(['[', '<', '-']))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "idutil".to_string());
+    eprintln!("idutil: usage error: {reason} (see '{command} --help')");
     ExitCode::from(2)
 }
 
@@ -169,6 +259,10 @@ fn next(common: &Common, n: u64, json: bool, out: &mut impl Write) -> Result<(),
     }
     if let Some(dir) = &common.state_dir {
         builder = builder.state_dir(dir);
+    }
+    #[cfg(feature = "redis")]
+    if let Some(lease) = common.lease() {
+        builder = builder.redis_lease(lease);
     }
     let generator = builder.open()?;
     // Reserve every ID before printing any, so a failure cannot leave a
@@ -230,6 +324,15 @@ fn shard_and_dir(common: &Common) -> Result<(u32, PathBuf), BoxError> {
 }
 
 fn show_state(common: &Common, json: bool, out: &mut impl Write) -> Result<(), BoxError> {
+    #[cfg(feature = "redis")]
+    if let Some(lease) = common.lease() {
+        show_leases(&lease, common.shard, json, out)?;
+        // A leased shard's local state needs the shard named.
+        if json || common.shard.is_none() {
+            return Ok(());
+        }
+        writeln!(out)?;
+    }
     let (shard, dir) = shard_and_dir(common)?;
     let report = state::inspect(&dir, shard)?;
     let holder = match (report.locked, report.holder) {
@@ -293,6 +396,68 @@ fn show_state(common: &Common, json: bool, out: &mut impl Write) -> Result<(), B
     Ok(())
 }
 
+/// The leases and Redis's record of each shard (or of `only`).
+#[cfg(feature = "redis")]
+fn show_leases(
+    config: &idutil::lease::LeaseConfig,
+    only: Option<u32>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), BoxError> {
+    let leases: Vec<_> = idutil::lease::inspect(config, &Layout::DEFAULT)?
+        .into_iter()
+        .filter(|l| only.is_none_or(|s| s == l.shard))
+        .collect();
+    if json {
+        let rows: Vec<_> = leases
+            .iter()
+            .map(|l| {
+                json!({
+                    "shard": l.shard,
+                    "holder": l.holder,
+                    "expires_in_ms": l.expires_in.map(|d| d.as_millis() as u64),
+                    "high_water": l.high_water,
+                    "last_issued": l.last.map(|(sec, seq)| json!({"second": sec, "time": rfc3339(sec), "sequence": seq})),
+                    "seen_max": l.seen,
+                    "layout": l.layout,
+                })
+            })
+            .collect();
+        let doc = json!({
+            "redis": config.url_redacted(), "prefix": config.key_prefix(),
+            "ttl_ms": config.lease_ttl().as_millis() as u64, "leases": rows,
+        });
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let held = leases.iter().filter(|l| l.holder.is_some()).count();
+    writeln!(
+        out,
+        "redis:        {} (key prefix {:?}), {held} of {} shards leased",
+        config.url_redacted(),
+        config.key_prefix(),
+        leases.len()
+    )?;
+    for l in &leases {
+        let lease = match (&l.holder, l.expires_in) {
+            (Some(h), Some(t)) => format!("leased by {h}, expires in {:.1} s", t.as_secs_f64()),
+            (Some(h), None) => format!("leased by {h}, no expiry"),
+            (None, _) => "free".to_string(),
+        };
+        let record = match (l.last, l.high_water) {
+            (Some((sec, seq)), _) => format!(
+                "; last issued {} sequence {seq} (clean close)",
+                rfc3339(sec)
+            ),
+            (None, Some(hw)) => format!("; high-water {}", rfc3339(hw)),
+            (None, None) => String::new(),
+        };
+        writeln!(out, "shard {:>2}:     {lease}{record}", l.shard)?;
+    }
+    Ok(())
+}
+
 /// The exact last ID of a cleanly closed state, when it fits its layout.
 fn last_id(s: &StateFile) -> Option<u64> {
     let (sec, seq) = s.last?;
@@ -321,8 +486,15 @@ fn recover(common: &Common, after: Option<u64>, out: &mut impl Write) -> Result<
 }
 
 fn is_broken_pipe(e: &BoxError) -> bool {
-    e.downcast_ref::<io::Error>()
-        .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    let kind = match (
+        e.downcast_ref::<io::Error>(),
+        e.downcast_ref::<serde_json::Error>(),
+    ) {
+        (Some(e), _) => Some(e.kind()),
+        (None, Some(e)) => e.io_error_kind(),
+        (None, None) => None,
+    };
+    kind == Some(io::ErrorKind::BrokenPipe)
 }
 
 /// Warnings from the library, one line each on stderr.

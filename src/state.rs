@@ -279,7 +279,7 @@ impl Store {
             .truncate(false)
             .open(&lock_path)
             .map_err(|e| Error::io("open the lock file", &lock_path, e))?;
-        if let Err(e) = fs2::FileExt::try_lock_exclusive(&lock) {
+        if let Err(e) = try_lock_exclusive(&lock) {
             if e.kind() == fs2::lock_contended_error().kind() {
                 return Err(Error::Locked {
                     shard,
@@ -289,6 +289,7 @@ impl Store {
             }
             return Err(Error::io("lock", &lock_path, e));
         }
+        remove_stale_temporaries(dir, shard);
         // The pid is advice for error messages; the lock is what protects.
         let _ = lock
             .set_len(0)
@@ -329,6 +330,39 @@ impl Store {
         tmp.persist(&self.path)
             .map_err(|e| Error::io("replace the state file", &self.path, e.error))?;
         sync_dir(&self.dir).map_err(|e| Error::io("sync the state directory", &self.dir, e))
+    }
+}
+
+/// Takes the exclusive lock without blocking. `inspect` holds a shared lock
+/// for an instant to see whether a generator runs, so a contended lock is
+/// retried for a few milliseconds before it counts as held.
+fn try_lock_exclusive(file: &File) -> io::Result<()> {
+    let mut attempts = 0;
+    loop {
+        match fs2::FileExt::try_lock_exclusive(file) {
+            Err(e) if e.kind() == fs2::lock_contended_error().kind() && attempts < 10 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Removes temporary files left by writers of this shard that were killed
+/// between creating and renaming them. Only the lock holder calls this, so
+/// none of them is in use.
+fn remove_stale_temporaries(dir: &Path, shard: u32) {
+    let prefix = format!(".shard-{shard}.");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(".tmp") {
+            let _ = fs::remove_file(entry.path());
+        }
     }
 }
 
@@ -579,6 +613,24 @@ mod tests {
             let err = StateFile::parse(text).unwrap_err();
             assert!(err.contains(want), "{want}: {err}");
         }
+    }
+
+    #[test]
+    fn taking_the_lock_removes_stale_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale = dir.path().join(".shard-3.abc123.tmp");
+        let other_shard = dir.path().join(".shard-31.abc123.tmp");
+        fs::write(&stale, "half a state").unwrap();
+        fs::write(&other_shard, "someone else's").unwrap();
+        let store = Store::open(dir.path(), 3).unwrap();
+        assert!(!stale.exists());
+        assert!(other_shard.exists());
+        store.save(&sample_for(3)).unwrap();
+        assert_eq!(store.load().unwrap(), Some(sample_for(3)));
+    }
+
+    fn sample_for(shard: u32) -> StateFile {
+        StateFile { shard, ..sample() }
     }
 
     #[test]

@@ -154,7 +154,11 @@ fn a_rollback_while_running_keeps_ids_increasing_and_warns_once() {
         1,
         "one warning with the size of the rollback"
     );
-    assert_eq!(g.lead(), 3, "200,000 IDs borrowed 3 seconds; the rollback is no lead");
+    assert_eq!(
+        g.lead(),
+        3,
+        "200,000 IDs borrowed 3 seconds; the rollback is no lead"
+    );
     // The clock catching up ends the rollback; a second one warns again.
     clock.set(T + 100);
     let caught_up = g.next_id().unwrap();
@@ -172,7 +176,11 @@ fn stops_cleanly_at_the_end_of_the_range() {
     let clock = ManualClock::new(last_second);
     let g = open(&dir, 31, &clock);
     let ids: Vec<Id> = g.next_ids(PER_SECOND).unwrap().collect();
-    assert_eq!(*ids.last().unwrap(), Id::MAX, "the very last ID is 2^53 - 1");
+    assert_eq!(
+        *ids.last().unwrap(),
+        Id::MAX,
+        "the very last ID is 2^53 - 1"
+    );
     for _ in 0..3 {
         match g.next_id() {
             Err(Error::EndOfRange { last_unix_second }) => {
@@ -270,7 +278,11 @@ fn batches_span_seconds_and_stay_ordered() {
     let ids: Vec<Id> = batch.collect();
     assert!(ids[0] > before);
     assert!(ids.windows(2).all(|w| w[0] < w[1]));
-    assert_eq!(ids.last().unwrap().unix_seconds(), T + 15, "15 borrowed seconds");
+    assert_eq!(
+        ids.last().unwrap().unix_seconds(),
+        T + 15,
+        "15 borrowed seconds"
+    );
     assert!(g.next_id().unwrap() > *ids.last().unwrap());
     assert_eq!(g.next_ids(0).unwrap().count(), 0);
     // The reservation covers the borrowed seconds before they are handed out.
@@ -317,5 +329,57 @@ fn ids_carry_shard_and_layout() {
         .state_dir(dir.path())
         .layout(layout)
         .open();
-    assert!(matches!(too_big, Err(Error::ShardOutOfRange { shard: 64, max: 63, .. })));
+    assert!(matches!(
+        too_big,
+        Err(Error::ShardOutOfRange {
+            shard: 64,
+            max: 63,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn an_absurd_clock_is_the_end_of_the_range_not_an_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    for reading in [u64::MAX, u64::MAX / 3, 1 << 40] {
+        let clock = ManualClock::new(T);
+        let g = open(&dir, 29, &clock);
+        let before = g.next_id().unwrap();
+        clock.set(reading);
+        assert!(
+            matches!(g.next_id(), Err(Error::EndOfRange { .. })),
+            "{reading}"
+        );
+        clock.set(T);
+        // Still refused: the generator never goes back to reuse seconds.
+        assert!(matches!(g.next_id(), Err(Error::EndOfRange { .. })));
+        assert!(before <= Id::MAX);
+        g.close().unwrap();
+        std::fs::remove_file(dir.path().join("shard-29.state")).unwrap();
+    }
+}
+
+#[test]
+fn a_long_burst_reserves_ahead_of_need_but_within_about_twice_the_lead() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = open(&dir, 28, &clock);
+    // 300 borrowed seconds, one batch per second's worth, as fast as it goes.
+    let mut last = None;
+    for _ in 0..300 {
+        last = g.next_ids(PER_SECOND).unwrap().last();
+    }
+    let last = last.unwrap().unix_seconds();
+    assert_eq!(last, T + 299);
+    let reserved = g.reserved_until();
+    assert!(reserved >= last, "the reservation covers every ID issued");
+    // A crash now would restart after `reserved`: bounded by the lead, not
+    // by how many extensions the burst needed.
+    let lead = last - T;
+    assert!(
+        reserved <= last + lead + 2 * idutil::DEFAULT_WINDOW,
+        "reserved {} s past the last ID with a lead of {lead} s",
+        reserved - last
+    );
 }

@@ -54,9 +54,6 @@ fn the_one_line_api_from_first_use_to_shutdown() {
 
     // After shutdown the one-line call panics with the reason.
     let panic = std::panic::catch_unwind(IdUtil::next_id).unwrap_err();
-    let message = panic
-        .downcast_ref::<String>()
-        .cloned()
-        .unwrap_or_default();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(message.contains("closed"), "{message}");
 }

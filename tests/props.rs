@@ -6,7 +6,13 @@ use proptest::prelude::*;
 
 /// A valid layout: widths that fit in 53 bits, any epoch.
 fn layout() -> impl Strategy<Value = Layout> {
-    (1u32..=40, 0u32..=4, 1u32..=22, 0u32..=10, 0u64..=2_000_000_000)
+    (
+        1u32..=40,
+        0u32..=4,
+        1u32..=22,
+        0u32..=10,
+        0u64..=2_000_000_000,
+    )
         .prop_filter_map("at most 53 bits", |(sec, clk, seq, sh, epoch)| {
             Layout::new(sec, clk, seq, sh, epoch).ok()
         })

@@ -9,7 +9,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_idutil");
 
 fn idutil(dir: &Path, env_shard: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
-    cmd.args(args).env("IDUTIL_STATE_DIR", dir).env_remove("IDUTIL_SHARD");
+    cmd.args(args)
+        .env("IDUTIL_STATE_DIR", dir)
+        .env_remove("IDUTIL_SHARD");
     if let Some(s) = env_shard {
         cmd.env("IDUTIL_SHARD", s);
     }
@@ -17,7 +19,11 @@ fn idutil(dir: &Path, env_shard: Option<&str>, args: &[&str]) -> Output {
 }
 
 fn shard_of(out: &Output) -> u32 {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let id: idutil::Id = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     id.shard()
 }
@@ -30,9 +36,15 @@ fn stderr(out: &Output) -> String {
 fn explicit_beats_environment() {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(shard_of(&idutil(dir.path(), Some("7"), &["next"])), 7);
-    assert_eq!(shard_of(&idutil(dir.path(), Some("7"), &["--shard", "12", "next"])), 12);
+    assert_eq!(
+        shard_of(&idutil(dir.path(), Some("7"), &["--shard", "12", "next"])),
+        12
+    );
     // An explicit shard wins even over a malformed variable.
-    assert_eq!(shard_of(&idutil(dir.path(), Some("junk"), &["--shard", "3", "next"])), 3);
+    assert_eq!(
+        shard_of(&idutil(dir.path(), Some("junk"), &["--shard", "3", "next"])),
+        3
+    );
 }
 
 #[test]
@@ -47,7 +59,11 @@ fn a_malformed_or_out_of_range_variable_is_an_error() {
         ("99999999999999999999999", "out of range"),
     ] {
         let out = idutil(dir.path(), Some(value), &["next"]);
-        assert_eq!(out.status.code(), Some(2), "a bad setting is a usage error: IDUTIL_SHARD={value:?}");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "a bad setting is a usage error: IDUTIL_SHARD={value:?}"
+        );
         let err = stderr(&out);
         assert!(err.contains(needle), "IDUTIL_SHARD={value:?}: {err}");
         assert!(out.stdout.is_empty());
@@ -78,12 +94,21 @@ fn next_on_host(dir: &Path, host: &str) -> Option<Output> {
 #[test]
 fn host_name_digits_choose_the_shard() {
     let dir = tempfile::tempdir().unwrap();
-    for (host, want) in [("web-7", 7), ("node-007", 7), ("api31.example.com", 31), ("db-0", 0)] {
+    for (host, want) in [
+        ("web-7", 7),
+        ("node-007", 7),
+        ("api31.example.com", 31),
+        ("db-0", 0),
+    ] {
         let Some(out) = next_on_host(dir.path(), host) else {
             return;
         };
         assert_eq!(shard_of(&out), want, "{host}");
-        assert!(!stderr(&out).contains("warning"), "{host}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("warning"),
+            "{host}: {}",
+            stderr(&out)
+        );
     }
 }
 
@@ -95,7 +120,10 @@ fn a_host_name_without_digits_gets_shard_0_and_a_warning() {
     };
     assert_eq!(shard_of(&out), 0);
     let err = stderr(&out);
-    assert!(err.contains("warning") && err.contains("shard 0") && err.contains("duplicate"), "{err}");
+    assert!(
+        err.contains("warning") && err.contains("shard 0") && err.contains("duplicate"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -104,9 +132,16 @@ fn host_name_digits_out_of_range_are_an_error_not_shard_0() {
     let Some(out) = next_on_host(dir.path(), "web-45") else {
         return;
     };
-    assert_eq!(out.status.code(), Some(2), "a shard setting that cannot work");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a shard setting that cannot work"
+    );
     assert!(out.stdout.is_empty(), "no ID on shard 0 or anywhere else");
     let err = stderr(&out);
-    assert!(err.contains("web-45") && err.contains("out of range"), "{err}");
+    assert!(
+        err.contains("web-45") && err.contains("out of range"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -1,0 +1,567 @@
+//! The `idutil` command as scripts meet it: help for every sub-command,
+//! exact output on success, and for every bad input an exit status of 2
+//! (usage) or 1 (runtime) with a one-line reason on stderr, nothing on
+//! stdout and never a panic. `next -n` streams: a reader that stops early
+//! ends it cleanly, and memory does not grow with N.
+#![cfg(feature = "cli")]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_idutil");
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `idutil` with a clean environment: shard 1 and `state_dir`, unless a
+/// test overrides them.
+fn idutil(state_dir: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("IDUTIL_STATE_DIR", state_dir)
+        .env("IDUTIL_SHARD", "1")
+        .env_remove("IDUTIL_REDIS_URL")
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `cmd` to completion within [`TIMEOUT`].
+fn run(cmd: &mut Command) -> Output {
+    run_to(cmd, Stdio::piped())
+}
+
+/// Runs `cmd` with `stdout` within [`TIMEOUT`].
+fn run_to(cmd: &mut Command, stdout: Stdio) -> Output {
+    let child = cmd
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start idutil");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(TIMEOUT) {
+        Ok(out) => out.expect("wait for idutil"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("idutil did not finish within {TIMEOUT:?}: {cmd:?}");
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// stderr without the library's warnings (`idutil: warning: ...`).
+fn reason_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| !l.starts_with("idutil: warning: "))
+        .collect()
+}
+
+/// Sets up the state directory for a case; returns what to pass as
+/// `--state-dir`, if anything.
+type Setup = fn(&Path) -> Option<String>;
+
+struct Case {
+    name: &'static str,
+    args: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+    setup: Option<Setup>,
+    code: i32,
+    /// A fragment the one-line reason must contain.
+    why: &'static str,
+}
+
+const fn case(
+    name: &'static str,
+    args: &'static [&'static str],
+    code: i32,
+    why: &'static str,
+) -> Case {
+    Case {
+        name,
+        args,
+        env: &[],
+        setup: None,
+        code,
+        why,
+    }
+}
+
+const fn with_env(mut c: Case, env: &'static [(&'static str, &'static str)]) -> Case {
+    c.env = env;
+    c
+}
+
+const fn with_setup(mut c: Case, setup: Setup) -> Case {
+    c.setup = Some(setup);
+    c
+}
+
+fn file_as_parent(dir: &Path) -> Option<String> {
+    let file = dir.join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    Some(file.join("state").display().to_string())
+}
+
+fn state_file_is_a_directory(dir: &Path) -> Option<String> {
+    std::fs::create_dir(dir.join("shard-1.state")).unwrap();
+    None
+}
+
+fn state_dir_is_a_file(dir: &Path) -> Option<String> {
+    let file = dir.join("plain-file");
+    std::fs::write(&file, "").unwrap();
+    Some(file.display().to_string())
+}
+
+fn corrupt_state_file(dir: &Path) -> Option<String> {
+    std::fs::write(
+        dir.join("shard-1.state"),
+        "version = 1\nshard = \u{fffd}junk\n",
+    )
+    .unwrap();
+    None
+}
+
+fn future_state_version(dir: &Path) -> Option<String> {
+    std::fs::write(dir.join("shard-1.state"), "version = 99\nend\n").unwrap();
+    None
+}
+
+const CASES: &[Case] = &[
+    // IDs that are not IDs.
+    case("junk ID", &["decode", "abc"], 2, "not a decimal integer"),
+    case("negative ID", &["decode", "-1"], 2, "negative"),
+    case(
+        "negative ID after --",
+        &["decode", "--", "-7"],
+        2,
+        "negative",
+    ),
+    case("2^53", &["decode", "9007199254740992"], 2, "above 2^53 - 1"),
+    case(
+        "far above 2^64",
+        &["decode", "99999999999999999999999"],
+        2,
+        "above 2^53 - 1",
+    ),
+    case("empty ID", &["decode", ""], 2, "empty"),
+    case("fraction", &["decode", "1.5"], 2, "not a decimal integer"),
+    case("sign", &["decode", "+5"], 2, "not a decimal integer"),
+    case("hex", &["decode", "0x1f"], 2, "not a decimal integer"),
+    case("space", &["decode", " 5"], 2, "not a decimal integer"),
+    case("newline", &["decode", "1\n2"], 2, "not a decimal integer"),
+    case(
+        "one bad among good",
+        &["decode", "--json", "1452736581206048", "x"],
+        2,
+        "\"x\"",
+    ),
+    case("missing ID", &["decode"], 2, "<ID>"),
+    // Counts.
+    case("-n 0", &["next", "-n", "0"], 2, "from 1 to 1000000000"),
+    case(
+        "-n 1000000001",
+        &["next", "-n", "1000000001"],
+        2,
+        "from 1 to 1000000000",
+    ),
+    case(
+        "-n huge",
+        &["next", "-n", "99999999999999999999999"],
+        2,
+        "from 1 to 1000000000",
+    ),
+    case("-n abc", &["next", "-n", "abc"], 2, "not a whole number"),
+    case("-n -5", &["next", "-n", "-5"], 2, "from 1 to 1000000000"),
+    case("-n empty", &["next", "-n", ""], 2, "not a whole number"),
+    case(
+        "-n missing value",
+        &["next", "-n"],
+        2,
+        "a value is required",
+    ),
+    // Flags and commands.
+    case(
+        "unknown flag",
+        &["next", "--bogus"],
+        2,
+        "unexpected argument '--bogus'",
+    ),
+    case(
+        "unknown global flag",
+        &["--bogus", "next"],
+        2,
+        "unexpected argument '--bogus'",
+    ),
+    case(
+        "unknown subcommand",
+        &["bogus"],
+        2,
+        "unrecognized subcommand 'bogus'",
+    ),
+    case("no subcommand", &[], 2, "a command is required"),
+    case(
+        "unknown state action",
+        &["state", "bogus"],
+        2,
+        "unrecognized subcommand",
+    ),
+    case(
+        "bad recover time",
+        &["state", "recover", "--after", "soon"],
+        2,
+        "RFC 3339",
+    ),
+    case(
+        "--state-dir without value",
+        &["next", "--state-dir"],
+        2,
+        "a value is required",
+    ),
+    // Shards.
+    case("--shard 32", &["--shard", "32", "next"], 2, "0..=31"),
+    case("--shard -1", &["--shard", "-1", "next"], 2, "0..=31"),
+    case("--shard abc", &["--shard", "abc", "next"], 2, "--shard"),
+    with_env(
+        case("IDUTIL_SHARD=abc", &["next"], 2, "IDUTIL_SHARD"),
+        &[("IDUTIL_SHARD", "abc")],
+    ),
+    with_env(
+        case("IDUTIL_SHARD=99", &["next"], 2, "shard 99"),
+        &[("IDUTIL_SHARD", "99")],
+    ),
+    with_env(
+        case("IDUTIL_SHARD=-3", &["next"], 2, "IDUTIL_SHARD"),
+        &[("IDUTIL_SHARD", "-3")],
+    ),
+    with_env(
+        case("IDUTIL_SHARD empty", &["state"], 2, "IDUTIL_SHARD"),
+        &[("IDUTIL_SHARD", "")],
+    ),
+    // State directories and files.
+    with_env(
+        case("IDUTIL_STATE_DIR empty", &["next"], 2, "IDUTIL_STATE_DIR"),
+        &[("IDUTIL_STATE_DIR", "")],
+    ),
+    case(
+        "state dir under /dev/null",
+        &["--state-dir", "/dev/null/x", "next"],
+        1,
+        "/dev/null/x",
+    ),
+    with_setup(
+        case("state dir under a file", &["next"], 1, "a-file/state"),
+        file_as_parent,
+    ),
+    with_setup(
+        case("state dir is a file", &["next", "-n", "3"], 1, "plain-file"),
+        state_dir_is_a_file,
+    ),
+    with_setup(
+        case("state file is a directory", &["next"], 1, "shard-1.state"),
+        state_file_is_a_directory,
+    ),
+    with_setup(
+        case("state of a directory", &["state"], 1, "shard-1.state"),
+        state_file_is_a_directory,
+    ),
+    with_setup(
+        case("corrupt state file", &["next"], 1, "idutil state recover"),
+        corrupt_state_file,
+    ),
+    with_setup(
+        case(
+            "corrupt state, --json",
+            &["next", "--json"],
+            1,
+            "idutil state recover",
+        ),
+        corrupt_state_file,
+    ),
+    with_setup(
+        case("future state version", &["next"], 1, "idutil state recover"),
+        future_state_version,
+    ),
+];
+
+#[test]
+fn bad_input_exits_with_a_one_line_reason() {
+    let mut failures = Vec::new();
+    for c in CASES {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = idutil(dir.path());
+        if let Some(state_dir) = c.setup.and_then(|setup| setup(dir.path())) {
+            cmd.arg("--state-dir").arg(state_dir);
+        }
+        cmd.args(c.args);
+        for (k, v) in c.env {
+            cmd.env(k, v);
+        }
+        let out = run(&mut cmd);
+        let stderr = text(&out.stderr);
+        let lines = reason_lines(&stderr);
+        let problem = if out.status.code() != Some(c.code) {
+            Some(format!("exit {:?}, expected {}", out.status.code(), c.code))
+        } else if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") {
+            Some("panicked".to_string())
+        } else if !out.stdout.is_empty() {
+            Some(format!("stdout is not empty: {:?}", text(&out.stdout)))
+        } else if lines.len() != 1 || !lines[0].starts_with("idutil: ") {
+            Some("stderr is not one `idutil: ...` line".to_string())
+        } else if !lines[0].contains(c.why) {
+            Some(format!("the reason lacks {:?}", c.why))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            failures.push(format!("{}: {problem}\n    stderr: {stderr:?}", c.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_shard_in_use_is_a_runtime_error_naming_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = idutil::Generator::builder()
+        .shard(1)
+        .state_dir(dir.path())
+        .open()
+        .unwrap();
+    let out = run(idutil(dir.path()).args(["next", "-n", "5"]));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(reason_lines(&stderr).len(), 1, "{stderr}");
+    let pid = std::process::id();
+    assert!(
+        stderr.contains("in use") && stderr.contains(&format!("pid {pid}")),
+        "{stderr}"
+    );
+    holder.close().unwrap();
+    // Released: the command works again.
+    let out = run(idutil(dir.path()).args(["next", "-n", "5"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_failed_write_is_an_error_not_success() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("no /dev/full here; skipping");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["next", "-n", "10"][..],
+        &["next", "--json"],
+        &["decode", "--json", "5"],
+    ] {
+        let out = run_to(
+            idutil(dir.path()).args(args),
+            full.try_clone().unwrap().into(),
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        let lines = reason_lines(&stderr);
+        assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+        assert!(lines[0].contains("cannot write the output"), "{stderr}");
+    }
+}
+
+#[test]
+fn help_for_every_command_has_examples() {
+    let dir = tempfile::tempdir().unwrap();
+    for command in [
+        &[][..],
+        &["next"],
+        &["decode"],
+        &["state"],
+        &["state", "recover"],
+    ] {
+        for help in [vec!["--help"], vec!["-h"]] {
+            let out = run(idutil(dir.path()).args(command).args(&help));
+            let stdout = text(&out.stdout);
+            assert!(out.status.success(), "{command:?} {help:?}");
+            assert!(out.stderr.is_empty(), "{command:?}: {}", text(&out.stderr));
+            assert!(stdout.contains("Usage: idutil"), "{command:?}: {stdout}");
+            assert!(stdout.contains("Examples:"), "{command:?}: {stdout}");
+            let example = format!("  idutil {}", command.join(" "));
+            assert!(stdout.contains(example.trim_end()), "{command:?}: {stdout}");
+        }
+    }
+    let out = run(idutil(dir.path()).args(["help", "decode"]));
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("idutil decode 1452736581206048"));
+    let out = run(idutil(dir.path()).arg("--version"));
+    assert!(out.status.success());
+    assert!(text(&out.stdout).starts_with("idutil "));
+}
+
+#[test]
+fn next_decode_and_state_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(idutil(dir.path()).args(["next", "-n", "3"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let ids: Vec<u64> = text(&out.stdout)
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    assert!(
+        ids.iter().all(|&id| id < 1 << 53 && id & 31 == 1),
+        "{ids:?}"
+    );
+
+    let out = run(idutil(dir.path()).args(["--shard", "4", "next", "--count", "2", "--json"]));
+    let json: Vec<u64> = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(json.len(), 2);
+    assert!(json.iter().all(|&id| id & 31 == 4));
+
+    let out = run(idutil(dir.path()).args(["decode", "1452736581206048", "9007199254740991"]));
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout),
+        "id=1452736581206048 time=2021-12-13T13:53:03Z seconds=692718783 sequence=1 shard=0 clock=0\n\
+         id=9007199254740991 time=2136-02-07T06:28:15Z seconds=4294967295 sequence=65535 shard=31 clock=0\n"
+    );
+    let out = run(idutil(dir.path()).args(["decode", "--json", "1452736581206048"]));
+    let v: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(v[0]["id"], 1452736581206048u64);
+    assert_eq!(v[0]["time"], "2021-12-13T13:53:03Z");
+
+    let out = run(idutil(dir.path()).args(["state", "--json"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(v["shard"], 1);
+    assert_eq!(v["state"]["last_issued"]["id"], ids[2], "the exact last ID");
+}
+
+/// Runs `idutil next -n N [--json]` and reads its output as it comes:
+/// calls `at(pid)` once `at_line` IDs have arrived, and stops reading
+/// (closing the pipe) after `stop_after` IDs, if given. Returns the exit
+/// code, stderr and the number of IDs read.
+fn stream(
+    dir: &Path,
+    n: u64,
+    json: bool,
+    stop_after: Option<u64>,
+    at_line: u64,
+    mut at: impl FnMut(u32),
+) -> (Option<i32>, String, u64) {
+    let mut cmd = idutil(dir);
+    cmd.args(["next", "-n", &n.to_string()]);
+    if json {
+        cmd.arg("--json");
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // A watchdog bounds the whole run.
+    let (done, finished) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(TIMEOUT).is_err() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            return false;
+        }
+        true
+    });
+    let mut stderr = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let mut stdout = BufReader::with_capacity(1 << 16, child.stdout.take().unwrap());
+    let mut count = 0u64;
+    let mut called = false;
+    loop {
+        let buf = match stdout.fill_buf() {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => buf,
+        };
+        let len = buf.len();
+        // One newline or comma ends each ID, in either format.
+        count += buf.iter().filter(|&&b| b == b'\n' || b == b',').count() as u64;
+        stdout.consume(len);
+        if !called && count >= at_line {
+            called = true;
+            at(pid);
+        }
+        if stop_after.is_some_and(|s| count >= s) {
+            break;
+        }
+    }
+    drop(stdout); // the writer now gets EPIPE
+    let status = child.wait().unwrap();
+    let _ = done.send(());
+    assert!(
+        watchdog.join().unwrap(),
+        "idutil next -n {n} did not finish within {TIMEOUT:?}"
+    );
+    (status.code(), stderr.join().unwrap(), count)
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_it_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    for json in [false, true] {
+        let (code, stderr, count) = stream(dir.path(), 1_000_000, json, Some(1), 0, |_| {});
+        assert_eq!(code, Some(0), "json={json}: {stderr}");
+        assert!(stderr.is_empty(), "json={json}: {stderr:?}");
+        assert!(count < 1_000_000, "the whole output was read: {count}");
+    }
+    // And the shard is free again at once: the generator was closed.
+    let out = run(idutil(dir.path()).args(["next"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// Peak resident memory of a running process, in KiB.
+fn peak_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn next_streams_large_counts_in_flat_memory() {
+    if peak_kib(std::process::id()).is_none() {
+        eprintln!("no /proc here; skipping the memory check");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let measure = |n: u64| {
+        let mut peak = None;
+        // Measure half-way, while the process is still writing.
+        let (code, stderr, count) = stream(dir.path(), n, false, None, n / 2, |pid| {
+            peak = peak_kib(pid)
+        });
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(count, n, "every ID arrived");
+        peak.expect("the process was still running")
+    };
+    let small = measure(50_000);
+    let large = measure(5_000_000);
+    eprintln!("peak memory: {small} KiB for 50,000 IDs, {large} KiB for 5,000,000");
+    // Holding 5,000,000 IDs would take 40 MB as integers, far more as text.
+    assert!(
+        large < small + 8 * 1024,
+        "peak memory grew with N: {small} KiB for 50,000 IDs, {large} KiB for 5,000,000"
+    );
+}

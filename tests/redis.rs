@@ -1,0 +1,984 @@
+//! The Redis shard lease against a real `redis-server` on a free loopback
+//! port, started and stopped by each test.
+//!
+//! Without `redis-server` on `PATH` these tests print a loud `SKIPPED` line
+//! and pass, except under `CI=true`, where its absence fails them.
+#![cfg(feature = "redis")]
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::{Error, Generator, ManualClock};
+
+// ---------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------
+
+/// A `redis-server` child on a loopback port, killed when dropped.
+struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    persistent: bool,
+}
+
+impl RedisServer {
+    /// Starts a server, or returns `None` (after saying so loudly) when
+    /// `redis-server` is not installed. Under `CI=true` its absence panics.
+    fn start(persistent: bool) -> Option<RedisServer> {
+        let found = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!(
+                    "redis-server not found on PATH; CI must install it (Debian package \
+                     redis-server) so the Redis lease is tested"
+                );
+            }
+            // Straight to stderr: libtest captures `eprintln!` of passing tests.
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n******** SKIPPED: redis-server not found on PATH; the Redis lease is NOT \
+                 tested. Install it (e.g. apt-get install redis-server) ********\n"
+            );
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("idutil-redis-")
+            .tempdir()
+            .expect("temporary directory for redis");
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            persistent,
+        };
+        // A port found free may be taken before the server binds it: retry.
+        for _ in 0..5 {
+            server.port = free_port();
+            if server.spawn() {
+                return Some(server);
+            }
+        }
+        panic!("redis-server did not start; see {}", server.log().display());
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// Starts `redis-server` on `self.port` and waits for PING.
+    fn spawn(&mut self) -> bool {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.log())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.persistent {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let mut child = cmd.spawn().expect("spawn redis-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return false;
+            }
+            if self.ping() {
+                self.child = Some(child);
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING")
+            .query::<String>(&mut conn)
+            .is_ok_and(|p| p == "PONG")
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect to the test redis-server")
+    }
+
+    /// SIGKILL: no shutdown, no final save.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on port {}; see {}",
+            self.port,
+            self.log().display()
+        );
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a loopback port")
+        .port()
+}
+
+fn state_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("idutil-lease-")
+        .tempdir()
+        .expect("temporary state directory")
+}
+
+fn wall_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Inserts every ID into `seen`, failing on the first duplicate.
+fn record_unique(seen: &mut HashSet<u64>, ids: impl IntoIterator<Item = u64>, who: &str) {
+    for id in ids {
+        assert!(id < 1 << 53, "{who}: ID {id} above 2^53 - 1");
+        assert!(seen.insert(id), "{who}: duplicate ID {id}");
+    }
+}
+
+fn is_no_free_shard(e: &Error) -> bool {
+    matches!(e, Error::Lease(LeaseError::NoFreeShard { .. }))
+}
+
+/// Opens a generator on a leased shard, retrying while every allowed shard
+/// is leased, until `within` has passed.
+fn open_when_free<C: idutil::Clock + Clone>(
+    builder: &idutil::Builder<C>,
+    within: Duration,
+) -> (Generator<C>, Instant) {
+    let deadline = Instant::now() + within;
+    loop {
+        match builder.clone().open() {
+            Ok(g) => return (g, Instant::now()),
+            Err(e) if is_no_free_shard(&e) && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("could not lease a shard within {within:?}: {e}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Child processes: this test binary re-executed
+// ---------------------------------------------------------------------------
+
+const CHILD_ENV: &str = "IDUTIL_LEASE_TEST_CHILD";
+/// Marks the child's lines, so libtest's own output is ignored.
+const MARK: &str = "@@";
+
+/// The child's side. `IDUTIL_LEASE_TEST_CHILD` holds `URL TTL_MS FIRST LAST
+/// MODE`. It leases a shard (printing `@@leased N` or `@@failed REASON`),
+/// waits for a line on stdin, then issues IDs (`@@id N`): a fixed number in
+/// mode `batch` (then `@@done` and a clean close), or forever in mode
+/// `stream`.
+#[test]
+#[ignore = "run only as a child process by the tests in this file"]
+fn child_process() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let f: Vec<&str> = spec.split_whitespace().collect();
+    let config = LeaseConfig::new(f[0])
+        .ttl(Duration::from_millis(f[1].parse().unwrap()))
+        .shards(f[2].parse().unwrap()..=f[3].parse().unwrap());
+    let mode = f[4];
+    let mut out = std::io::stdout().lock();
+    let generator = match Generator::builder().redis_lease(config).open() {
+        Ok(g) => g,
+        Err(e) => {
+            writeln!(out, "{MARK}failed {e}").unwrap();
+            return;
+        }
+    };
+    writeln!(out, "{MARK}leased {}", generator.shard()).unwrap();
+    out.flush().unwrap();
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+    loop {
+        for id in generator.next_ids(500).unwrap() {
+            writeln!(out, "{MARK}id {id}").unwrap();
+        }
+        for _ in 0..20 {
+            writeln!(out, "{MARK}id {}", generator.next_id().unwrap()).unwrap();
+        }
+        out.flush().unwrap();
+        if mode == "batch" {
+            break;
+        }
+    }
+    generator.close().unwrap();
+    writeln!(out, "{MARK}done").unwrap();
+}
+
+struct ChildProc {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl ChildProc {
+    fn spawn(url: &str, ttl_ms: u64, shards: (u32, u32), mode: &str, dir: &Path) -> ChildProc {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_process",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
+            .env(
+                CHILD_ENV,
+                format!("{url} {ttl_ms} {} {} {mode}", shards.0, shards.1),
+            )
+            .env("IDUTIL_STATE_DIR", dir)
+            .env_remove("IDUTIL_SHARD")
+            .env_remove("IDUTIL_REDIS_URL")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("re-execute the test binary");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        ChildProc { child, out }
+    }
+
+    /// The next complete marked line, without the mark; `None` at the end
+    /// of the output (a killed child's last line may be cut short: it is
+    /// left out).
+    fn next(&mut self) -> Option<String> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match self.out.read_line(&mut line) {
+                Ok(0) | Err(_) => return None,
+                Ok(_) if !line.ends_with('\n') => return None,
+                Ok(_) => {}
+            }
+            if let Some(i) = line.find(MARK) {
+                return Some(line[i + MARK.len()..].trim_end().to_string());
+            }
+        }
+    }
+
+    fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Reads IDs up to `@@done` (or the end of the output).
+    fn ids_until_done(&mut self) -> (Vec<u64>, bool) {
+        let mut ids = Vec::new();
+        while let Some(line) = self.next() {
+            if line == "done" {
+                return (ids, true);
+            }
+            if let Some(id) = line.strip_prefix("id ") {
+                ids.push(id.parse().unwrap());
+            }
+        }
+        (ids, false)
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+/// 40 processes compete for 32 shards: exactly 32 get one, each a different
+/// shard, while all are held; the other 8 fail with the clear error rather
+/// than share. Once the 32 close, 8 newcomers take shards and resume after
+/// them. No ID appears twice.
+#[test]
+fn many_processes_compete_for_32_shards() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let url = redis.url();
+    let root = state_dir();
+    let mut children: Vec<ChildProc> = (0..40)
+        .map(|i| {
+            ChildProc::spawn(
+                &url,
+                5000,
+                (0, 31),
+                "batch",
+                &root.path().join(format!("{i}")),
+            )
+        })
+        .collect();
+    let mut holders = Vec::new();
+    let mut refused = 0;
+    for (i, child) in children.iter_mut().enumerate() {
+        let line = child.next().expect("child reports its lease");
+        if let Some(shard) = line.strip_prefix("leased ") {
+            holders.push((i, shard.parse::<u32>().unwrap()));
+        } else {
+            assert!(
+                line.starts_with("failed no free shard: all 32 shards"),
+                "child {i}: {line}"
+            );
+            refused += 1;
+        }
+    }
+    let shards: HashSet<u32> = holders.iter().map(|h| h.1).collect();
+    assert_eq!(holders.len(), 32, "exactly 32 of 40 hold a shard");
+    assert_eq!(shards.len(), 32, "no shard is leased twice");
+    assert_eq!(refused, 8);
+
+    let mut seen = HashSet::new();
+    let mut max_per_shard = BTreeMap::new();
+    for &(i, _) in &holders {
+        children[i].go();
+    }
+    for &(i, shard) in &holders {
+        let (ids, done) = children[i].ids_until_done();
+        assert!(done, "child {i} finished");
+        assert_eq!(ids.len(), 520);
+        assert!(ids.iter().all(|id| id & 31 == u64::from(shard)));
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        max_per_shard.insert(shard, *ids.last().unwrap());
+        record_unique(&mut seen, ids, &format!("child {i}"));
+    }
+    drop(children);
+
+    // Every lease was released at close: newcomers get shards at once and
+    // resume after the previous holders' IDs on them.
+    let mut late: Vec<ChildProc> = (0..8)
+        .map(|i| {
+            ChildProc::spawn(
+                &url,
+                5000,
+                (0, 31),
+                "batch",
+                &root.path().join(format!("late-{i}")),
+            )
+        })
+        .collect();
+    for (i, child) in late.iter_mut().enumerate() {
+        let line = child.next().expect("child reports its lease");
+        let shard: u32 = line
+            .strip_prefix("leased ")
+            .unwrap_or_else(|| panic!("late child {i}: {line}"))
+            .parse()
+            .unwrap();
+        child.go();
+        let (ids, done) = child.ids_until_done();
+        assert!(done);
+        assert!(
+            ids[0] > max_per_shard[&shard],
+            "shard {shard} resumed after its previous holder"
+        );
+        record_unique(&mut seen, ids, &format!("late child {i}"));
+    }
+}
+
+/// Sequential holders of one shard on different hosts (separate state
+/// directories): the second one's clock is an hour behind, yet it continues
+/// right after the first one's last ID, and the first, coming back with its
+/// own (older) state file, resumes after the second: the later of the
+/// local file and Redis wins.
+#[test]
+fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let config = LeaseConfig::new(redis.url()).shards(9..=9);
+    let (host_a, host_b) = (state_dir(), state_dir());
+    let t = wall_now();
+    let mut seen = HashSet::new();
+
+    let a = Generator::builder()
+        .state_dir(host_a.path())
+        .clock(ManualClock::new(t))
+        .redis_lease(config.clone())
+        .open()
+        .unwrap();
+    assert_eq!(a.shard(), 9);
+    assert_eq!(*a.shard_source(), idutil::ShardSource::Lease);
+    // Borrow a few seconds ahead of the clock.
+    let ids_a: Vec<u64> = a.next_ids(200_000).unwrap().map(|i| i.as_u64()).collect();
+    assert!(a.lead() >= 2);
+    // While it is held, nobody else gets the shard.
+    let err = Generator::builder()
+        .state_dir(host_b.path())
+        .redis_lease(config.clone())
+        .open()
+        .unwrap_err();
+    assert!(is_no_free_shard(&err), "{err}");
+    assert!(err.to_string().contains("no free shard"), "{err}");
+    a.close().unwrap();
+    let last_a = *ids_a.last().unwrap();
+    record_unique(&mut seen, ids_a, "A");
+
+    let b = Generator::builder()
+        .state_dir(host_b.path())
+        .clock(ManualClock::new(t - 3600))
+        .redis_lease(config.clone())
+        .open()
+        .unwrap();
+    let first_b = b.next_id().unwrap().as_u64();
+    assert_eq!(
+        first_b,
+        last_a + 32,
+        "B continues right after A's last ID (next sequence number, same shard)"
+    );
+    let ids_b: Vec<u64> = b.next_ids(1000).unwrap().map(|i| i.as_u64()).collect();
+    let last_b = *ids_b.last().unwrap();
+    record_unique(&mut seen, [first_b], "B");
+    record_unique(&mut seen, ids_b, "B");
+    drop(b);
+
+    // A again, on its own host: its state file says less than Redis does.
+    let a2 = Generator::builder()
+        .state_dir(host_a.path())
+        .clock(ManualClock::new(t))
+        .redis_lease(config.clone())
+        .open()
+        .unwrap();
+    let first_a2 = a2.next_id().unwrap().as_u64();
+    assert!(first_a2 > last_b);
+    record_unique(&mut seen, [first_a2], "A again");
+    drop(a2);
+
+    // Redis loses its data: the local state file still keeps A's host from
+    // going back.
+    redis::cmd("FLUSHALL").exec(&mut redis.conn()).unwrap();
+    let a3 = Generator::builder()
+        .state_dir(host_a.path())
+        .clock(ManualClock::new(t))
+        .redis_lease(config)
+        .open()
+        .unwrap();
+    let first_a3 = a3.next_id().unwrap().as_u64();
+    assert!(first_a3 > first_a2);
+    record_unique(&mut seen, [first_a3], "A after FLUSHALL");
+}
+
+/// A holder killed with SIGKILL keeps its shard until its lease expires;
+/// the next holder (another host) gets it only then, and issues nothing
+/// the killed one issued.
+#[test]
+fn holder_killed_with_sigkill_is_not_reused() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let ttl = Duration::from_secs(2);
+    let config = LeaseConfig::new(redis.url()).ttl(ttl).shards(4..=4);
+    let (host_a, host_b) = (state_dir(), state_dir());
+    let mut victim = ChildProc::spawn(
+        &redis.url(),
+        ttl.as_millis() as u64,
+        (4, 4),
+        "stream",
+        host_a.path(),
+    );
+    assert_eq!(victim.next().as_deref(), Some("leased 4"));
+    victim.go();
+    let mut ids = Vec::new();
+    while ids.len() < 30_000 {
+        let line = victim.next().expect("the victim streams IDs");
+        ids.push(line.strip_prefix("id ").unwrap().parse::<u64>().unwrap());
+    }
+    victim.child.kill().unwrap();
+    let killed_at = Instant::now();
+    victim.child.wait().unwrap();
+    let (rest, done) = victim.ids_until_done();
+    assert!(!done, "the victim was killed, not closed");
+    ids.extend(rest);
+    let max_victim = *ids.iter().max().unwrap();
+
+    // The next holder's clock is behind: only Redis's record keeps it
+    // from going back over the killed holder's IDs.
+    let builder = Generator::builder()
+        .state_dir(host_b.path())
+        .clock(ManualClock::new(wall_now() - 30))
+        .redis_lease(config);
+    let err = builder.clone().open().unwrap_err();
+    assert!(
+        is_no_free_shard(&err),
+        "the lease outlives its holder: {err}"
+    );
+    let (next, got_at) = open_when_free(&builder, ttl * 5);
+    assert!(
+        got_at - killed_at <= ttl + Duration::from_millis(1500),
+        "the lease expired within its TTL: {:?}",
+        got_at - killed_at
+    );
+    let mine: Vec<u64> = next.next_ids(10_000).unwrap().map(|i| i.as_u64()).collect();
+    assert!(
+        mine[0] > max_victim,
+        "the new holder starts after everything the killed one issued"
+    );
+    let mut seen = HashSet::new();
+    record_unique(&mut seen, ids, "killed holder");
+    record_unique(&mut seen, mine, "next holder");
+}
+
+/// A loopback TCP proxy that can cut a client off from Redis: existing
+/// connections are closed and new ones are accepted but never answered.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    active: Arc<Mutex<Vec<TcpStream>>>,
+    held: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let active: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (c, a, h) = (cut.clone(), active.clone(), held.clone());
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if c.load(Ordering::SeqCst) {
+                    h.lock().unwrap().push(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let mut list = a.lock().unwrap();
+                list.push(client.try_clone().unwrap());
+                list.push(server.try_clone().unwrap());
+                drop(list);
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pump(server, client);
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            active,
+            held,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for s in self.active.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+        for s in self.held.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream) {
+    thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
+
+/// What a thread calling `try_next_id` in a loop saw.
+enum Event {
+    Issued(u64, Instant),
+    Failed(String, Failure, Instant),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    Fenced,
+    Lost,
+    Other,
+}
+
+/// Calls `try_next_id` every millisecond until `stop`, reporting each
+/// result.
+fn drive(
+    generator: Arc<Generator>,
+    stop: Arc<AtomicBool>,
+    events: mpsc::Sender<Event>,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            let event = match generator.try_next_id() {
+                Ok(id) => Event::Issued(id.as_u64(), Instant::now()),
+                Err(e) => {
+                    let kind = match e {
+                        Error::Lease(LeaseError::Fenced { .. }) => Failure::Fenced,
+                        Error::Lease(LeaseError::Lost { .. }) => Failure::Lost,
+                        _ => Failure::Other,
+                    };
+                    Event::Failed(e.to_string(), kind, Instant::now())
+                }
+            };
+            if events.send(event).is_err() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+/// Waits for an ID (`want` None) or for a failure of kind `want`,
+/// collecting the IDs on the way.
+fn wait_for(
+    events: &mpsc::Receiver<Event>,
+    ids: &mut Vec<(u64, Instant)>,
+    want: Option<Failure>,
+    within: Duration,
+) -> (String, Instant) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok(Event::Issued(id, at)) => {
+                ids.push((id, at));
+                if want.is_none() {
+                    return (String::new(), at);
+                }
+            }
+            Ok(Event::Failed(msg, kind, at)) if Some(kind) == want => return (msg, at),
+            Ok(Event::Failed(..)) => {}
+            Err(_) => panic!("no {want:?} within {within:?}"),
+        }
+    }
+}
+
+/// A holder cut off from Redis stops issuing before its lease could expire
+/// and be taken over; once it can reach Redis again and nobody took the
+/// shard, it resumes; once another holder took the shard, it stays stopped
+/// with an error that says so.
+#[test]
+fn holder_cut_off_from_redis_stops_before_takeover() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let ttl = Duration::from_secs(3);
+    let proxy = Proxy::start(redis.port);
+    let config = LeaseConfig::new(proxy.url()).ttl(ttl).shards(6..=6);
+    let (host_a, host_b) = (state_dir(), state_dir());
+    let a = Arc::new(
+        Generator::builder()
+            .state_dir(host_a.path())
+            .redis_lease(config.clone())
+            .open()
+            .unwrap(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, events) = mpsc::channel();
+    let driver = drive(a.clone(), stop.clone(), tx);
+    let mut a_ids = Vec::new();
+
+    // Round 1: cut off, fenced, healed before anyone takes the shard.
+    wait_for(&events, &mut a_ids, None, Duration::from_secs(5));
+    let cut_at = Instant::now();
+    proxy.cut();
+    let (msg, fenced_at) = wait_for(&events, &mut a_ids, Some(Failure::Fenced), ttl * 2);
+    assert!(msg.contains("not known to be held"), "{msg}");
+    assert!(
+        fenced_at - cut_at < ttl,
+        "fenced {:?} after the cut, before the TTL",
+        fenced_at - cut_at
+    );
+    proxy.heal();
+    let (_, resumed_at) = wait_for(&events, &mut a_ids, None, ttl * 2);
+    assert!(resumed_at > fenced_at);
+
+    // Round 2: cut off again; another holder takes the shard as soon as
+    // Redis lets it. A must have stopped before that moment.
+    proxy.cut();
+    let (msg, fenced_at) = wait_for(&events, &mut a_ids, Some(Failure::Fenced), ttl * 2);
+    assert!(msg.contains("shard 6"), "{msg}");
+    let b_builder = Generator::builder()
+        .state_dir(host_b.path())
+        .clock(ManualClock::new(wall_now() - 30))
+        .redis_lease(LeaseConfig::new(redis.url()).ttl(ttl).shards(6..=6));
+    let (b, b_at) = open_when_free(&b_builder, ttl * 3);
+    assert!(fenced_at < b_at);
+    let last_a_issue = a_ids.iter().map(|(_, at)| *at).max().unwrap();
+    assert!(
+        last_a_issue < b_at,
+        "A issued {:?} after B took the shard",
+        last_a_issue - b_at
+    );
+    let b_ids: Vec<u64> = b.next_ids(1000).unwrap().map(|i| i.as_u64()).collect();
+
+    // A reaches Redis again but the shard is B's: A stays stopped.
+    proxy.heal();
+    let (msg, _) = wait_for(&events, &mut a_ids, Some(Failure::Lost), ttl * 3);
+    assert!(msg.contains("close it and open a new one"), "{msg}");
+    stop.store(true, Ordering::SeqCst);
+    driver.join().unwrap();
+    while let Ok(e) = events.try_recv() {
+        if let Event::Issued(id, at) = e {
+            a_ids.push((id, at));
+        }
+    }
+    assert!(
+        a_ids.iter().all(|(_, at)| *at < b_at),
+        "A issued after B took over"
+    );
+    let max_a = a_ids.iter().map(|(id, _)| *id).max().unwrap();
+    assert!(b_ids[0] > max_a, "B starts after everything A reserved");
+    let mut seen = HashSet::new();
+    record_unique(&mut seen, a_ids.iter().map(|(id, _)| *id), "A");
+    record_unique(&mut seen, b_ids, "B");
+    assert!(matches!(
+        a.try_next_id(),
+        Err(Error::Lease(LeaseError::Lost { .. }))
+    ));
+}
+
+/// Redis is killed (SIGKILL) and restarted mid-run, with its data on an
+/// append-only file synced at every write. Holders keep their leases (or
+/// take them back), resume issuing, and the next holder of a shard starts
+/// after everything issued before the restart.
+#[test]
+fn redis_restarted_mid_run_keeps_ids_unique() {
+    let Some(mut redis) = RedisServer::start(true) else {
+        return;
+    };
+    let ttl = Duration::from_secs(3);
+    let config = LeaseConfig::new(redis.url()).ttl(ttl).shards(0..=1);
+    let hosts = [state_dir(), state_dir()];
+    let holders: Vec<Arc<Generator>> = hosts
+        .iter()
+        .map(|h| {
+            Arc::new(
+                Generator::builder()
+                    .state_dir(h.path())
+                    .redis_lease(config.clone())
+                    .open()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let shards: HashSet<u32> = holders.iter().map(|g| g.shard()).collect();
+    assert_eq!(shards.len(), 2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, events) = mpsc::channel();
+    let drivers: Vec<_> = holders
+        .iter()
+        .map(|g| drive(g.clone(), stop.clone(), tx.clone()))
+        .collect();
+    drop(tx);
+    // Keep reserving: the window is 5 s, so push the reservation along.
+    let burst = |g: &Generator| -> Vec<u64> {
+        g.next_ids(300_000)
+            .map(|b| b.map(|i| i.as_u64()).collect())
+            .unwrap_or_default()
+    };
+    let mut ids: Vec<u64> = holders.iter().flat_map(|g| burst(g)).collect();
+    thread::sleep(Duration::from_millis(300));
+    redis.restart();
+    let restarted_at = Instant::now();
+    // Both holders issue again after the restart, without losing their lease.
+    let mut issued_after: HashSet<u32> = HashSet::new();
+    let deadline = Instant::now() + ttl * 3;
+    while issued_after.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "holders did not resume after the restart"
+        );
+        match events.recv_timeout(Duration::from_millis(500)) {
+            Ok(Event::Issued(id, at)) => {
+                ids.push(id);
+                if at > restarted_at {
+                    issued_after.insert((id & 31) as u32);
+                }
+            }
+            Ok(Event::Failed(msg, kind, _)) => assert_ne!(kind, Failure::Lost, "{msg}"),
+            Err(_) => {}
+        }
+    }
+    for g in &holders {
+        ids.extend(burst(g));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for d in drivers {
+        d.join().unwrap();
+    }
+    ids.extend(events.try_iter().filter_map(|e| match e {
+        Event::Issued(id, _) => Some(id),
+        Event::Failed(..) => None,
+    }));
+    for g in &holders {
+        g.close().unwrap();
+    }
+    // A newcomer on another host, after one more crash of Redis.
+    redis.restart();
+    let host_c = state_dir();
+    let newcomer = Generator::builder()
+        .state_dir(host_c.path())
+        .redis_lease(config)
+        .open()
+        .unwrap();
+    let shard = u64::from(newcomer.shard());
+    let max_before = ids.iter().filter(|id| *id & 31 == shard).max().copied();
+    let fresh: Vec<u64> = newcomer
+        .next_ids(1000)
+        .unwrap()
+        .map(|i| i.as_u64())
+        .collect();
+    assert!(Some(fresh[0]) > max_before);
+    let mut seen = HashSet::new();
+    record_unique(&mut seen, ids, "holders");
+    record_unique(&mut seen, fresh, "newcomer");
+}
+
+/// The command: `--redis URL` and `IDUTIL_REDIS_URL` lease the shard,
+/// `idutil state` shows the leases, and with every shard leased `idutil
+/// next` fails with the clear error and status 1.
+#[cfg(feature = "cli")]
+#[test]
+fn command_leases_and_shows_the_lease() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let bin = env!("CARGO_BIN_EXE_idutil");
+    let dir = state_dir();
+    let run = |args: &[&str], env_url: bool| {
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
+            .env("IDUTIL_STATE_DIR", dir.path())
+            .env_remove("IDUTIL_SHARD")
+            .env_remove("IDUTIL_REDIS_URL");
+        if env_url {
+            cmd.env("IDUTIL_REDIS_URL", redis.url());
+        }
+        cmd.output().unwrap()
+    };
+    let ids = |out: &std::process::Output| -> Vec<u64> {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
+    };
+    let url = redis.url();
+    let first = ids(&run(&["--redis", &url, "next", "-n", "3"], false));
+    let second = ids(&run(&["next", "-n", "3"], true));
+    assert!(first.windows(2).all(|w| w[0] < w[1]));
+    assert!(
+        second[0] > first[2],
+        "the second run resumes after the first"
+    );
+
+    // A live holder shows up in `idutil state`.
+    let elsewhere = state_dir();
+    let holder = Generator::builder()
+        .state_dir(elsewhere.path())
+        .redis_lease(LeaseConfig::new(url.clone()))
+        .open()
+        .unwrap();
+    let out = run(&["--redis", &url, "state", "--json"], false);
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &doc["leases"][holder.shard() as usize];
+    assert!(row["holder"]
+        .as_str()
+        .unwrap()
+        .contains(&std::process::id().to_string()));
+    assert!(row["expires_in_ms"].as_u64().unwrap() > 0);
+    let text = String::from_utf8(run(&["--redis", &url, "state"], false).stdout).unwrap();
+    assert!(text.contains("1 of 32 shards leased"), "{text}");
+
+    // Every shard leased: a clear error, status 1.
+    let others: Vec<Generator> = (0..31)
+        .map(|_| {
+            Generator::builder()
+                .state_dir(elsewhere.path())
+                .redis_lease(LeaseConfig::new(url.clone()))
+                .open()
+                .unwrap()
+        })
+        .collect();
+    let out = run(&["--redis", &url, "next"], false);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no free shard: all 32 shards"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    drop(others);
+}

@@ -1,0 +1,138 @@
+//! The web example end to end: started as a real process on a loopback
+//! port, its page and JSON API checked over HTTP, stopped with SIGTERM, and
+//! its state file checked for the exact last ID.
+
+mod web_example;
+
+use idutil::Id;
+use serde_json::Value;
+use web_example::WebApp;
+
+const SHARD: u32 = 9;
+
+/// The `id` of a record as the server wrote it: a JSON integer, in range.
+fn id_of(record: &Value) -> Id {
+    let n = record["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("id is not a non-negative JSON integer: {record}"));
+    Id::new(n).unwrap_or_else(|| panic!("id {n} is above 2^53 - 1"))
+}
+
+#[test]
+fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = WebApp::start(dir.path(), SHARD);
+
+    let page = app.get("/");
+    assert_eq!(page.status, 200);
+    assert!(page.content_type.starts_with("text/html"), "{page:?}");
+    assert!(page.body.contains("<script>") && page.body.contains("fetch(\"/api/records\")"));
+
+    let empty = app.get("/api/records");
+    assert_eq!((empty.status, empty.body.as_str()), (200, "[]"));
+
+    let mut ids = Vec::new();
+    for text in ["first", "second \u{1F600}", "  third  "] {
+        let r = app.post_json(
+            "/api/records",
+            &serde_json::json!({ "text": text }).to_string(),
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+        assert!(r.content_type.starts_with("application/json"), "{r:?}");
+        let record: Value = serde_json::from_str(&r.body).unwrap();
+        let id = id_of(&record);
+        assert_eq!(record["text"], text.trim());
+        assert_eq!(id.shard(), SHARD, "the shard comes from IDUTIL_SHARD");
+        assert_eq!(record["created"].as_u64(), Some(id.unix_seconds()));
+        // The JSON text holds the ID as a bare integer, not a string or float.
+        assert!(r.body.contains(&format!("\"id\":{id},")), "{}", r.body);
+        ids.push(id);
+    }
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+
+    let list = app.get("/api/records");
+    assert_eq!(list.status, 200);
+    let records: Vec<Value> = serde_json::from_str(&list.body).unwrap();
+    assert_eq!(records.iter().map(id_of).collect::<Vec<_>>(), ids);
+
+    let one = app.get(&format!("/api/records/{}", ids[1]));
+    assert_eq!(one.status, 200);
+    assert_eq!(id_of(&serde_json::from_str(&one.body).unwrap()), ids[1]);
+
+    // Bad input answers with a status and a JSON reason.
+    for (method, path, body, status, why) in [
+        (
+            "GET",
+            "/api/records/abc",
+            None,
+            400,
+            "not a decimal integer",
+        ),
+        ("GET", "/api/records/-5", None, 400, "negative"),
+        ("GET", "/api/records/9007199254740992", None, 400, "2^53"),
+        ("GET", "/api/records/1", None, 404, "no record 1"),
+        (
+            "POST",
+            "/api/records",
+            Some(r#"{"text":"   "}"#),
+            400,
+            "empty",
+        ),
+        ("POST", "/api/records", Some(r#"{"txt":"x"}"#), 422, "text"),
+        ("POST", "/api/records", Some("{not json"), 400, ""),
+    ] {
+        let r = app.request(method, path, body);
+        assert_eq!(r.status, status, "{method} {path}: {r:?}");
+        let e: Value = serde_json::from_str(&r.body).unwrap();
+        let e = e["error"].as_str().unwrap_or_else(|| panic!("{r:?}"));
+        assert!(e.contains(why), "{method} {path}: {e:?} lacks {why:?}");
+    }
+    let long = "x".repeat(281);
+    let r = app.post_json(
+        "/api/records",
+        &serde_json::json!({ "text": long }).to_string(),
+    );
+    assert_eq!(r.status, 400, "{r:?}");
+
+    // A graceful stop closes the generator: the state file holds the exact
+    // last ID, not just the reserved window.
+    let (status, stderr) = app.stop();
+    assert!(status.success(), "{status}; stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let report = idutil::state::inspect(dir.path(), SHARD).unwrap();
+    assert!(!report.locked, "the lock was released");
+    let state = report.state.expect("a state file");
+    let last = *ids.last().unwrap();
+    assert_eq!(
+        state.last,
+        Some((last.unix_seconds(), last.sequence())),
+        "the clean close records the last ID"
+    );
+
+    // A restart on the same state directory continues after it.
+    let again = WebApp::start(dir.path(), SHARD);
+    let r = again.post_json("/api/records", r#"{"text":"after restart"}"#);
+    assert_eq!(r.status, 201, "{r:?}");
+    let next = id_of(&serde_json::from_str(&r.body).unwrap());
+    assert!(next > last, "{next} after {last}");
+    let (status, stderr) = again.stop();
+    assert!(status.success(), "{status}; stderr: {stderr}");
+}
+
+#[test]
+fn refuses_to_start_with_a_bad_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(web_example::binary())
+        .env("IDUTIL_STATE_DIR", dir.path())
+        .env("IDUTIL_SHARD", "99")
+        .env("PORT", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "it must not claim to listen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot start") && stderr.contains("shard 99"),
+        "{stderr}"
+    );
+}
