@@ -446,7 +446,10 @@ impl<C: Clock> Generator<C> {
                 in_rollback: false,
                 reserved,
                 wanted: reserved,
-                trigger: reserved.saturating_sub(b.window / 2),
+                // The first new second (by the clock or by borrowing) asks
+                // for the next window: a burst right after opening then has
+                // the whole first window to outrun the write.
+                trigger: start_sec,
                 failure: None,
                 closing: false,
                 file,
