@@ -773,8 +773,9 @@ impl<C: Clock> Inner<C> {
     /// Asks the extender to reserve past `second`: a window ahead, or as far
     /// ahead again as the generator already leads, so that after a crash the
     /// next generator starts at most about twice the lead (plus a window)
-    /// ahead. While borrowing, the extender asks again as soon as each write
-    /// lands (see `extend_until_closed`), so a burst stays ahead of the disk.
+    /// ahead. While borrowing, the extender asks again once a quarter of the
+    /// room is used (see `extend_until_closed`), so a burst stays ahead of
+    /// the disk with a logarithmic number of writes.
     fn request(&self, cold: &mut Cold, second: u64) {
         let ahead = self.window.max(second.saturating_sub(cold.seen_max));
         let target = second.saturating_add(ahead).min(self.layout.max_seconds());
@@ -836,9 +837,12 @@ impl<C: Clock> Inner<C> {
                     cold.file = file;
                     let at = (self.cursor.0.load(Relaxed) & !FLAGS) >> self.sequence_bits;
                     cold.trigger = if at > cold.seen_max {
-                        // Borrowing: ask for the next extension at the next
-                        // second, long before this one runs out.
-                        at
+                        // Borrowing: ask again once a quarter of the room is
+                        // used. Each extension reaches about the lead ahead,
+                        // so writes stay logarithmic in the burst's length
+                        // while three quarters of the room remain to outrun
+                        // the next one.
+                        at + cold.reserved.saturating_sub(at) / 4
                     } else {
                         cold.reserved.saturating_sub(self.window / 2)
                     };
