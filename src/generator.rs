@@ -849,21 +849,8 @@ impl<C: Clock> Inner<C> {
                 }
                 Err(e) => {
                     log::warn!("shard {}: {e}", self.shard);
-                    cold.failure = Some(match e {
-                        #[cfg(feature = "redis")]
-                        Error::Lease(e) => Error::Lease(e),
-                        e => {
-                            let kind = match &e {
-                                Error::Io { source, .. } => source.kind(),
-                                _ => io::ErrorKind::Other,
-                            };
-                            Error::io(
-                                "reserve seconds ahead in",
-                                &self.path,
-                                io::Error::new(kind, e.to_string()),
-                            )
-                        }
-                    });
+                    // Handed to the one call that waits for this write.
+                    cold.failure = Some(e);
                     cold.wanted = cold.reserved;
                 }
             }
