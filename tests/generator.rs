@@ -383,3 +383,45 @@ fn a_long_burst_reserves_ahead_of_need_but_within_about_twice_the_lead() {
         reserved - last
     );
 }
+
+#[test]
+fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("state");
+    let clock = ManualClock::new(T);
+    let g = Generator::builder()
+        .shard(27)
+        .state_dir(&dir)
+        .clock(clock.clone())
+        .window(Duration::from_secs(1))
+        .open()
+        .unwrap();
+    let reserved = g.reserved_until();
+    let before = g.next_id().unwrap();
+    // The disk goes away: no extension can be written.
+    std::fs::remove_dir_all(&dir).unwrap();
+    clock.advance(10);
+    let mut issued = vec![before];
+    let err = loop {
+        assert!(
+            issued.len() < 1_000_000,
+            "kept issuing without a durable mark"
+        );
+        match g.next_id() {
+            Ok(id) => issued.push(id),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert!(err.to_string().contains("state"), "{err}");
+    assert!(
+        issued.iter().all(|id| id.unix_seconds() <= reserved),
+        "nothing past the durable mark {reserved}"
+    );
+    // The disk comes back: the next call writes the reservation and goes on.
+    std::fs::create_dir_all(&dir).unwrap();
+    let after = g.next_id().unwrap();
+    assert!(after > *issued.last().unwrap());
+    assert_eq!(after.unix_seconds(), T + 10);
+    assert!(g.reserved_until() >= T + 10);
+}
