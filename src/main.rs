@@ -3,7 +3,6 @@
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand};
 use idutil::state::{self, StateFile};
@@ -133,17 +132,18 @@ fn parse_count(s: &str) -> Result<u64, String> {
     }
 }
 
+/// Unix seconds, or an RFC 3339 time with any offset (`2030-01-01T00:00:00Z`,
+/// `2030-01-01T02:00:00+02:00`).
 fn parse_time(s: &str) -> Result<u64, String> {
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(secs);
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s
+            .parse::<u64>()
+            .map_err(|_| "too many digits for Unix seconds".to_string());
     }
-    humantime::parse_rfc3339_weak(s)
-        .map_err(|e| format!("not Unix seconds or an RFC 3339 time: {e}"))
-        .and_then(|t| {
-            t.duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .map_err(|_| "before 1970".to_string())
-        })
+    let t: jiff::Timestamp = s
+        .parse()
+        .map_err(|e| format!("not Unix seconds or an RFC 3339 time: {e}"))?;
+    u64::try_from(t.as_second()).map_err(|_| "before 1970".to_string())
 }
 
 fn main() -> ExitCode {
@@ -287,8 +287,17 @@ fn next(common: &Common, n: u64, json: bool, out: &mut impl Write) -> Result<(),
     Ok(())
 }
 
+/// An RFC 3339 time for Unix seconds; past year 9999, which RFC 3339 cannot
+/// write, the seconds themselves. Never panics, whatever a file or a clock
+/// holds.
 fn rfc3339(unix_seconds: u64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(unix_seconds)).to_string()
+    i64::try_from(unix_seconds)
+        .ok()
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+        .map_or_else(
+            || format!("unix second {unix_seconds} (after year 9999)"),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        )
 }
 
 fn decode(ids: &[Id], json: bool, out: &mut impl Write) -> Result<(), BoxError> {
