@@ -63,6 +63,17 @@ pub enum Error {
         /// The last representable second, in seconds since the Unix epoch.
         last_unix_second: u64,
     },
+    /// The wall clock reads a second outside the layout's range: before
+    /// its epoch or after its last second. Nothing is issued or recorded
+    /// on such a reading; generators work again once the clock is sane.
+    ClockOutOfRange {
+        /// The clock's reading, in seconds since the Unix epoch.
+        unix_second: u64,
+        /// The layout's epoch, its first second.
+        first: u64,
+        /// The layout's last second.
+        last: u64,
+    },
     /// Issuing would take the generator further ahead of the wall clock than
     /// its `max_lead` allows (only from the non-waiting calls).
     LeadCapReached {
@@ -176,6 +187,15 @@ impl fmt::Display for Error {
                 f,
                 "the layout's last second ({last_unix_second} s after the Unix epoch) \
                  has been used; no more IDs can be issued"
+            ),
+            Error::ClockOutOfRange {
+                unix_second,
+                first,
+                last,
+            } => write!(
+                f,
+                "the wall clock reads {unix_second} s after the Unix epoch, outside the \
+                 layout's range of {first} to {last}; fix the clock"
             ),
             Error::LeadCapReached { lead, max_lead } => write!(
                 f,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
@@ -21,14 +21,33 @@ const CLOSED: u64 = 1 << 63;
 /// Set in the cursor while the Redis lease is not known to be held: every
 /// compare-and-swap fails and the slow path reports why.
 const FENCED: u64 = 1 << 62;
+/// Set in the cursor while the clock reads outside the layout's range:
+/// every compare-and-swap fails and the slow path reports
+/// [`Error::ClockOutOfRange`] until the clock is sane again.
+const CLOCK_OUT: u64 = 1 << 61;
 /// Flags that are not part of the counter.
-const FLAGS: u64 = CLOSED | FENCED;
+const FLAGS: u64 = CLOSED | FENCED | CLOCK_OUT;
 /// Largest batch; keeps `cursor + n` far from overflow.
 const MAX_BATCH: u64 = 1 << 40;
 /// Default reservation window, in seconds.
 pub const DEFAULT_WINDOW: u64 = 5;
 /// How often a call waiting on the lead cap looks at the clock again.
 const LEAD_POLL: Duration = Duration::from_millis(5);
+/// How much issuing, at the recent rate, a reservation covers beyond the
+/// window: the time a reservation write has to land before a burst
+/// reaches it. A write takes about half a millisecond on an ordinary disk,
+/// and tens on a slow network disk; a quarter second outruns both. It is
+/// also what a crash can cost on top of the window (see the crate docs,
+/// `# Design`).
+pub const HEADROOM: Duration = Duration::from_millis(250);
+/// The most headroom a reservation adds to the window, in seconds of
+/// counter, whatever the rate: what a crash can cost at most on top of the
+/// window. Only absurd rates reach it (an hour of borrowed seconds in a
+/// quarter second); they then write the state a little more often.
+pub const MAX_HEADROOM_SECONDS: u64 = 3600;
+/// The shortest time over which a rate is extrapolated, so that a single
+/// large batch is not read as an enormous rate.
+const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 
 /// An ID generator for one shard: thread-safe, lock-free on the hot path,
 /// backed by a locked state file.
@@ -118,6 +137,14 @@ struct Cold {
     wanted: u64,
     /// Passing this second asks for the next extension.
     trigger: u64,
+    /// The rate sample: the cursor (without flags) at `rate_since`.
+    rate_from: u64,
+    rate_since: Instant,
+    /// Counter values issued in the last whole sample, scaled to
+    /// [`HEADROOM`].
+    recent: u64,
+    /// Whether a clock reading outside the layout's range was logged.
+    warned_out_of_range: bool,
     failure: Option<Error>,
     closing: bool,
     /// The state as last written, the template for the next write.
@@ -200,7 +227,8 @@ impl<C: Clock> Builder<C> {
 
     /// How far ahead the state file reserves seconds (rounded up to whole
     /// seconds, at least 1; default 5). A larger window means fewer writes;
-    /// after a crash the next generator starts up to this far ahead.
+    /// after a crash the next generator starts up to this far ahead, plus
+    /// the headroom of a burst (see the crate docs, *What a crash costs*).
     pub fn window(mut self, window: Duration) -> Self {
         self.window = whole_seconds(window).max(1);
         self
@@ -381,11 +409,20 @@ impl<C: Clock> Generator<C> {
     ) -> Result<Self> {
         let layout = b.layout;
         let epoch = layout.epoch();
+        let now_unix = b.clock.now();
+        if layout.seconds_of(now_unix).is_none() {
+            // Refused before anything is read or written: a later run must
+            // not mistake such a reading for issued IDs.
+            return Err(Error::ClockOutOfRange {
+                unix_second: now_unix,
+                first: epoch,
+                last: layout.last_unix_second(),
+            });
+        }
         let prev = store.load()?;
         if let Some(prev) = &prev {
             state::check_layout(store.path(), prev, &layout)?;
         }
-        let now_unix = b.clock.now();
         #[allow(unused_mut)]
         let Plan {
             mut file,
@@ -450,6 +487,10 @@ impl<C: Clock> Generator<C> {
                 // for the next window: a burst right after opening then has
                 // the whole first window to outrun the write.
                 trigger: start_sec,
+                rate_from: start,
+                rate_since: Instant::now(),
+                recent: 0,
+                warned_out_of_range: false,
                 failure: None,
                 closing: false,
                 file,
@@ -523,13 +564,28 @@ impl<C: Clock> Generator<C> {
     /// As [`next_id`](Generator::next_id); [`Error::InvalidId`] if `n` is
     /// above 2<sup>40</sup>.
     pub fn next_ids(&self, n: u64) -> Result<IdBatch> {
+        self.batch(n, true)
+    }
+
+    /// Like [`next_ids`](Generator::next_ids), but never waits for the
+    /// clock: if the batch would pass the lead cap it returns
+    /// [`Error::LeadCapReached`] and takes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`next_ids`](Generator::next_ids), plus [`Error::LeadCapReached`].
+    pub fn try_next_ids(&self, n: u64) -> Result<IdBatch> {
+        self.batch(n, false)
+    }
+
+    fn batch(&self, n: u64, wait: bool) -> Result<IdBatch> {
         if n > MAX_BATCH {
             return Err(Error::invalid_id(
                 n.to_string(),
                 "batch larger than 2^40 IDs",
             ));
         }
-        let first = if n == 0 { 0 } else { self.inner.take(n, true)? };
+        let first = if n == 0 { 0 } else { self.inner.take(n, wait)? };
         Ok(IdBatch::new(first, n, self.inner.layout, self.inner.base))
     }
 
@@ -686,9 +742,27 @@ impl<C: Clock> Inner<C> {
             return;
         }
         self.last_now.store(now_unix, Relaxed);
-        let now = now_unix
-            .saturating_sub(self.layout.epoch())
-            .min(self.layout.max_seconds() + 1);
+        let Some(now) = self.layout.seconds_of(now_unix) else {
+            // Neither issued on nor recorded: a clock this wrong says
+            // nothing about which IDs are free.
+            self.cursor.0.fetch_or(CLOCK_OUT, Relaxed);
+            if !cold.warned_out_of_range {
+                log::warn!(
+                    "{} on shard {}; issuing stops until the clock is within the layout's range",
+                    Error::ClockOutOfRange {
+                        unix_second: now_unix,
+                        first: self.layout.epoch(),
+                        last: self.layout.last_unix_second(),
+                    },
+                    self.shard
+                );
+                cold.warned_out_of_range = true;
+            }
+            return;
+        };
+        if self.cursor.0.fetch_and(!CLOCK_OUT, Relaxed) & CLOCK_OUT != 0 {
+            cold.warned_out_of_range = false;
+        }
         if now < cold.seen_run {
             if !cold.in_rollback {
                 log::warn!(
@@ -725,6 +799,13 @@ impl<C: Clock> Inner<C> {
             }
             if flags & FENCED != 0 {
                 return Err(self.fenced_error());
+            }
+            if flags & CLOCK_OUT != 0 {
+                return Err(Error::ClockOutOfRange {
+                    unix_second: self.last_now.load(Relaxed),
+                    first: self.layout.epoch(),
+                    last: self.layout.last_unix_second(),
+                });
             }
             if second > self.layout.max_seconds() {
                 return Err(Error::EndOfRange {
@@ -770,20 +851,54 @@ impl<C: Clock> Inner<C> {
         }
     }
 
-    /// Asks the extender to reserve past `second`: a window ahead, or as far
-    /// ahead again as the generator already leads, so that after a crash the
-    /// next generator starts at most about twice the lead (plus a window)
-    /// ahead. While borrowing, the extender asks again once a quarter of the
-    /// room is used (see `extend_until_closed`), so a burst stays ahead of
-    /// the disk with a logarithmic number of writes.
+    /// Asks the extender to reserve past `second`: a window ahead, plus
+    /// [`HEADROOM`] of issuing at the recent rate. The reservation never
+    /// depends on the lead, so a restart after a crash, which starts after
+    /// the reservation, skips at most that much: N crashes in a row cost N
+    /// such skips, never a doubling.
     fn request(&self, cold: &mut Cold, second: u64) {
-        let ahead = self.window.max(second.saturating_sub(cold.seen_max));
+        let ahead = self.window.saturating_add(self.headroom(cold));
         let target = second.saturating_add(ahead).min(self.layout.max_seconds());
         if target > cold.wanted {
             cold.wanted = target;
             cold.failure = None;
             self.changed.notify_all();
         }
+    }
+
+    /// Seconds of counter the generator issues in [`HEADROOM`] at its
+    /// recent rate: the last whole sample's (a sample spans one to two
+    /// headrooms), or, early in a burst, the current sample's extrapolated,
+    /// but at most twice what the current sample has issued so far. Either
+    /// way it is at most twice what was really issued in the last two
+    /// headrooms.
+    fn headroom(&self, cold: &mut Cold) -> u64 {
+        let now = Instant::now();
+        let cursor = self.cursor.0.load(Relaxed) & !FLAGS;
+        let issued = cursor.saturating_sub(cold.rate_from);
+        let elapsed = now.saturating_duration_since(cold.rate_since);
+        let scale = |span: Duration| -> u64 {
+            let scaled = u128::from(issued) * HEADROOM.as_nanos() / span.as_nanos().max(1);
+            u64::try_from(scaled).unwrap_or(u64::MAX)
+        };
+        let units = if elapsed >= HEADROOM {
+            // A sample much older than the headroom says nothing about the
+            // last quarter second: start a new one from nothing.
+            cold.recent = if elapsed < 2 * HEADROOM {
+                scale(elapsed)
+            } else {
+                0
+            };
+            cold.rate_from = cursor;
+            cold.rate_since = now;
+            cold.recent
+        } else {
+            let early = scale(elapsed.max(MIN_RATE_SPAN)).min(issued.saturating_mul(2));
+            cold.recent.max(early)
+        };
+        units
+            .div_ceil(u64::from(self.layout.max_sequence()) + 1)
+            .min(MAX_HEADROOM_SECONDS)
     }
 
     /// Recomputes the hot path's limit from the cold state, letting
@@ -837,12 +952,11 @@ impl<C: Clock> Inner<C> {
                     cold.file = file;
                     let at = (self.cursor.0.load(Relaxed) & !FLAGS) >> self.sequence_bits;
                     cold.trigger = if at > cold.seen_max {
-                        // Borrowing: ask again once a quarter of the room is
-                        // used. Each extension reaches about the lead ahead,
-                        // so writes stay logarithmic in the burst's length
-                        // while three quarters of the room remain to outrun
-                        // the next one.
-                        at + cold.reserved.saturating_sub(at) / 4
+                        // Borrowing: ask again once half the room is used,
+                        // so the other half, a window plus about an eighth
+                        // of a second of issuing, is left to outrun the
+                        // next write.
+                        at + cold.reserved.saturating_sub(at) / 2
                     } else {
                         cold.reserved.saturating_sub(self.window / 2)
                     };
@@ -938,6 +1052,29 @@ impl Iterator for IdBatch {
             id + self.step
         };
         Some(Id::from_valid(id))
+    }
+
+    /// Skips ahead in one step, without producing the IDs in between.
+    fn nth(&mut self, n: usize) -> Option<Id> {
+        let left = self.end - self.next;
+        match u64::try_from(n) {
+            Ok(n) if n < left => {
+                self.next += n;
+                self.id = self.layout.pack(self.next, self.base);
+                self.next()
+            }
+            _ => {
+                self.next = self.end;
+                None
+            }
+        }
+    }
+
+    /// The batch's last ID, in one step.
+    fn last(mut self) -> Option<Id> {
+        let left = self.end - self.next;
+        let skip = usize::try_from(left.checked_sub(1)?).ok()?;
+        self.nth(skip)
     }
 
     #[inline]
@@ -1069,5 +1206,16 @@ mod tests {
             assert_eq!(ids, packed, "{layout:?}");
         }
         assert_eq!(IdBatch::new(0, 0, L, 0).next(), None);
+        assert_eq!(IdBatch::new(0, 0, L, 0).last(), None);
+        let per_second = 1 << L.sequence_bits();
+        let first = counter(&L, T, per_second - 2);
+        let batch = IdBatch::new(first, 5, L, L.base(0, 3));
+        let all: Vec<Id> = batch.clone().collect();
+        assert_eq!(batch.clone().last(), all.last().copied());
+        for k in 0..7 {
+            let mut b = batch.clone();
+            assert_eq!(b.nth(k), all.get(k).copied(), "nth({k})");
+            assert_eq!(b.next(), all.get(k + 1).copied(), "after nth({k})");
+        }
     }
 }

@@ -208,6 +208,15 @@ impl Layout {
     pub const fn last_unix_second(&self) -> u64 {
         self.epoch + self.max_seconds()
     }
+    /// The seconds field for a Unix second, or `None` if the second is
+    /// outside the layout's range (before its epoch or after its last
+    /// second).
+    pub const fn seconds_of(&self, unix_second: u64) -> Option<u64> {
+        match unix_second.checked_sub(self.epoch) {
+            Some(seconds) if seconds <= self.max_seconds() => Some(seconds),
+            _ => None,
+        }
+    }
     /// The largest clock value.
     pub const fn max_clock(&self) -> u32 {
         mask(self.clock_bits()) as u32

@@ -3,11 +3,17 @@
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use idutil::state::{self, StateFile};
 use idutil::{Generator, Id, Layout, DEFAULT_WINDOW};
 use serde_json::json;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 /// The most IDs one `idutil next` hands out.
 const MAX_N: u64 = 1_000_000_000;
@@ -67,10 +73,16 @@ impl Common {
 enum Command {
     /// Issue new IDs, one per line
     #[command(
-        after_help = "Examples:\n  idutil next\n  idutil next -n 1000 > ids.txt\n  idutil next -n 3 --json"
+        after_help = "Examples:\n  idutil next\n  idutil next -n 1000 > ids.txt\n  idutil next -n 3 --json\n  idutil next -n 10000000 --max-lead 1m\n\n\
+                      One shard issues 65,536 IDs per second; more than that borrows seconds \
+                      ahead of the wall clock, and a run that ends more than a minute ahead \
+                      says so on stderr. --max-lead waits for the clock instead.\n\n\
+                      SIGTERM, SIGINT and SIGHUP stop issuing, flush the IDs printed so far, \
+                      save the exact last ID issued and exit with 128 + the signal number; \
+                      the next run continues right after it."
     )]
     Next {
-        /// How many IDs (1 to 1000000000); all are reserved before any is printed
+        /// How many IDs (1 to 1000000000), issued and printed 1024 at a time
         #[arg(short = 'n', long = "count", value_name = "N", default_value_t = 1,
               allow_negative_numbers = true,
               value_parser = parse_count)]
@@ -78,6 +90,11 @@ enum Command {
         /// Print a JSON array of numbers
         #[arg(long)]
         json: bool,
+        /// Never run more than this far ahead of the wall clock (seconds, or
+        /// a duration such as 90s, 5m, 1h): once there, wait for the clock,
+        /// so IDs come out at 65,536 per second
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        max_lead: Option<Duration>,
     },
     /// Show the time, sequence, shard and clock value of IDs
     #[command(
@@ -146,6 +163,20 @@ fn parse_time(s: &str) -> Result<u64, String> {
     u64::try_from(t.as_second()).map_err(|_| "before 1970".to_string())
 }
 
+/// Whole seconds, or a duration such as `90s`, `5m`, `1h 30m`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| "too many digits".to_string());
+    }
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|e| format!("not seconds or a duration such as 90s or 5m: {e}"))?;
+    Duration::try_from(d).map_err(|_| "negative".to_string())
+}
+
 fn main() -> ExitCode {
     log::set_logger(&StderrLogger).ok();
     log::set_max_level(log::LevelFilter::Warn);
@@ -156,7 +187,13 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => runtime_error(&*e),
+        Err(e) => match e.downcast_ref::<Interrupted>() {
+            Some(stop) => {
+                eprintln!("idutil: {stop}");
+                ExitCode::from(stop.exit_status())
+            }
+            None => runtime_error(&*e),
+        },
     }
 }
 
@@ -240,7 +277,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     match cli.command {
-        Command::Next { n, json } => next(&cli.common, n, json, &mut out)?,
+        Command::Next { n, json, max_lead } => next(&cli.common, n, json, max_lead, &mut out)?,
         Command::Decode { ids, json } => decode(&ids, json, &mut out)?,
         Command::State { json, action: None } => show_state(&cli.common, json, &mut out)?,
         Command::State {
@@ -252,7 +289,53 @@ fn run(cli: Cli) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn next(common: &Common, n: u64, json: bool, out: &mut impl Write) -> Result<(), BoxError> {
+/// IDs per batch that `next` issues and prints: a signal or an error stops
+/// it within one batch.
+const CHUNK: u64 = 1024;
+/// How often `next --max-lead` looks at the clock again while waiting.
+const LEAD_POLL: Duration = Duration::from_millis(5);
+/// How long after a signal `next` may take to stop on its own before the
+/// signal thread closes the generator itself: a write blocked on a pipe
+/// that nobody reads never returns.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// A run warns when it ends further than this ahead of the wall clock.
+const LEAD_WARNING: u64 = 60;
+
+/// `next` was stopped by a signal after saving its state.
+#[derive(Debug)]
+struct Interrupted(i32);
+
+impl Interrupted {
+    fn exit_status(&self) -> u8 {
+        u8::try_from(128 + self.0).unwrap_or(1)
+    }
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.0 {
+            SIGTERM => "SIGTERM",
+            SIGINT => "SIGINT",
+            SIGHUP => "SIGHUP",
+            _ => "a signal",
+        };
+        write!(
+            f,
+            "stopped by {name}: the IDs printed are complete lines, the exact last ID \
+             issued is saved, and the next run continues right after it"
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+fn next(
+    common: &Common,
+    n: u64,
+    json: bool,
+    max_lead: Option<Duration>,
+    out: &mut impl Write,
+) -> Result<(), BoxError> {
     let mut builder = Generator::builder();
     if let Some(shard) = common.shard {
         builder = builder.shard(shard);
@@ -260,30 +343,102 @@ fn next(common: &Common, n: u64, json: bool, out: &mut impl Write) -> Result<(),
     if let Some(dir) = &common.state_dir {
         builder = builder.state_dir(dir);
     }
+    if let Some(max_lead) = max_lead {
+        builder = builder.max_lead(max_lead);
+    }
     #[cfg(feature = "redis")]
     if let Some(lease) = common.lease() {
         builder = builder.redis_lease(lease);
     }
     let generator = builder.open()?;
-    // Reserve every ID before printing any, so a failure cannot leave a
-    // partial list that looks complete.
-    let batch = generator.next_ids(n)?;
+    let signal = AtomicI32::new(0);
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let signals_handle = signals.handle();
+    let (done, finished) = mpsc::channel::<()>();
+    let issued = thread::scope(|scope| {
+        let (signals, signal, generator) = (&mut signals, &signal, &generator);
+        scope.spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                signal.store(sig, SeqCst);
+                if finished.recv_timeout(STOP_GRACE) == Err(RecvTimeoutError::Timeout) {
+                    // Still stuck: every ID taken so far counts as issued.
+                    let saved = generator.close();
+                    eprintln!("idutil: {}", Interrupted(sig));
+                    if let Err(e) = saved {
+                        eprintln!("idutil: error: {}", one_line(&e.to_string()));
+                    }
+                    std::process::exit(i32::from(Interrupted(sig).exit_status()));
+                }
+            }
+        });
+        let issued = issue(generator, n, json, signal, out).and_then(|()| Ok(out.flush()?));
+        let _ = done.send(());
+        signals_handle.close();
+        issued
+    });
+    let lead = generator.lead();
+    let closed = generator.close();
+    issued?;
+    closed?;
+    if lead > LEAD_WARNING {
+        let lead = jiff::SignedDuration::from_secs(i64::try_from(lead).unwrap_or(i64::MAX));
+        log::warn!(
+            "shard {} now runs {lead:#} ahead of the wall clock: one shard issues 65,536 IDs \
+             per second and borrows later seconds beyond that. Spread the load over more \
+             shards, or cap the lead with --max-lead",
+            generator.shard(),
+        );
+    }
+    match signal.load(SeqCst) {
+        0 => Ok(()),
+        sig => Err(Interrupted(sig).into()),
+    }
+}
+
+/// Issues and prints `n` IDs, [`CHUNK`] at a time, until done or a signal
+/// arrives.
+fn issue(
+    generator: &Generator,
+    n: u64,
+    json: bool,
+    signal: &AtomicI32,
+    out: &mut impl Write,
+) -> Result<(), BoxError> {
     if json {
         out.write_all(b"[")?;
-        for (i, id) in batch.enumerate() {
-            if i > 0 {
-                out.write_all(b",")?;
-            }
-            write!(out, "{id}")?;
-        }
-        out.write_all(b"]\n")?;
-    } else {
-        for id in batch {
-            writeln!(out, "{id}")?;
-        }
     }
-    out.flush()?;
-    generator.close()?;
+    let mut left = n;
+    let mut first = true;
+    while left > 0 {
+        if signal.load(SeqCst) != 0 {
+            // Whatever was printed is flushed by the caller; a JSON array
+            // stays open, so it cannot pass for a complete one.
+            return Ok(());
+        }
+        let k = left.min(CHUNK);
+        let batch = match generator.try_next_ids(k) {
+            Ok(batch) => batch,
+            Err(idutil::Error::LeadCapReached { .. }) => {
+                thread::sleep(LEAD_POLL);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for id in batch {
+            if !json {
+                writeln!(out, "{id}")?;
+            } else if first {
+                write!(out, "{id}")?;
+                first = false;
+            } else {
+                write!(out, ",{id}")?;
+            }
+        }
+        left -= k;
+    }
+    if json {
+        out.write_all(b"]\n")?;
+    }
     Ok(())
 }
 

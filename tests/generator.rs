@@ -190,9 +190,17 @@ fn stops_cleanly_at_the_end_of_the_range() {
         }
     }
     assert!(matches!(g.next_ids(1), Err(Error::EndOfRange { .. })));
-    // A clock past the range is refused too, never wrapped.
     drop(g);
+    // A clock past the range cannot even open the shard.
     clock.advance(1000);
+    let refused = Generator::builder()
+        .shard(31)
+        .state_dir(dir.path())
+        .clock(clock.clone())
+        .open();
+    assert!(matches!(refused, Err(Error::ClockOutOfRange { .. })));
+    // Back at the last second, the shard knows its last ID was used.
+    clock.set(last_second);
     let g = open(&dir, 31, &clock);
     assert!(matches!(g.next_id(), Err(Error::EndOfRange { .. })));
 }
@@ -340,47 +348,79 @@ fn ids_carry_shard_and_layout() {
 }
 
 #[test]
-fn an_absurd_clock_is_the_end_of_the_range_not_an_overflow() {
+fn a_clock_outside_the_layout_issues_nothing_records_nothing_and_passes() {
     let dir = tempfile::tempdir().unwrap();
-    for reading in [u64::MAX, u64::MAX / 3, 1 << 40] {
-        let clock = ManualClock::new(T);
-        let g = open(&dir, 29, &clock);
-        let before = g.next_id().unwrap();
+    let clock = ManualClock::new(T);
+    let g = open(&dir, 29, &clock);
+    let mut last = g.next_id().unwrap();
+    let readings = [
+        u64::MAX,
+        u64::MAX / 3,
+        1 << 40,
+        Layout::DEFAULT.last_unix_second() + 1,
+        Layout::DEFAULT.epoch() - 1,
+        0,
+    ];
+    for reading in readings {
         clock.set(reading);
-        assert!(
-            matches!(g.next_id(), Err(Error::EndOfRange { .. })),
-            "{reading}"
-        );
+        for _ in 0..3 {
+            match g.next_id() {
+                Err(Error::ClockOutOfRange { unix_second, .. }) => {
+                    assert_eq!(unix_second, reading)
+                }
+                other => panic!("{reading}: expected ClockOutOfRange, got {other:?}"),
+            }
+        }
+        assert!(g.next_ids(10).is_err());
+        // The clock is sane again: issuing goes on where it was.
         clock.set(T);
-        // Still refused: the generator never goes back to reuse seconds.
-        assert!(matches!(g.next_id(), Err(Error::EndOfRange { .. })));
-        assert!(before <= Id::MAX);
-        g.close().unwrap();
-        std::fs::remove_file(dir.path().join("shard-29.state")).unwrap();
+        let id = g.next_id().unwrap();
+        assert!(id > last && id.unix_seconds() == T, "{reading}: {id:?}");
+        last = id;
     }
+    assert!(g.lead() == 0, "an absurd reading is not lead");
+    g.close().unwrap();
+    let state = std::fs::read_to_string(dir.path().join("shard-29.state")).unwrap();
+    for reading in readings {
+        assert!(
+            !state.contains(&reading.to_string()) || reading == 0,
+            "{reading} was recorded:\n{state}"
+        );
+    }
+    let g = open(&dir, 29, &clock);
+    assert!(g.next_id().unwrap() > last);
 }
 
 #[test]
-fn a_long_burst_reserves_ahead_of_need_but_within_about_twice_the_lead() {
+fn a_long_burst_reserves_by_its_rate_not_by_its_lead() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
     let g = open(&dir, 28, &clock);
-    // 300 borrowed seconds, one batch per second's worth, as fast as it goes.
-    let mut last = None;
-    for _ in 0..300 {
-        last = g.next_ids(PER_SECOND).unwrap().last();
+    // Borrow two hours in one batch, then let the rate sample go quiet.
+    let far = g.next_ids(7200 * PER_SECOND).unwrap().last().unwrap();
+    assert!(g.reserved_until() >= far.unix_seconds());
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    g.next_id().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    // A trickle of IDs (a quarter second's worth every 50 ms) now crosses
+    // the next extension: it reserves a window and what the last quarter
+    // second issued, not another two hours.
+    let before = g.reserved_until();
+    let mut last = far;
+    while g.reserved_until() == before {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        last = g.next_ids(PER_SECOND / 4).unwrap().last().unwrap();
+        assert!(
+            last.unix_seconds() <= g.reserved_until(),
+            "issued past the durable mark"
+        );
     }
-    let last = last.unwrap().unix_seconds();
-    assert_eq!(last, T + 299);
     let reserved = g.reserved_until();
-    assert!(reserved >= last, "the reservation covers every ID issued");
-    // A crash now would restart after `reserved`: bounded by the lead, not
-    // by how many extensions the burst needed.
-    let lead = last - T;
     assert!(
-        reserved <= last + lead + 2 * idutil::DEFAULT_WINDOW,
-        "reserved {} s past the last ID with a lead of {lead} s",
-        reserved - last
+        reserved <= last.unix_seconds() + idutil::DEFAULT_WINDOW + 3,
+        "reserved {} s past the last ID at a trickle, with a lead of {} s",
+        reserved - last.unix_seconds(),
+        g.lead()
     );
 }
 

@@ -228,6 +228,30 @@ pub fn idutil(shard: u32, dir: &Path) -> Command {
     cmd
 }
 
+/// `faketime`, or `None` after a loud skip message; under CI its absence
+/// is a failure.
+pub fn faketime() -> Option<&'static str> {
+    let found = Command::new("faketime")
+        .arg("--help")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if found {
+        return Some("faketime");
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("faketime is not on PATH; CI must install it (apt-get install faketime)");
+    }
+    eprintln!(
+        "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+         !!! SKIPPED: faketime is not on PATH, so the clock rollback of the\n\
+         !!! real binary is NOT tested. Install it: apt-get install faketime\n\
+         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
+    );
+    None
+}
+
 /// What a finished command printed.
 pub struct Run {
     pub code: Option<i32>,

@@ -1,0 +1,350 @@
+//! What crashes, signals and impossible clocks cost a shard, proved with
+//! real processes: the `idutil` command and library children (this test
+//! binary, re-executed) killed with SIGKILL over and over, stopped with
+//! SIGTERM, SIGINT and SIGHUP, and run under `faketime` in 2140 and past
+//! year 10000. A crash costs a bounded skip that never compounds; a signal
+//! costs nothing; a clock outside the layout's range issues nothing and
+//! stores nothing.
+#![cfg(feature = "cli")]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{idutil, parts, unix_second, Ledger, Rng};
+
+/// The default reservation window, in seconds.
+const WINDOW: u64 = idutil::DEFAULT_WINDOW;
+/// IDs in one second of one shard.
+const PER_SECOND: u64 = 65_536;
+
+/// `idutil next -n N` with stdout piped and stderr captured.
+fn spawn_next(shard: u32, dir: &Path, n: u64) -> Child {
+    idutil(shard, dir)
+        .args(["next", "-n", &n.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn idutil next")
+}
+
+/// Reads `lines` lines of a running `idutil next`, kills it, and returns
+/// every complete line it printed.
+fn kill_after_lines(child: &mut Child, lines: u64) -> Vec<u64> {
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    for _ in 0..lines {
+        reader.read_line(&mut text).expect("read idutil next");
+    }
+    common::sigkill(child);
+    text.push_str(&common::read_rest(reader));
+    common::parse_complete_ids(&text)
+}
+
+/// Seconds from the last ID of one run to the first of the next.
+fn skip(last: u64, first: u64) -> u64 {
+    unix_second(first) - unix_second(last)
+}
+
+/// The most a crash may skip past a run's last printed ID: the window, the
+/// second in progress, IDs issued but not yet printed (`unprinted`
+/// seconds' worth), and twice what the run issued in all (the reservation
+/// covers at most twice the recent issuing, and never more than
+/// `MAX_HEADROOM_SECONDS`; the run's whole output bounds that from above).
+fn crash_bound(run: &[u64], unprinted: u64) -> u64 {
+    let span = unix_second(*run.last().unwrap()) - unix_second(run[0]);
+    let headroom = (2 * (span + 1 + unprinted)).min(idutil::MAX_HEADROOM_SECONDS);
+    WINDOW + 2 + unprinted + headroom
+}
+
+#[test]
+fn sixteen_sigkills_of_the_command_mid_burst_each_cost_a_bounded_skip() {
+    let dir = common::state_dir();
+    let shard = 6;
+    let mut rng = Rng::from_env_or_time("sixteen_sigkills_of_the_command_mid_burst");
+    let mut ledger = Ledger::new();
+    let mut previous: Option<Vec<u64>> = None;
+    let mut skips = Vec::new();
+    for round in 0..16 {
+        let mut child = spawn_next(shard, dir.path(), 100_000_000);
+        let ids = kill_after_lines(&mut child, rng.range(1, 300_000));
+        assert!(!ids.is_empty(), "round {round} printed nothing");
+        if let Some(prev) = &previous {
+            let s = skip(*prev.last().unwrap(), ids[0]);
+            // Unprinted: the batch being printed (1,024 IDs), the
+            // command's 8 KiB buffer and the 64 KiB pipe: under a second.
+            let bound = crash_bound(prev, 1);
+            assert!(
+                s <= bound,
+                "round {round}: the crash skipped {s} s, more than {bound} s (skips so far: \
+                 {skips:?})"
+            );
+            skips.push(s);
+        }
+        ledger.record_after_all(&ids);
+        previous = Some(ids);
+    }
+    eprintln!("skips after each SIGKILL, in seconds: {skips:?}");
+    // Nothing compounds: the shard is still within minutes of the clock.
+    let ids = common::next(shard, dir.path(), 10);
+    let ahead = unix_second(ids[0]).saturating_sub(common::wall_now());
+    let total: u64 = skips.iter().sum::<u64>() + 16 * 60;
+    assert!(ahead <= total, "{ahead} s ahead after 16 crashes");
+    ledger.record_after_all(&ids);
+}
+
+#[test]
+fn fifteen_sigkills_of_a_library_burst_each_cost_a_bounded_skip() {
+    let dir = common::state_dir();
+    let shard = 8;
+    let mut rng = Rng::from_env_or_time("fifteen_sigkills_of_a_library_burst");
+    let mut ledger = Ledger::new();
+    let mut previous: Option<Vec<u64>> = None;
+    let mut skips = Vec::new();
+    for round in 0..15 {
+        let env = vec![
+            ("IDUTIL_CHILD_SHARD", shard.to_string()),
+            ("IDUTIL_CHILD_DIR", dir.path().display().to_string()),
+            // Whole seconds per call: the fastest way to borrow.
+            ("IDUTIL_CHILD_BATCH", PER_SECOND.to_string()),
+        ];
+        let mut child = common::spawn_child("child_issue_until_killed", &env);
+        let (_, rest) = common::read_until_ready(child.stdout.take().unwrap());
+        let reader = thread::spawn(move || common::read_rest(rest));
+        thread::sleep(Duration::from_millis(rng.range(20, 200)));
+        common::sigkill(&mut child);
+        let (ids, _) = common::child_ids(&reader.join().unwrap());
+        if ids.is_empty() {
+            continue;
+        }
+        if let Some(prev) = &previous {
+            let s = skip(*prev.last().unwrap(), ids[0]);
+            // The child prints 32 batches at a time: up to 32 seconds'
+            // worth taken but not printed.
+            let bound = crash_bound(prev, 32);
+            assert!(
+                s <= bound,
+                "round {round}: the crash skipped {s} s, more than {bound} s (skips so far: \
+                 {skips:?})"
+            );
+            skips.push(s);
+        }
+        ledger.record_after_all(&ids);
+        previous = Some(ids);
+    }
+    eprintln!("skips after each SIGKILL, in seconds: {skips:?}");
+    assert!(skips.len() >= 10, "only {} rounds printed IDs", skips.len());
+}
+
+/// Sends `signal` (a name such as `TERM`) to a child.
+fn send(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args(["-s", signal, &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {signal}");
+}
+
+/// Waits for a child for at most `limit`; panics (after a SIGKILL) if it
+/// does not end: a hang is a failure.
+fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            common::sigkill(child);
+            panic!("the child did not stop within {limit:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigterm_sigint_and_sighup_close_cleanly_and_the_next_run_continues_in_the_same_second() {
+    for (signal, number) in [("TERM", 15), ("INT", 2), ("HUP", 1)] {
+        let dir = common::state_dir();
+        let shard = 9;
+        let mut ledger = Ledger::new();
+        let mut child = spawn_next(shard, dir.path(), 100_000_000);
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut text = String::new();
+        for _ in 0..200_000 {
+            out.read_line(&mut text).unwrap();
+        }
+        send(&child, signal);
+        out.read_to_string(&mut text).unwrap();
+        let status = wait_within(&mut child, Duration::from_secs(10));
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert_eq!(status.code(), Some(128 + number), "SIG{signal}: {stderr}");
+        assert!(stderr.contains(&format!("SIG{signal}")), "{stderr}");
+        let printed = common::parse_ids(&text);
+        ledger.record(&printed);
+        let last = *printed.last().unwrap();
+
+        let s = common::state_json(shard, dir.path());
+        assert!(
+            !s["state"]["last_issued"].is_null(),
+            "SIG{signal} is a clean close: {s}"
+        );
+        let again = common::next(shard, dir.path(), 1);
+        ledger.record_after_all(&again);
+        // Only the rest of the batch being printed (under 1,024 IDs) is
+        // skipped.
+        assert!(
+            unix_second(again[0]) <= unix_second(last) + 1,
+            "SIG{signal}: the next run starts at {} s, the last printed ID was at {} s \
+             (sequence {})",
+            unix_second(again[0]),
+            unix_second(last),
+            parts(last).sequence
+        );
+    }
+}
+
+#[test]
+fn a_signal_while_stdout_is_stuck_still_closes_cleanly() {
+    let dir = common::state_dir();
+    let shard = 10;
+    // Nobody reads stdout: the command blocks in a write once the pipe is
+    // full, and must still stop on SIGTERM.
+    let mut child = spawn_next(shard, dir.path(), 100_000_000);
+    thread::sleep(Duration::from_millis(500));
+    send(&child, "TERM");
+    let status = wait_within(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(143));
+    let printed = common::parse_complete_ids(&common::read_rest(child.stdout.take().unwrap()));
+    assert!(!printed.is_empty());
+    let s = common::state_json(shard, dir.path());
+    assert!(!s["state"]["last_issued"].is_null(), "{s}");
+    let again = common::next(shard, dir.path(), 5);
+    assert!(again[0] > *printed.last().unwrap());
+    let mut ledger = Ledger::new();
+    ledger.record(&printed);
+    ledger.record_after_all(&again);
+}
+
+/// `idutil next` under `faketime -f OFFSET` (e.g. `@2140-01-01 00:00:00`).
+fn next_under_faketime(faketime: &str, offset: &str, shard: u32, dir: &Path) -> common::Run {
+    let mut cmd = Command::new(faketime);
+    cmd.args(["-f", offset, common::bin()])
+        .env_remove("IDUTIL_SHARD")
+        .env_remove("IDUTIL_STATE_DIR")
+        .env_remove("FAKETIME")
+        .args(["--shard", &shard.to_string(), "--state-dir"])
+        .arg(dir)
+        .args(["next", "-n", "3"]);
+    common::run(&mut cmd)
+}
+
+#[test]
+fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_works() {
+    let Some(faketime) = common::faketime() else {
+        return;
+    };
+    let dir = common::state_dir();
+    let shard = 11;
+    let mut ledger = Ledger::new();
+    // A fresh shard: nothing is written at all.
+    let r = next_under_faketime(faketime, "@2140-01-01 00:00:00", shard, dir.path());
+    let r = r.expect_code(1, "next in 2140");
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    assert!(r.stderr.contains("clock"), "{}", r.stderr);
+    assert!(!common::state_file(dir.path(), shard).exists());
+    ledger.record(&common::next(shard, dir.path(), 1000));
+
+    // A used shard: its state file is left byte for byte as it was.
+    let before = std::fs::read(common::state_file(dir.path(), shard)).unwrap();
+    for offset in [
+        "@2140-01-01 00:00:00",
+        "@2136-02-07 06:28:16",
+        "+400000000000",
+    ] {
+        let r = next_under_faketime(faketime, offset, shard, dir.path());
+        let r = r.expect_code(1, offset);
+        assert!(r.stdout.is_empty(), "{offset}: {}", r.stdout);
+        assert_eq!(r.stderr.lines().count(), 1, "{offset}: {}", r.stderr);
+        let after = std::fs::read(common::state_file(dir.path(), shard)).unwrap();
+        assert_eq!(before, after, "{offset}: the state file changed");
+        // Inspecting such a shard under such a clock does not panic either.
+        let mut cmd = Command::new(faketime);
+        cmd.args(["-f", offset, common::bin()])
+            .env_remove("FAKETIME")
+            .args(["--shard", &shard.to_string(), "--state-dir"])
+            .arg(dir.path())
+            .arg("state");
+        common::run(&mut cmd).expect_code(0, "state under an absurd clock");
+    }
+    // With a sane clock the shard goes on after everything issued.
+    ledger.record_after_all(&common::next(shard, dir.path(), 1000));
+}
+
+#[test]
+fn next_warns_when_a_run_ends_far_ahead_and_max_lead_waits_for_the_clock() {
+    let dir = common::state_dir();
+    let shard = 12;
+    // 10 million IDs: about 150 borrowed seconds.
+    let r = common::run(idutil(shard, dir.path()).args(["next", "-n", "10000000"]))
+        .expect_code(0, "a long run");
+    let warning: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(warning.len(), 1, "{}", r.stderr);
+    assert!(warning[0].contains("65,536"), "{}", r.stderr);
+    assert!(warning[0].contains("--max-lead"), "{}", r.stderr);
+    let ids = common::parse_ids(&r.stdout);
+    assert_eq!(ids.len(), 10_000_000);
+
+    // A short run stays quiet.
+    let dir = common::state_dir();
+    let r = common::run(idutil(shard, dir.path()).args(["next", "-n", "1000"]))
+        .expect_code(0, "a short run");
+    assert_eq!(r.stderr, "");
+
+    // With a lead cap of 1 s, 200,000 IDs (about 3 s of sequence numbers)
+    // wait for the clock instead of borrowing further.
+    let started = common::wall_now();
+    let began = Instant::now();
+    let r =
+        common::run(idutil(shard, dir.path()).args(["next", "-n", "200000", "--max-lead", "1s"]))
+            .expect_code(0, "a capped run");
+    let ids = common::parse_ids(&r.stdout);
+    assert_eq!(ids.len(), 200_000);
+    let ended = common::wall_now();
+    for &id in &ids {
+        assert!(
+            unix_second(id) <= ended + 1,
+            "ID at {} s with the clock at {ended} s and a 1 s cap",
+            unix_second(id)
+        );
+    }
+    assert!(
+        began.elapsed() >= Duration::from_millis(900),
+        "200,000 IDs under a 1 s cap took only {:?} (started at {started})",
+        began.elapsed()
+    );
+    assert_eq!(r.stderr, "", "no lead warning under the cap");
+    for bad in ["-1", "soon", "", "5 parsecs"] {
+        common::run(idutil(shard, dir.path()).args(["next", "--max-lead", bad]))
+            .expect_code(2, bad);
+    }
+}
+
+/// Child entry point: see [`common::issue_until_killed_child`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_issue_until_killed() {
+    if common::is_child() {
+        common::issue_until_killed_child();
+    }
+}
