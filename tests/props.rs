@@ -1,7 +1,7 @@
 //! Properties over random inputs: encode/decode, parsing, and generators
 //! driven by arbitrary clock sequences.
 
-use idutil::{Error, Generator, Id, Layout, ManualClock, Parts};
+use idutil::{Clock, Error, Generator, Id, Layout, ManualClock, Parts};
 use proptest::prelude::*;
 
 /// A valid layout: widths that fit in 53 bits, any epoch.
@@ -113,8 +113,9 @@ proptest! {
 
     /// Under any clock script, with a small layout whose sequence runs out
     /// quickly and whose range ends soon: IDs strictly increase, never
-    /// exceed 2^53 - 1, never go past the layout's last second, and the end
-    /// of the range is an error rather than a wrap.
+    /// exceed 2^53 - 1, never go past the layout's last second, the end
+    /// of the range is an error rather than a wrap, and a clock outside the
+    /// range is an error rather than an ID.
     #[test]
     fn strictly_increasing_under_any_clock(start_offset in 0u64..200, steps in prop::collection::vec(step(), 1..25)) {
         let layout = Layout::new(9, 0, 8, 3, 1_000_000_000).unwrap();
@@ -152,6 +153,11 @@ proptest! {
             match result {
                 Ok(ids) => for id in ids { check(id)?; },
                 Err(Error::EndOfRange { .. }) => ended |= single,
+                // A clock outside the layout issues nothing until it is back.
+                Err(Error::ClockOutOfRange { unix_second, .. }) => {
+                    prop_assert_eq!(unix_second, clock.now());
+                    prop_assert!(layout.seconds_of(unix_second).is_none());
+                }
                 Err(e) => return Err(TestCaseError::fail(format!("unexpected error: {e}"))),
             }
         }
