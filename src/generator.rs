@@ -267,13 +267,8 @@ impl<C: Clock> Builder<C> {
         let dir = state::state_dir(self.state_dir.as_deref())?;
         let mut skip = Vec::new();
         loop {
-            let lease = crate::lease::Lease::acquire(
-                config,
-                &self.layout,
-                self.shard,
-                &skip,
-                &self.clock,
-            )?;
+            let lease =
+                crate::lease::Lease::acquire(config, &self.layout, self.shard, &skip, &self.clock)?;
             let shard = lease.shard();
             match Store::open(&dir, shard) {
                 Ok(store) => {

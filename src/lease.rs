@@ -104,7 +104,10 @@ impl LeaseConfig {
             value: raw.to_string_lossy().into_owned(),
             reason,
         };
-        let url = raw.to_str().ok_or_else(|| invalid("not valid UTF-8"))?.trim();
+        let url = raw
+            .to_str()
+            .ok_or_else(|| invalid("not valid UTF-8"))?
+            .trim();
         if url.is_empty() {
             return Err(invalid(
                 "the Redis URL is empty or blank; set it to redis://host:port/db, or unset it \
@@ -560,8 +563,7 @@ return 0
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(&[CHECK_LUA, RENEW_LUA].concat()));
 static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(&[CHECK_LUA, RAISE_LUA].concat()));
-static FINISH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&[CHECK_LUA, FINISH_LUA].concat()));
+static FINISH: LazyLock<Script> = LazyLock::new(|| Script::new(&[CHECK_LUA, FINISH_LUA].concat()));
 static HOLD: LazyLock<Script> = LazyLock::new(|| Script::new(HOLD_LUA));
 static CREATE: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE_LUA));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
@@ -1055,9 +1057,7 @@ impl Lease {
         }
         // Clamped into the layout's range, so the record is always valid; a
         // clock outside the range issues nothing anyway.
-        let now = clock
-            .now()
-            .clamp(layout.epoch(), layout.last_unix_second());
+        let now = clock.now().clamp(layout.epoch(), layout.last_unix_second());
         let sent = Instant::now();
         let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
             CREATE
@@ -1562,11 +1562,7 @@ mod tests {
                 ["high_water"],
                 "{bad:?}"
             );
-            assert_eq!(
-                problems(&raw("1700000000", None, bad)),
-                ["seen"],
-                "{bad:?}"
-            );
+            assert_eq!(problems(&raw("1700000000", None, bad)), ["seen"], "{bad:?}");
         }
         for bad in [
             "1700000000",
@@ -1624,7 +1620,10 @@ mod tests {
             }
         }
         let text = record_trouble(&c, 2, 3).to_string();
-        assert!(text.starts_with("Redis lost the record of shard 2"), "{text}");
+        assert!(
+            text.starts_with("Redis lost the record of shard 2"),
+            "{text}"
+        );
     }
 
     #[test]

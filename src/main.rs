@@ -480,10 +480,7 @@ fn show_leases(
             );
         }
         if !l.invalid.is_empty() {
-            record += &format!(
-                "; record INVALID, shard refused: {}",
-                l.invalid.join("; ")
-            );
+            record += &format!("; record INVALID, shard refused: {}", l.invalid.join("; "));
         }
         writeln!(out, "shard {:>2}:     {lease}{record}", l.shard)?;
     }
