@@ -457,7 +457,7 @@ return false
 /// cannot be told from one this crate wrote.
 const CHECK_LUA: &str = r"
 local function digits(v)
-  return v and #v > 0 and #v <= 15 and not string.find(v, '[^0-9]')
+  return v and #v > 0 and #v <= 16 and not string.find(v, '[^0-9]')
 end
 local function check(key, layout)
   local t = redis.call('TYPE', key).ok
