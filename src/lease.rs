@@ -589,8 +589,8 @@ fn record_trouble(config: &LeaseConfig, shard: u32, answer: i64) -> LeaseError {
     }
 }
 
-/// A shard's record in Redis, as found when the lease was granted. Seconds
-/// are Unix seconds.
+/// A shard's record in Redis, as found when the lease was granted (or as
+/// created, for a shard that had none). Seconds are Unix seconds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Record {
     pub(crate) high_water: Option<u64>,
@@ -1088,7 +1088,7 @@ impl Lease {
         self.shard
     }
 
-    /// The shard's record as found when the lease was granted.
+    /// The shard's record as found when the lease was granted, or created.
     pub(crate) fn record(&self) -> &Record {
         &self.record
     }
