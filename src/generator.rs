@@ -246,7 +246,8 @@ impl<C: Clock> Builder<C> {
     /// Leases the shard from Redis instead of taking it from
     /// `IDUTIL_SHARD` or the host name (feature `redis`). An explicit
     /// [`shard`](Builder::shard) narrows the lease to that one shard. Without
-    /// this call, `IDUTIL_REDIS_URL` turns the lease on when it is set. See
+    /// this call, `IDUTIL_REDIS_URL` turns the lease on when it is set (set
+    /// but empty or blank, opening fails with [`Error::InvalidEnv`]). See
     /// [`lease`](crate::lease) and the crate docs, *The Redis lease*.
     #[cfg(feature = "redis")]
     pub fn redis_lease(mut self, config: crate::lease::LeaseConfig) -> Self {
@@ -263,15 +264,19 @@ impl<C: Clock> Builder<C> {
     /// [`Error::Locked`] if another generator holds the shard,
     /// [`Error::BadState`] if the state file cannot be trusted,
     /// [`Error::Io`] if the state directory cannot be used; with a Redis
-    /// lease, `Error::Lease` if no shard is free or Redis cannot be reached.
+    /// lease, `Error::Lease` if no shard is free, Redis cannot be reached or
+    /// the shard's record in Redis cannot be trusted, and
+    /// [`Error::InvalidEnv`] if `IDUTIL_REDIS_URL` is set but blank.
     pub fn open(self) -> Result<Generator<C>> {
         #[cfg(feature = "redis")]
-        if let Some(config) = self
-            .lease
-            .clone()
-            .or_else(crate::lease::LeaseConfig::from_env)
         {
-            return self.open_leased(&config);
+            let config = match &self.lease {
+                Some(config) => Some(config.clone()),
+                None => crate::lease::LeaseConfig::from_env()?,
+            };
+            if let Some(config) = config {
+                return self.open_leased(&config);
+            }
         }
         let (shard, source) = shard::resolve_shard(self.shard, &self.layout)?;
         let dir = state::state_dir(self.state_dir.as_deref())?;
@@ -290,7 +295,8 @@ impl<C: Clock> Builder<C> {
         let dir = state::state_dir(self.state_dir.as_deref())?;
         let mut skip = Vec::new();
         loop {
-            let lease = crate::lease::Lease::acquire(config, &self.layout, self.shard, &skip)?;
+            let lease =
+                crate::lease::Lease::acquire(config, &self.layout, self.shard, &skip, &self.clock)?;
             let shard = lease.shard();
             match Store::open(&dir, shard) {
                 Ok(store) => {

@@ -7,11 +7,17 @@
 //! - `{prefix}:lease:{shard}`: the lease, a string holding the holder's
 //!   token (`host:pid:nanos:n`), with a TTL. Taken with `SET NX`, renewed and
 //!   deleted only by scripts that check the token.
-//! - `{prefix}:mark:{shard}`: a hash without a TTL, never deleted:
-//!   `high_water` (no ID on the shard has a later Unix second),
-//!   `last` (`"second sequence"`, the exact last ID after a clean close, until
-//!   the next holder reserves), `seen` (the highest wall-clock second a
-//!   holder saw) and `layout` (the layout's fingerprint).
+//! - `{prefix}:mark:{shard}`: a hash without a TTL, never deleted, created
+//!   once by the first holder of the shard (after waiting one TTL, see the
+//!   crate docs) and never re-created by a holder that finds it gone:
+//!   `high_water` (no ID on the shard has a later Unix second; only ever
+//!   raised), `last` (`"second sequence"`, the exact last ID after a clean
+//!   close, until the next holder reserves), `seen` (the highest wall-clock
+//!   second a holder saw) and `layout` (the layout's fingerprint).
+//!
+//! Every field is read strictly: digits only, within the layout's range,
+//! `last` at or before `high_water`. A record that does not pass refuses
+//! the shard; it is never taken for an absent one.
 //!
 //! Every step is one Lua script, so it is atomic on the server. See the
 //! crate docs, *The Redis lease*, for the guarantees and the failure modes.
@@ -19,12 +25,13 @@
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Client, Connection, Script};
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 
@@ -81,12 +88,33 @@ impl LeaseConfig {
         }
     }
 
-    /// A lease from the server named by `IDUTIL_REDIS_URL`, if it is set and
-    /// not empty.
-    pub fn from_env() -> Option<Self> {
-        let url = std::env::var(REDIS_URL_ENV).ok()?;
-        let url = url.trim();
-        (!url.is_empty()).then(|| LeaseConfig::new(url))
+    /// A lease from the server named by `IDUTIL_REDIS_URL`, if it is set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidEnv`] if the variable is set but empty, blank or not
+    /// UTF-8: a lease that was meant to be on is never silently turned off
+    /// (the shard would then come from `IDUTIL_SHARD` or the host name).
+    pub fn from_env() -> Result<Option<Self>> {
+        let Some(raw) = std::env::var_os(REDIS_URL_ENV) else {
+            return Ok(None);
+        };
+        let invalid = |reason| Error::InvalidEnv {
+            var: REDIS_URL_ENV,
+            value: raw.to_string_lossy().into_owned(),
+            reason,
+        };
+        let url = raw
+            .to_str()
+            .ok_or_else(|| invalid("not valid UTF-8"))?
+            .trim();
+        if url.is_empty() {
+            return Err(invalid(
+                "the Redis URL is empty or blank; set it to redis://host:port/db, or unset it \
+                 to take the shard from IDUTIL_SHARD or the host name",
+            ));
+        }
+        Ok(Some(LeaseConfig::new(url)))
     }
 
     /// Keeps the keys under `prefix` instead of `idutil`. Fleets that share
@@ -177,6 +205,12 @@ impl LeaseConfig {
             }
             .into());
         }
+        if self.url.trim().is_empty() {
+            return Err(LeaseError::InvalidConfig {
+                reason: "the Redis URL is empty or blank".to_string(),
+            }
+            .into());
+        }
         if self.prefix.is_empty() {
             return Err(LeaseError::InvalidConfig {
                 reason: "the key prefix is empty".to_string(),
@@ -241,6 +275,30 @@ pub enum LeaseError {
         /// The shard.
         shard: u32,
     },
+    /// The shard's record in Redis vanished while this generator held the
+    /// shard (`FLUSHALL`, `FLUSHDB`, `DEL`, or Redis restarted without
+    /// persistence): the generator issues nothing more and does not
+    /// re-create the record, whose high-water second it cannot vouch for
+    /// beyond its own IDs.
+    RecordLost {
+        /// The shard.
+        shard: u32,
+        /// The record's key, `{prefix}:mark:{shard}`.
+        key: String,
+    },
+    /// A field of the shard's record in Redis is not a valid value: the
+    /// shard is refused (or, while held, issuing stops for good) rather than
+    /// the record taken for an absent one.
+    InvalidRecord {
+        /// The shard.
+        shard: u32,
+        /// The record's key, `{prefix}:mark:{shard}`.
+        key: String,
+        /// The field, e.g. `high_water`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The shard's record in Redis was written under another layout.
     LayoutMismatch {
         /// The shard.
@@ -282,6 +340,8 @@ impl LeaseError {
         match self {
             LeaseError::Fenced { shard, .. }
             | LeaseError::Lost { shard }
+            | LeaseError::RecordLost { shard, .. }
+            | LeaseError::InvalidRecord { shard, .. }
             | LeaseError::LayoutMismatch { shard, .. } => Some(*shard),
             _ => None,
         }
@@ -312,6 +372,25 @@ impl fmt::Display for LeaseError {
                 f,
                 "the Redis lease on shard {shard} expired and another generator took the shard; \
                  this generator issues no more IDs: close it and open a new one"
+            ),
+            LeaseError::RecordLost { shard, key } => write!(
+                f,
+                "Redis lost the record of shard {shard} ({key}: flushed or restarted without \
+                 persistence) while this generator held the shard; it issues no more IDs and \
+                 does not re-create the record: close it and open a new one (the first \
+                 generator on a shard without a record waits one lease TTL)"
+            ),
+            LeaseError::InvalidRecord {
+                shard,
+                key,
+                field,
+                reason,
+            } => write!(
+                f,
+                "the Redis record of shard {shard} cannot be trusted: {key} field {field} \
+                 {reason}; the shard is refused rather than risk issuing IDs twice. Find out \
+                 what wrote it, then set the field to a valid value at or after every ID \
+                 issued on the shard, or use another key prefix"
             ),
             LeaseError::LayoutMismatch {
                 shard,
@@ -350,70 +429,168 @@ impl From<LeaseError> for Error {
 }
 
 /// Takes the first free shard of `ARGV[2]..=ARGV[3]` (skipping `ARGV[6..]`)
-/// and returns it with its record.
-const ACQUIRE: &str = r"
+/// and returns it with its record's key type and fields, read as they are:
+/// the caller checks them.
+const ACQUIRE_LUA: &str = r"
 local prefix = ARGV[1]
 local skip = {}
 for i = 6, #ARGV do skip[ARGV[i]] = true end
 for s = tonumber(ARGV[2]), tonumber(ARGV[3]) do
   if not skip[tostring(s)] then
     if redis.call('SET', prefix .. ':lease:' .. s, ARGV[4], 'NX', 'PX', ARGV[5]) then
-      local m = redis.call('HMGET', prefix .. ':mark:' .. s, 'high_water', 'last', 'seen', 'layout')
-      return {s, m[1] or '', m[2] or '', m[3] or '', m[4] or ''}
+      local key = prefix .. ':mark:' .. s
+      local t = redis.call('TYPE', key).ok
+      if t ~= 'hash' then return {s, t, false, false, false, false} end
+      local m = redis.call('HMGET', key, 'high_water', 'last', 'seen', 'layout')
+      return {s, t, m[1], m[2], m[3], m[4]}
     end
   end
 end
 return false
 ";
 
-/// Renews the lease; if it expired and nobody reserved past what this holder
-/// reserved since, takes it again. 1: renewed, 2: taken again, 0: lost.
-const RENEW: &str = r"
+/// Shared by the scripts that run while a shard is held: `check(key,
+/// layout)` is 3 if the record is gone, 4 to 7 if its `high_water`, `seen`,
+/// `last` or `layout` is not of the form this crate writes (so that the
+/// arithmetic below never runs on garbage), else false. Ranges were checked
+/// when the shard was leased; a field rewritten since to another number
+/// cannot be told from one this crate wrote.
+const CHECK_LUA: &str = r"
+local function digits(v)
+  return v and #v > 0 and #v <= 16 and not string.find(v, '[^0-9]')
+end
+local function check(key, layout)
+  local t = redis.call('TYPE', key).ok
+  if t == 'none' then return 3 end
+  if t ~= 'hash' then return 4 end
+  local m = redis.call('HMGET', key, 'high_water', 'seen', 'last', 'layout')
+  if not digits(m[1]) then return 4 end
+  if not digits(m[2]) then return 5 end
+  if m[3] and (#m[3] > 32 or not string.match(m[3], '^[0-9]+ [0-9]+$')) then return 6 end
+  if m[4] ~= layout then return 7 end
+  return false
+end
+";
+
+/// Renews the lease (1). If it expired, takes it again (2) only if the
+/// record's `high_water` is exactly the last one this holder wrote, so
+/// nobody reserved since; else 0 (another holder). 3 or more: the record is
+/// gone or garbled, and the lease is left alone.
+const RENEW_LUA: &str = r"
+local bad = check(KEYS[2], ARGV[4])
+if bad then return bad end
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 if v then return 0 end
-local hw = tonumber(redis.call('HGET', KEYS[2], 'high_water') or '-1')
-if hw > tonumber(ARGV[3]) then return 0 end
+if redis.call('HGET', KEYS[2], 'high_water') ~= ARGV[3] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if hw < tonumber(ARGV[3]) then redis.call('HSET', KEYS[2], 'high_water', ARGV[3]) end
 redis.call('HDEL', KEYS[2], 'last')
 return 2
 ";
 
-/// Raises the high-water second (and `seen`) while the lease is held.
-const RAISE: &str = r"
+/// Raises the high-water second (and `seen`) while the lease is held; never
+/// lowers either, never creates the record. 1: done, 0: the lease is not
+/// held, 3 or more: the record is gone or garbled.
+const RAISE_LUA: &str = r"
+local bad = check(KEYS[2], ARGV[4])
+if bad then return bad end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local hw = tonumber(redis.call('HGET', KEYS[2], 'high_water') or '-1')
-if tonumber(ARGV[2]) > hw then redis.call('HSET', KEYS[2], 'high_water', ARGV[2]) end
-local seen = tonumber(redis.call('HGET', KEYS[2], 'seen') or '-1')
-if tonumber(ARGV[3]) > seen then redis.call('HSET', KEYS[2], 'seen', ARGV[3]) end
-redis.call('HSET', KEYS[2], 'layout', ARGV[4])
+if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[2], 'high_water')) then
+  redis.call('HSET', KEYS[2], 'high_water', ARGV[2])
+end
+if tonumber(ARGV[3]) > tonumber(redis.call('HGET', KEYS[2], 'seen')) then
+  redis.call('HSET', KEYS[2], 'seen', ARGV[3])
+end
 redis.call('HDEL', KEYS[2], 'last')
 return 1
 ";
 
-/// Clean close while the lease is held: records the exact last ID and
-/// deletes the lease.
-const FINISH: &str = r"
+/// Clean close while the lease is held: records the exact last ID (raising
+/// `high_water` to its second if it were ever below, never lowering it) and
+/// deletes the lease. 1: done, 0: the lease is not held; 3 or more: the
+/// record is gone or garbled, so nothing is written and the lease is
+/// deleted.
+const FINISH_LUA: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[2], 'high_water', ARGV[2], 'last', ARGV[2] .. ' ' .. ARGV[3], 'layout', ARGV[5])
-local seen = tonumber(redis.call('HGET', KEYS[2], 'seen') or '-1')
-if tonumber(ARGV[4]) > seen then redis.call('HSET', KEYS[2], 'seen', ARGV[4]) end
+local bad = check(KEYS[2], ARGV[5])
+if bad then
+  redis.call('DEL', KEYS[1])
+  return bad
+end
+if tonumber(ARGV[2]) > tonumber(redis.call('HGET', KEYS[2], 'high_water')) then
+  redis.call('HSET', KEYS[2], 'high_water', ARGV[2])
+end
+redis.call('HSET', KEYS[2], 'last', ARGV[2] .. ' ' .. ARGV[3])
+if tonumber(ARGV[4]) > tonumber(redis.call('HGET', KEYS[2], 'seen')) then
+  redis.call('HSET', KEYS[2], 'seen', ARGV[4])
+end
 redis.call('DEL', KEYS[1])
 return 1
 ";
 
+/// Keeps a lease whose shard has no record yet: 1 if it is still this
+/// holder's (and renewed), 2 if a record appeared meanwhile, 0 if the lease
+/// is not held.
+const HOLD_LUA: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
+return 1
+";
+
+/// Creates the record of a shard that had none, if the lease is still this
+/// holder's (renewing it) and the record is still absent. Same answers as
+/// `HOLD`.
+const CREATE_LUA: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('EXISTS', KEYS[2]) == 1 then return 2 end
+redis.call('HSET', KEYS[2], 'high_water', ARGV[3], 'seen', ARGV[3], 'layout', ARGV[4])
+return 1
+";
+
 /// Deletes the lease if it is still this holder's.
-const RELEASE: &str = r"
+const RELEASE_LUA: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 ";
 
-/// A shard's record in Redis, as found when the lease was granted. Seconds
-/// are Unix seconds.
+/// Each script is hashed once; `invoke` loads it into a server that does
+/// not know it (after a restart, say).
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(&[CHECK_LUA, RENEW_LUA].concat()));
+static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(&[CHECK_LUA, RAISE_LUA].concat()));
+static FINISH: LazyLock<Script> = LazyLock::new(|| Script::new(&[CHECK_LUA, FINISH_LUA].concat()));
+static HOLD: LazyLock<Script> = LazyLock::new(|| Script::new(HOLD_LUA));
+static CREATE: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE_LUA));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+
+/// What a script that runs while a shard is held found wrong with the
+/// record, from its answer (3 to 7).
+fn record_trouble(config: &LeaseConfig, shard: u32, answer: i64) -> LeaseError {
+    let key = config.mark_key(shard);
+    let field = match answer {
+        3 => return LeaseError::RecordLost { shard, key },
+        5 => "seen",
+        6 => "last",
+        7 => "layout",
+        _ => "high_water",
+    };
+    LeaseError::InvalidRecord {
+        shard,
+        key,
+        field,
+        reason: "was changed in Redis to a value this crate does not write (or the key to \
+                 another type) while this generator held the shard"
+            .to_string(),
+    }
+}
+
+/// A shard's record in Redis, as found when the lease was granted (or as
+/// created, for a shard that had none). Seconds are Unix seconds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Record {
     pub(crate) high_water: Option<u64>,
@@ -441,13 +618,116 @@ impl Record {
     }
 }
 
-fn parse_last(text: &str) -> Option<(u64, u32)> {
-    let (sec, seq) = text.trim().split_once(' ')?;
-    Some((sec.parse().ok()?, seq.parse().ok()?))
+/// A record's fields as Redis holds them (`None`: absent).
+#[derive(Clone, Debug, Default)]
+struct RawRecord {
+    high_water: Option<String>,
+    last: Option<String>,
+    seen: Option<String>,
+    layout: Option<String>,
 }
 
-fn parse_num(text: &str) -> Option<u64> {
-    text.trim().parse().ok()
+/// A field that cannot be trusted, and why.
+type Problem = (&'static str, String);
+
+/// Reads a record under `layout`, strictly: each field that is valid, and
+/// what is wrong with the others (a missing `high_water`, `seen` or
+/// `layout` included). The layout's own value is left to the caller to
+/// compare.
+fn read_record(raw: &RawRecord, layout: &Layout) -> (Record, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let required = [
+        ("high_water", &raw.high_water),
+        ("seen", &raw.seen),
+        ("layout", &raw.layout),
+    ];
+    for (name, value) in required {
+        if value.is_none() {
+            problems.push((name, "is missing".to_string()));
+        }
+    }
+    let mut second = |name, value: &Option<String>| {
+        parse_second(value.as_deref()?, layout)
+            .map_err(|reason| problems.push((name, reason)))
+            .ok()
+    };
+    let high_water = second("high_water", &raw.high_water);
+    let seen = second("seen", &raw.seen);
+    let mut record = Record {
+        high_water,
+        last: None,
+        seen,
+    };
+    if let Some(text) = raw.last.as_deref() {
+        match parse_last(text, layout) {
+            Ok((sec, _)) if high_water.is_some_and(|hw| sec > hw) => problems.push((
+                "last",
+                format!(
+                    "= {} is after high_water {}, the second reserved",
+                    shown(text),
+                    high_water.unwrap_or_default()
+                ),
+            )),
+            Ok(last) => record.last = Some(last),
+            Err(reason) => problems.push(("last", reason)),
+        }
+    }
+    (record, problems)
+}
+
+/// At most 40 characters of a value from Redis, quoted, for a message.
+fn shown(text: &str) -> String {
+    let mut cut: String = text.chars().take(40).collect();
+    if cut.len() < text.len() {
+        cut.push('…');
+    }
+    format!("{cut:?}")
+}
+
+fn all_digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A Unix second within `layout`'s range, written with digits only.
+fn parse_second(text: &str, layout: &Layout) -> std::result::Result<u64, String> {
+    let (first, last) = (layout.epoch(), layout.last_unix_second());
+    if !all_digits(text) {
+        return Err(format!(
+            "= {} is not a whole number of Unix seconds (digits only)",
+            shown(text)
+        ));
+    }
+    match text.parse::<u64>() {
+        Ok(v) if (first..=last).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "= {} is outside the layout's range of Unix seconds {first}..={last}",
+            shown(text)
+        )),
+    }
+}
+
+/// `"second sequence"`: the second within `layout`'s range, the sequence
+/// within its sequence numbers.
+fn parse_last(text: &str, layout: &Layout) -> std::result::Result<(u64, u32), String> {
+    let form = || {
+        format!(
+            "= {} is not \"second sequence\" (two whole numbers, one space between)",
+            shown(text)
+        )
+    };
+    let (sec, seq) = text.split_once(' ').ok_or_else(form)?;
+    if !all_digits(sec) || !all_digits(seq) {
+        return Err(form());
+    }
+    let sec = parse_second(sec, layout)?;
+    let max = layout.max_sequence();
+    match seq.parse::<u32>() {
+        Ok(seq) if seq <= max => Ok((sec, seq)),
+        _ => Err(format!(
+            "= {}: the sequence is above the layout's largest, {max}",
+            shown(text)
+        )),
+    }
 }
 
 /// Sets or clears the fence on the generator.
@@ -462,6 +742,9 @@ pub(crate) struct Lease {
     token: String,
     record: Record,
     layout: String,
+    /// The layout's first and last Unix seconds.
+    epoch: u64,
+    last_second: u64,
     /// For the reservation thread and the close; the renewal thread has its
     /// own, so a slow write never delays a renewal.
     conn: Mutex<Option<Connection>>,
@@ -489,6 +772,20 @@ struct RenewState {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, RenewState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stops the generator for good: `e` is why, and the renewal thread
+    /// stops renewing.
+    fn fence_for_good(&self, shard: u32, e: LeaseError) {
+        let mut state = self.lock();
+        if !state.lost {
+            log::warn!("shard {shard}: {e}");
+        }
+        state.lost = true;
+        state.fenced = Some(e);
+        self.set_fence(true);
+        drop(state);
+        self.changed.notify_all();
     }
 
     fn set_fence(&self, on: bool) {
@@ -553,45 +850,52 @@ fn with_conn<T>(
 
 impl Lease {
     /// Leases the first free shard of the allowed range (`only` narrows it
-    /// to one shard; `skip` leaves some out) and starts renewing it.
+    /// to one shard; `skip` leaves some out), checks or creates its record
+    /// and starts renewing it. A shard without a record is held for one TTL
+    /// before its record is created, with `clock`'s second as its
+    /// high-water mark (see [`Lease::wait_and_create`]).
     pub(crate) fn acquire(
         config: &LeaseConfig,
         layout: &Layout,
         only: Option<u32>,
         skip: &[u32],
+        clock: &dyn Clock,
     ) -> Result<Lease> {
         let range = config.range(layout, only)?;
         let client = config.client()?;
         let token = new_token();
         let mut conn = None;
-        let sent = Instant::now();
-        let granted: Option<(u32, String, String, String, String)> =
-            with_conn(&client, &mut conn, config.op_timeout(), |c| {
-                let script = Script::new(ACQUIRE);
-                let mut call = script.prepare_invoke();
-                call.arg(&config.prefix)
-                    .arg(range.start())
-                    .arg(range.end())
-                    .arg(&token)
-                    .arg(millis(config.ttl));
-                for s in skip {
-                    call.arg(s);
-                }
-                call.invoke(c)
-            })
-            .map_err(|e| LeaseError::redis("lease a shard from", &config.url, e))?;
-        let Some((shard, hw, last, seen, recorded)) = granted else {
+        type Granted = (
+            u32,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
+        let granted: Option<Granted> = with_conn(&client, &mut conn, config.op_timeout(), |c| {
+            let mut call = ACQUIRE.prepare_invoke();
+            call.arg(&config.prefix)
+                .arg(range.start())
+                .arg(range.end())
+                .arg(&token)
+                .arg(millis(config.ttl));
+            for s in skip {
+                call.arg(s);
+            }
+            call.invoke(c)
+        })
+        .map_err(|e| LeaseError::redis("lease a shard from", &config.url, e))?;
+        // After the reply, not before the request: a holder that lost the
+        // record renewed for the last time before the script ran.
+        let granted_at = Instant::now();
+        let Some((shard, kind, high_water, last, seen, recorded)) = granted else {
             return Err(LeaseError::NoFreeShard {
                 first: *range.start(),
                 last: *range.end(),
                 prefix: config.prefix.clone(),
             }
             .into());
-        };
-        let record = Record {
-            high_water: parse_num(&hw),
-            last: parse_last(&last),
-            seen: parse_num(&seen),
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(RenewState {
@@ -602,37 +906,76 @@ impl Lease {
             }),
             changed: Condvar::new(),
             hook: Mutex::new(None),
-            known_hw: AtomicU64::new(record.high_water.unwrap_or(0)),
+            known_hw: AtomicU64::new(0),
         });
-        let lease = Lease {
+        let mut lease = Lease {
             config: config.clone(),
             client: client.clone(),
             shard,
             token: token.clone(),
-            record,
+            record: Record::default(),
             layout: layout.fingerprint().to_string(),
+            epoch: layout.epoch(),
+            last_second: layout.last_unix_second(),
             conn: Mutex::new(conn),
             shared: Arc::clone(&shared),
             renewer: Mutex::new(None),
             finished: false.into(),
         };
-        // From here on, dropping `lease` releases the shard.
-        if !recorded.is_empty() && recorded != lease.layout {
-            return Err(LeaseError::LayoutMismatch {
-                shard,
-                prefix: config.prefix.clone(),
-                recorded,
-                ours: lease.layout.clone(),
+        // From here on, dropping `lease` releases the shard: a record that
+        // cannot be trusted refuses it, and opening fails rather than move
+        // on to another shard.
+        let key = config.mark_key(shard);
+        let invalid = |field, reason| LeaseError::InvalidRecord {
+            shard,
+            key: key.clone(),
+            field,
+            reason,
+        };
+        let last_ok = match kind.as_str() {
+            "none" => lease.wait_and_create(layout, clock, granted_at)?,
+            "hash" => {
+                let raw = RawRecord {
+                    high_water,
+                    last,
+                    seen,
+                    layout: recorded,
+                };
+                if let Some(recorded) = raw.layout.as_ref().filter(|r| **r != lease.layout) {
+                    return Err(LeaseError::LayoutMismatch {
+                        shard,
+                        prefix: config.prefix.clone(),
+                        recorded: recorded.clone(),
+                        ours: lease.layout.clone(),
+                    }
+                    .into());
+                }
+                let (record, problems) = read_record(&raw, layout);
+                if let Some((field, reason)) = problems.into_iter().next() {
+                    return Err(invalid(field, reason).into());
+                }
+                lease.record = record;
+                granted_at
             }
-            .into());
-        }
+            other => {
+                return Err(invalid(
+                    "high_water",
+                    format!("cannot be read: the key holds a {other}, not a hash"),
+                )
+                .into())
+            }
+        };
+        shared
+            .known_hw
+            .store(lease.record.high_water.unwrap_or(0), Relaxed);
         let renewer = Renewer {
             config: config.clone(),
             client,
             shard,
             token,
+            layout: lease.layout.clone(),
             shared,
-            last_ok: sent,
+            last_ok,
         };
         let handle = thread::Builder::new()
             .name(format!("idutil-lease-{shard}"))
@@ -644,11 +987,108 @@ impl Lease {
         Ok(lease)
     }
 
+    /// A shard without a record: either nobody used it under this prefix,
+    /// or Redis lost the record (a flush, a restart without persistence)
+    /// under a holder that may still be issuing. That holder stops at its
+    /// next renewal, and at the latest three quarters of a TTL after its
+    /// last successful one, which came before this lease was granted. So
+    /// the lease is held (renewed) for one whole TTL from `granted_at`
+    /// before the record is created, with the clock's second as its
+    /// high-water mark: the first ID is then in a later second than any the
+    /// old holder issued by the same clock. Returns when the lease was last
+    /// renewed.
+    fn wait_and_create(
+        &mut self,
+        layout: &Layout,
+        clock: &dyn Clock,
+        granted_at: Instant,
+    ) -> Result<Instant> {
+        let config = &self.config;
+        log::warn!(
+            "shard {} has no record in Redis ({}): first use of the shard under this key \
+             prefix, or Redis lost its data; waiting one lease TTL ({:?}) before the first ID \
+             so that a holder that lost its record has stopped",
+            self.shard,
+            config.mark_key(self.shard),
+            config.ttl
+        );
+        let lost = |reason: &str| LeaseError::Fenced {
+            shard: self.shard,
+            reason: format!("{reason} while waiting to create the shard's record"),
+        };
+        let appeared = || LeaseError::InvalidRecord {
+            shard: self.shard,
+            key: config.mark_key(self.shard),
+            field: "high_water",
+            reason: "appeared while this generator held the lease and waited to create it: \
+                     something else writes these keys"
+                .to_string(),
+        };
+        let ready_at = granted_at + config.ttl;
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held_at = granted_at;
+        loop {
+            let now = Instant::now();
+            if now >= ready_at {
+                break;
+            }
+            thread::sleep(
+                (held_at + config.renew_every())
+                    .min(ready_at)
+                    .saturating_duration_since(now),
+            );
+            if Instant::now() >= ready_at {
+                break;
+            }
+            let sent = Instant::now();
+            let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
+                HOLD.key(config.lease_key(self.shard))
+                    .key(config.mark_key(self.shard))
+                    .arg(&self.token)
+                    .arg(millis(config.ttl))
+                    .invoke(c)
+            })
+            .map_err(|e| LeaseError::redis("hold the leased shard in", &config.url, e))?;
+            match answer {
+                1 => held_at = sent,
+                2 => return Err(appeared().into()),
+                _ => return Err(lost("the lease expired").into()),
+            }
+        }
+        // Clamped into the layout's range, so the record is always valid; a
+        // clock outside the range issues nothing anyway.
+        let now = clock.now().clamp(layout.epoch(), layout.last_unix_second());
+        let sent = Instant::now();
+        let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
+            CREATE
+                .key(config.lease_key(self.shard))
+                .key(config.mark_key(self.shard))
+                .arg(&self.token)
+                .arg(millis(config.ttl))
+                .arg(now)
+                .arg(&self.layout)
+                .invoke(c)
+        })
+        .map_err(|e| LeaseError::redis("create the shard's record in", &config.url, e))?;
+        match answer {
+            1 => {}
+            2 => return Err(appeared().into()),
+            _ => return Err(lost("the lease expired").into()),
+        }
+        drop(slot);
+        self.record = Record {
+            high_water: Some(now),
+            last: None,
+            seen: Some(now),
+        };
+        Ok(sent)
+    }
+
     pub(crate) fn shard(&self) -> u32 {
         self.shard
     }
 
-    /// The shard's record as found when the lease was granted.
+    /// The shard's record as found when the lease was granted, or created.
     pub(crate) fn record(&self) -> &Record {
         &self.record
     }
@@ -677,16 +1117,17 @@ impl Lease {
 
     /// Records in Redis that IDs up to `high_water` (Unix seconds) may be
     /// issued, if the lease is still held. Must succeed before any such ID
-    /// is issued.
+    /// is issued. A record found gone or garbled stops the generator for
+    /// good; it is never re-created or overwritten.
     pub(crate) fn raise(&self, high_water: u64, seen: u64) -> Result<()> {
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let done: i64 = with_conn(&self.client, &mut slot, self.config.op_timeout(), |c| {
-            Script::new(RAISE)
+            RAISE
                 .key(self.config.lease_key(self.shard))
                 .key(self.config.mark_key(self.shard))
                 .arg(&self.token)
                 .arg(high_water)
-                .arg(seen)
+                .arg(self.seen_arg(seen))
                 .arg(&self.layout)
                 .invoke(c)
         })
@@ -697,16 +1138,34 @@ impl Lease {
                 e,
             )
         })?;
-        if done != 1 {
-            return Err(LeaseError::Fenced {
+        match done {
+            1 => {
+                self.shared.known_hw.fetch_max(high_water, Relaxed);
+                Ok(())
+            }
+            0 => Err(LeaseError::Fenced {
                 shard: self.shard,
                 reason: "the lease expired in Redis before the reservation was recorded"
                     .to_string(),
             }
-            .into());
+            .into()),
+            trouble => {
+                let e = record_trouble(&self.config, self.shard, trouble);
+                self.shared.fence_for_good(self.shard, e.clone());
+                Err(e.into())
+            }
         }
-        self.shared.known_hw.fetch_max(high_water, Relaxed);
-        Ok(())
+    }
+
+    /// `seen` for a script: a second outside the layout's range (a clock
+    /// past its end) is not recorded, so the record stays valid.
+    fn seen_arg(&self, seen: u64) -> u64 {
+        let in_range = seen >= self.epoch && seen <= self.last_second;
+        if in_range {
+            seen
+        } else {
+            0
+        }
     }
 
     /// Clean close: records the exact last ID (Unix second, sequence), if
@@ -722,16 +1181,16 @@ impl Lease {
             &mut slot,
             self.config.op_timeout(),
             |c| match last {
-                Some((sec, seq)) => Script::new(FINISH)
+                Some((sec, seq)) => FINISH
                     .key(self.config.lease_key(self.shard))
                     .key(self.config.mark_key(self.shard))
                     .arg(&self.token)
                     .arg(sec)
                     .arg(seq)
-                    .arg(seen)
+                    .arg(self.seen_arg(seen))
                     .arg(&self.layout)
                     .invoke(c),
-                None => Script::new(RELEASE)
+                None => RELEASE
                     .key(self.config.lease_key(self.shard))
                     .arg(&self.token)
                     .invoke(c),
@@ -739,10 +1198,15 @@ impl Lease {
         );
         match result {
             Ok(1) => {}
-            Ok(_) => log::warn!(
+            Ok(0) => log::warn!(
                 "the Redis lease on shard {} was no longer held at close; the shard's \
                  high-water second in Redis still covers every ID issued",
                 self.shard
+            ),
+            Ok(trouble) => log::warn!(
+                "shard {}: {}; the lease was released and the record left as it is",
+                self.shard,
+                record_trouble(&self.config, self.shard, trouble)
             ),
             Err(e) => log::warn!(
                 "cannot release the Redis lease on shard {} at {}: {e}; it expires within {:?}",
@@ -785,6 +1249,8 @@ struct Renewer {
     client: Client,
     shard: u32,
     token: String,
+    /// The layout's fingerprint, which the record must still carry.
+    layout: String,
     shared: Arc<Shared>,
     /// Send time of the last successful renewal (or the acquisition).
     last_ok: Instant,
@@ -792,7 +1258,9 @@ struct Renewer {
 
 enum Renewal {
     Held,
-    Lost,
+    /// Gone for good: another holder took the shard, or the record vanished
+    /// or was garbled.
+    Lost(LeaseError),
 }
 
 impl Renewer {
@@ -870,15 +1338,10 @@ impl Renewer {
                         self.shared.set_fence(false);
                     }
                 }
-                Ok(Renewal::Lost) => {
-                    log::warn!(
-                        "shard {}: the Redis lease expired and another generator took the \
-                         shard; this generator issues no more IDs",
-                        self.shard
-                    );
-                    state.lost = true;
-                    state.fenced = Some(LeaseError::Lost { shard: self.shard });
-                    self.shared.set_fence(true);
+                Ok(Renewal::Lost(e)) => {
+                    drop(state);
+                    self.shared.fence_for_good(self.shard, e);
+                    continue;
                 }
                 Err(e) => {
                     state.last_error = Some(e.to_string());
@@ -895,22 +1358,25 @@ impl Renewer {
     ) -> redis::RedisResult<Renewal> {
         let known = self.shared.known_hw.load(Relaxed);
         let answer: i64 = with_conn(&self.client, conn, timeout, |c| {
-            Script::new(RENEW)
+            RENEW
                 .key(self.config.lease_key(self.shard))
                 .key(self.config.mark_key(self.shard))
                 .arg(&self.token)
                 .arg(millis(self.config.ttl))
                 .arg(known)
+                .arg(&self.layout)
                 .invoke(c)
         })?;
         Ok(match answer {
             1 | 2 => Renewal::Held,
-            _ => Renewal::Lost,
+            0 => Renewal::Lost(LeaseError::Lost { shard: self.shard }),
+            trouble => Renewal::Lost(record_trouble(&self.config, self.shard, trouble)),
         })
     }
 }
 
-/// One shard's lease and record, as [`inspect`] finds them.
+/// One shard's lease and record, as [`inspect`] finds them. A field that is
+/// not valid is `None` here and named in [`invalid`](ShardLease::invalid).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShardLease {
@@ -928,6 +1394,10 @@ pub struct ShardLease {
     pub seen: Option<u64>,
     /// The layout fingerprint recorded with the shard.
     pub layout: Option<String>,
+    /// Why the record cannot be trusted, field by field (`"high_water =
+    /// \"1795999999.0\" is not a whole number ..."`); empty when it can, or
+    /// when there is no record. A generator refuses such a shard.
+    pub invalid: Vec<String>,
 }
 
 /// Reads every shard's lease and record from Redis, for display.
@@ -943,24 +1413,52 @@ pub fn inspect(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>>
         connect(&client, config.op_timeout().max(Duration::from_secs(2))).map_err(fail)?;
     let mut out = Vec::new();
     for shard in range {
-        let (holder, pttl, fields): (Option<String>, i64, Vec<Option<String>>) = redis::pipe()
+        let (holder, pttl, kind): (Option<String>, i64, String) = redis::pipe()
             .get(config.lease_key(shard))
             .pttl(config.lease_key(shard))
-            .cmd("HMGET")
+            .cmd("TYPE")
             .arg(config.mark_key(shard))
-            .arg(&["high_water", "last", "seen", "layout"])
             .query(&mut conn)
             .map_err(fail)?;
-        let field = |i: usize| fields.get(i).cloned().flatten();
-        out.push(ShardLease {
+        let mut row = ShardLease {
             shard,
             holder,
             expires_in: u64::try_from(pttl).ok().map(Duration::from_millis),
-            high_water: field(0).as_deref().and_then(parse_num),
-            last: field(1).as_deref().and_then(parse_last),
-            seen: field(2).as_deref().and_then(parse_num),
-            layout: field(3),
-        });
+            high_water: None,
+            last: None,
+            seen: None,
+            layout: None,
+            invalid: Vec::new(),
+        };
+        match kind.as_str() {
+            "none" => {}
+            "hash" => {
+                let (high_water, last, seen, recorded) = redis::cmd("HMGET")
+                    .arg(config.mark_key(shard))
+                    .arg(&["high_water", "last", "seen", "layout"])
+                    .query(&mut conn)
+                    .map_err(fail)?;
+                let raw = RawRecord {
+                    high_water,
+                    last,
+                    seen,
+                    layout: recorded,
+                };
+                let (record, problems) = read_record(&raw, layout);
+                row.high_water = record.high_water;
+                row.last = record.last;
+                row.seen = record.seen;
+                row.layout = raw.layout;
+                row.invalid = problems
+                    .into_iter()
+                    .map(|(field, reason)| format!("{field} {reason}"))
+                    .collect();
+            }
+            other => row
+                .invalid
+                .push(format!("the key holds a {other}, not a hash")),
+        }
+        out.push(row);
     }
     Ok(out)
 }
@@ -1001,13 +1499,131 @@ mod tests {
         );
     }
 
+    fn raw(hw: &str, last: Option<&str>, seen: &str) -> RawRecord {
+        RawRecord {
+            high_water: Some(hw.to_string()),
+            last: last.map(str::to_string),
+            seen: Some(seen.to_string()),
+            layout: Some(Layout::DEFAULT.fingerprint()),
+        }
+    }
+
+    fn problems(r: &RawRecord) -> Vec<&'static str> {
+        read_record(r, &Layout::DEFAULT)
+            .1
+            .into_iter()
+            .map(|p| p.0)
+            .collect()
+    }
+
     #[test]
-    fn parsing_the_record() {
-        assert_eq!(parse_last("1700000000 7"), Some((1_700_000_000, 7)));
-        assert_eq!(parse_last(""), None);
-        assert_eq!(parse_last("x y"), None);
-        assert_eq!(parse_num(" 12 "), Some(12));
-        assert_eq!(parse_num(""), None);
+    fn a_valid_record_is_read() {
+        let l = Layout::DEFAULT;
+        let (record, problems) =
+            read_record(&raw("1700000005", Some("1700000000 7"), "1700000001"), &l);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            record,
+            Record {
+                high_water: Some(1_700_000_005),
+                last: Some((1_700_000_000, 7)),
+                seen: Some(1_700_000_001),
+            }
+        );
+        let edges = raw(
+            &l.last_unix_second().to_string(),
+            Some(&format!("{} {}", l.epoch(), l.max_sequence())),
+            &l.epoch().to_string(),
+        );
+        assert!(read_record(&edges, &l).1.is_empty());
+    }
+
+    #[test]
+    fn every_field_is_read_strictly() {
+        let l = Layout::DEFAULT;
+        let past_end = (l.last_unix_second() + 1).to_string();
+        let before_epoch = (l.epoch() - 1).to_string();
+        for bad in [
+            "99999999999999999999",
+            "1795999999.0",
+            "",
+            " 1700000000",
+            "1700000000 ",
+            "+1700000000",
+            "-1",
+            "0x10",
+            "1e9",
+            "١٧٠٠٠٠٠٠٠٠",
+            &past_end,
+            &before_epoch,
+        ] {
+            assert_eq!(
+                problems(&raw(bad, None, "1700000000")),
+                ["high_water"],
+                "{bad:?}"
+            );
+            assert_eq!(problems(&raw("1700000000", None, bad)), ["seen"], "{bad:?}");
+        }
+        for bad in [
+            "1700000000",
+            "1700000000  7",
+            "1700000000 7 ",
+            "1700000000 -7",
+            "1700000000 65536",
+            "1700000000 99999999999",
+            "1700000001 0",
+            "x y",
+            "",
+        ] {
+            assert_eq!(
+                problems(&raw("1700000000", Some(bad), "1700000000")),
+                ["last"],
+                "{bad:?}"
+            );
+        }
+        let mut missing = raw("1700000000", None, "1700000000");
+        missing.layout = None;
+        missing.seen = None;
+        assert_eq!(problems(&missing), ["seen", "layout"]);
+        assert_eq!(problems(&RawRecord::default()).len(), 3);
+    }
+
+    #[test]
+    fn messages_name_the_field_and_cut_long_values() {
+        let long = "9".repeat(200);
+        let (_, p) = read_record(&raw(&long, None, "1700000000"), &Layout::DEFAULT);
+        assert_eq!(p[0].0, "high_water");
+        assert!(p[0].1.contains("digits only") || p[0].1.contains("outside"));
+        assert!(p[0].1.len() < 150, "{}", p[0].1);
+        let e = LeaseError::InvalidRecord {
+            shard: 3,
+            key: "idutil:mark:3".into(),
+            field: "high_water",
+            reason: p[0].1.clone(),
+        };
+        let text = e.to_string();
+        assert!(text.contains("idutil:mark:3 field high_water"), "{text}");
+        assert_eq!(e.shard(), Some(3));
+    }
+
+    #[test]
+    fn script_answers_name_the_trouble() {
+        let c = LeaseConfig::new("redis://127.0.0.1/");
+        assert!(matches!(
+            record_trouble(&c, 2, 3),
+            LeaseError::RecordLost { shard: 2, ref key } if key == "idutil:mark:2"
+        ));
+        for (answer, field) in [(4, "high_water"), (5, "seen"), (6, "last"), (7, "layout")] {
+            match record_trouble(&c, 2, answer) {
+                LeaseError::InvalidRecord { field: f, .. } => assert_eq!(f, field),
+                other => panic!("{answer}: {other:?}"),
+            }
+        }
+        let text = record_trouble(&c, 2, 3).to_string();
+        assert!(
+            text.starts_with("Redis lost the record of shard 2"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -1033,6 +1649,7 @@ mod tests {
             .range(&l, None)
             .is_err());
         assert!(c.clone().prefix("").range(&l, None).is_err());
+        assert!(LeaseConfig::new(" \t").range(&l, None).is_err());
     }
 
     #[test]

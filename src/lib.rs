@@ -221,7 +221,47 @@
 //! close records), and after its own state file where it has one, whichever
 //! is later. So a holder whose clock is behind the previous holder's, or a
 //! previous holder that borrowed ahead, cannot lead to a duplicate, and
-//! neither can a holder that crashed or was killed.
+//! neither can a holder that crashed or was killed. The high-water second
+//! is only ever raised, by every holder and at every step: a clean close
+//! adds the exact last ID beside it, it does not lower it.
+//!
+//! **The record is held to the state file's standard.** Every field is
+//! read strictly when a shard is leased: digits only, a second within the
+//! layout's range, a sequence within its sequence numbers, the last ID at
+//! or before the high-water second, the layout's fingerprint present. A
+//! field that does not pass (`high_water = 1795999999.0`, a number past
+//! the layout's end) refuses the shard with
+//! `lease::LeaseError::InvalidRecord`, naming the key and the field; it is
+//! never taken for an absent record, and opening fails rather than lease
+//! another shard. `idutil --redis URL state` shows such a field as invalid.
+//! Fix it by hand (a `high_water` at or after every ID issued on the shard)
+//! or use another key prefix.
+//!
+//! **A record is created once, after one TTL.** The first generator on a
+//! shard that has no record holds the lease, renewing it, for one whole
+//! TTL before it creates the record (with its clock's second as the
+//! high-water mark) and issues its first ID. So the first use of each shard
+//! under a key prefix waits one TTL (10 s by default; `idutil` says so on
+//! stderr). The wait is what makes a lost record safe: a holder whose
+//! record vanishes under it (`FLUSHALL`, `FLUSHDB`, `DEL`, a Redis
+//! restarted without persistence) finds it gone at its next renewal or
+//! reservation, and at the latest three quarters of a TTL after its last
+//! successful renewal it stops for good with
+//! `lease::LeaseError::RecordLost`. It never re-creates the record or takes
+//! the lease back, since it cannot vouch for what others issued; reopen to
+//! go on. A holder whose lease merely expired (a network stall) takes it
+//! back only if the record is intact and its high-water second is exactly
+//! the one this holder last wrote, so nobody reserved since.
+//!
+//! **What a Redis flush can still cost.** The next holder waits until the
+//! old one has stopped, then starts after its own clock's second (and
+//! after its state file, if it has one). IDs the old holder issued in
+//! seconds beyond that clock are not covered: IDs it borrowed ahead of the
+//! clock (bursts above 65,536 a second), or issued under a clock running
+//! ahead of the new holder's, can be issued again by a new host with an
+//! empty state directory. A holder that comes back on a host with its state
+//! file still resumes after everything it issued there. Persistence
+//! (below) is what keeps a restart from being a flush.
 //!
 //! **Renewal and fencing.** A background thread renews the lease every
 //! third of its TTL (default 10 s, `lease::LeaseConfig::ttl`). If no
@@ -260,15 +300,19 @@
 //!   them. **Run it with the append-only file on (`appendonly yes`,
 //!   ideally `appendfsync always`)**; with `everysec` a Redis crash can lose
 //!   the last second of raises. A Redis that loses its data forgets the
-//!   high-water seconds: a holder with a state file still resumes after it,
-//!   but a new host with an empty state directory starts at its clock, and
-//!   IDs issued ahead of that clock can be issued again.
+//!   high-water seconds: running holders stop for good, a holder with a
+//!   state file still resumes after it, but a new host with an empty state
+//!   directory starts after its clock (see *What a Redis flush can still
+//!   cost*).
 //! - Replication: a failover to a replica that had not yet received the
 //!   latest raise has the same effect. Use a single primary with
 //!   persistence, not Redis Cluster (the keys of all shards are read by one
 //!   script) or a failover setup without `WAIT`.
 //! - All shards leased: opening fails; dead holders' shards come free
 //!   within one TTL.
+//! - An empty or blank URL (`IDUTIL_REDIS_URL=" "`, `--redis ''`) is an
+//!   error (`Error::InvalidEnv`; exit status 2), never a lease silently
+//!   turned off.
 //! - One key prefix is one ID space under one layout. A shard's record
 //!   remembers the layout, and a generator with another layout is refused
 //!   (`lease::LeaseError::LayoutMismatch`); fleets that share a server

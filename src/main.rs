@@ -55,7 +55,8 @@ struct Common {
         global = true,
         value_name = "URL",
         env = idutil::lease::REDIS_URL_ENV,
-        hide_env_values = true
+        hide_env_values = true,
+        value_parser = parse_redis_url
     )]
     redis: Option<String>,
 }
@@ -64,9 +65,22 @@ impl Common {
     /// The lease settings, when `--redis` or `IDUTIL_REDIS_URL` is given.
     #[cfg(feature = "redis")]
     fn lease(&self) -> Option<idutil::lease::LeaseConfig> {
-        let url = self.redis.as_deref().map(str::trim)?;
-        (!url.is_empty()).then(|| idutil::lease::LeaseConfig::new(url))
+        self.redis.as_deref().map(idutil::lease::LeaseConfig::new)
     }
+}
+
+/// A Redis URL, trimmed; empty or blank is refused rather than taken to
+/// turn the lease off (the shard would silently come from elsewhere).
+#[cfg(feature = "redis")]
+fn parse_redis_url(s: &str) -> Result<String, String> {
+    let url = s.trim();
+    if url.is_empty() {
+        return Err(format!(
+            "the Redis URL is empty or blank; give redis://host:port/db, or unset {}",
+            idutil::lease::REDIS_URL_ENV
+        ));
+    }
+    Ok(url.to_string())
 }
 
 #[derive(Subcommand)]
@@ -584,6 +598,7 @@ fn show_leases(
                     "last_issued": l.last.map(|(sec, seq)| json!({"second": sec, "time": rfc3339(sec), "sequence": seq})),
                     "seen_max": l.seen,
                     "layout": l.layout,
+                    "invalid": l.invalid,
                 })
             })
             .collect();
@@ -609,14 +624,19 @@ fn show_leases(
             (Some(h), None) => format!("leased by {h}, no expiry"),
             (None, _) => "free".to_string(),
         };
-        let record = match (l.last, l.high_water) {
-            (Some((sec, seq)), _) => format!(
+        let mut record = String::new();
+        if let Some(hw) = l.high_water {
+            record += &format!("; high-water {}", rfc3339(hw));
+        }
+        if let Some((sec, seq)) = l.last {
+            record += &format!(
                 "; last issued {} sequence {seq} (clean close)",
                 rfc3339(sec)
-            ),
-            (None, Some(hw)) => format!("; high-water {}", rfc3339(hw)),
-            (None, None) => String::new(),
-        };
+            );
+        }
+        if !l.invalid.is_empty() {
+            record += &format!("; record INVALID, shard refused: {}", l.invalid.join("; "));
+        }
         writeln!(out, "shard {:>2}:     {lease}{record}", l.shard)?;
     }
     Ok(())

@@ -5,9 +5,10 @@
 //! and pass, except under `CI=true`, where its absence fails them.
 #![cfg(feature = "redis")]
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idutil::lease::{LeaseConfig, LeaseError};
-use idutil::{Error, Generator, ManualClock};
+use idutil::{Error, Generator, Layout, ManualClock};
 
 // ---------------------------------------------------------------------------
 // Fixtures
@@ -190,6 +191,38 @@ fn record_unique(seen: &mut HashSet<u64>, ids: impl IntoIterator<Item = u64>, wh
     }
 }
 
+/// Writes the record a previous holder would have left on each of `shards`
+/// (under the default prefix), so that opening them does not wait one TTL
+/// for a record to be created.
+fn seed_records(redis: &RedisServer, shards: RangeInclusive<u32>) {
+    let mut conn = redis.conn();
+    let now = wall_now();
+    for shard in shards {
+        redis::cmd("DEL")
+            .arg(format!("idutil:mark:{shard}"))
+            .exec(&mut conn)
+            .unwrap();
+        redis::cmd("HSET")
+            .arg(format!("idutil:mark:{shard}"))
+            .arg("high_water")
+            .arg(now)
+            .arg("seen")
+            .arg(now)
+            .arg("layout")
+            .arg(Layout::DEFAULT.fingerprint())
+            .exec(&mut conn)
+            .unwrap();
+    }
+}
+
+fn record_of(conn: &mut redis::Connection, key: &str) -> HashMap<String, String> {
+    redis::cmd("HGETALL").arg(key).query(conn).unwrap()
+}
+
+fn exists(conn: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<i64>(conn).unwrap() == 1
+}
+
 fn is_no_free_shard(e: &Error) -> bool {
     matches!(e, Error::Lease(LeaseError::NoFreeShard { .. }))
 }
@@ -224,7 +257,9 @@ const MARK: &str = "@@";
 /// MODE`. It leases a shard (printing `@@leased N` or `@@failed REASON`),
 /// waits for a line on stdin, then issues IDs (`@@id N`): a fixed number in
 /// mode `batch` (then `@@done` and a clean close), or forever in mode
-/// `stream`.
+/// `stream`. Mode `paced` issues 20 IDs a millisecond at most, so it never
+/// borrows seconds ahead of the clock, and reports each failed call as
+/// `@@error REASON` instead of stopping.
 #[test]
 #[ignore = "run only as a child process by the tests in this file"]
 fn child_process() {
@@ -248,6 +283,20 @@ fn child_process() {
     out.flush().unwrap();
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).unwrap();
+    if mode == "paced" {
+        loop {
+            match generator.next_ids(20) {
+                Ok(batch) => {
+                    for id in batch {
+                        writeln!(out, "{MARK}id {id}").unwrap();
+                    }
+                }
+                Err(e) => writeln!(out, "{MARK}error {e}").unwrap(),
+            }
+            out.flush().unwrap();
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
     loop {
         for id in generator.next_ids(500).unwrap() {
             writeln!(out, "{MARK}id {id}").unwrap();
@@ -264,9 +313,32 @@ fn child_process() {
     writeln!(out, "{MARK}done").unwrap();
 }
 
+/// The other child: reports what `LeaseConfig::from_env` and opening a
+/// generator make of the environment (`@@from_env ...`, `@@open ...`).
+#[test]
+#[ignore = "run only as a child process by the tests in this file"]
+fn env_child_process() {
+    if std::env::var_os(ENV_CHILD_ENV).is_none() {
+        return;
+    }
+    let dir = state_dir();
+    let from_env = match LeaseConfig::from_env() {
+        Ok(c) => format!("ok {}", c.is_some()),
+        Err(e) => format!("err {}", matches!(e, Error::InvalidEnv { .. })),
+    };
+    let open = match Generator::builder().shard(1).state_dir(dir.path()).open() {
+        Ok(_) => "ok".to_string(),
+        Err(e) => format!("err {}: {e}", matches!(e, Error::InvalidEnv { .. })),
+    };
+    println!("{MARK}from_env {from_env}");
+    println!("{MARK}open {open}");
+}
+
+const ENV_CHILD_ENV: &str = "IDUTIL_LEASE_TEST_ENV_CHILD";
+
 struct ChildProc {
     child: Child,
-    out: BufReader<ChildStdout>,
+    out: Option<BufReader<ChildStdout>>,
 }
 
 impl ChildProc {
@@ -292,7 +364,7 @@ impl ChildProc {
             .stderr(Stdio::null())
             .spawn()
             .expect("re-execute the test binary");
-        let out = BufReader::new(child.stdout.take().unwrap());
+        let out = Some(BufReader::new(child.stdout.take().unwrap()));
         ChildProc { child, out }
     }
 
@@ -303,7 +375,12 @@ impl ChildProc {
         let mut line = String::new();
         loop {
             line.clear();
-            match self.out.read_line(&mut line) {
+            match self
+                .out
+                .as_mut()
+                .expect("output not followed")
+                .read_line(&mut line)
+            {
                 Ok(0) | Err(_) => return None,
                 Ok(_) if !line.ends_with('\n') => return None,
                 Ok(_) => {}
@@ -312,6 +389,31 @@ impl ChildProc {
                 return Some(line[i + MARK.len()..].trim_end().to_string());
             }
         }
+    }
+
+    /// Hands the rest of the output to a thread that sends each marked line
+    /// (without the mark) with the time it arrived.
+    fn follow(&mut self) -> mpsc::Receiver<(String, Instant)> {
+        let mut out = self.out.take().expect("output followed once");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match out.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) if !line.ends_with('\n') => return,
+                    Ok(_) => {}
+                }
+                if let Some(i) = line.find(MARK) {
+                    let text = line[i + MARK.len()..].trim_end().to_string();
+                    if tx.send((text, Instant::now())).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        rx
     }
 
     fn go(&mut self) {
@@ -444,7 +546,11 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     let Some(redis) = RedisServer::start(false) else {
         return;
     };
-    let config = LeaseConfig::new(redis.url()).shards(9..=9);
+    // A short TTL: the shard's first use, and its use after the FLUSHALL
+    // below, wait one TTL for the record to be created.
+    let config = LeaseConfig::new(redis.url())
+        .shards(9..=9)
+        .ttl(Duration::from_secs(1));
     let (host_a, host_b) = (state_dir(), state_dir());
     let t = wall_now();
     let mut seen = HashSet::new();
@@ -913,6 +1019,9 @@ fn command_leases_and_shows_the_lease() {
     let Some(redis) = RedisServer::start(false) else {
         return;
     };
+    // The command uses the default 10 s TTL: records left by earlier
+    // holders spare each shard's first use that wait.
+    seed_records(&redis, 0..=31);
     let bin = env!("CARGO_BIN_EXE_idutil");
     let dir = state_dir();
     let run = |args: &[&str], env_url: bool| {
@@ -981,4 +1090,458 @@ fn command_leases_and_shows_the_lease() {
     assert!(err.contains("no free shard: all 32 shards"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     drop(others);
+}
+
+// ---------------------------------------------------------------------------
+// The record held to the same standard as the state file
+// ---------------------------------------------------------------------------
+
+/// A garbled field of the shard's record (a `high_water` too big for any
+/// layout, or written as a float, a `last` past `high_water`, a `seen` that
+/// is not a number) refuses the shard, naming the key and the field. The
+/// lease is given back, the generator does not move on to another shard,
+/// and the record is left exactly as it was; `inspect` and `idutil state`
+/// show the field as invalid.
+#[test]
+fn garbled_record_refuses_the_shard_and_stays_as_it_is() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let mut conn = redis.conn();
+    let key = "idutil:mark:3";
+    let later = (wall_now() + 10).to_string();
+    let garbles = [
+        ("high_water", "99999999999999999999".to_string()),
+        ("high_water", "1795999999.0".to_string()),
+        ("last", format!("{later} 0")),
+        ("seen", "soon".to_string()),
+    ];
+    for (field, value) in &garbles {
+        seed_records(&redis, 3..=4);
+        redis::cmd("HSET")
+            .arg(key)
+            .arg(field)
+            .arg(value)
+            .exec(&mut conn)
+            .unwrap();
+        let before = record_of(&mut conn, key);
+        let host = state_dir();
+        let err = Generator::builder()
+            .state_dir(host.path())
+            .redis_lease(
+                LeaseConfig::new(redis.url())
+                    .shards(3..=4)
+                    .ttl(Duration::from_secs(1)),
+            )
+            .open()
+            .map(|g| g.shard())
+            .expect_err("a garbled record must refuse the shard");
+        match &err {
+            Error::Lease(LeaseError::InvalidRecord {
+                shard: 3,
+                key: k,
+                field: f,
+                ..
+            }) => {
+                assert_eq!((k.as_str(), f), (key, field), "{err}");
+            }
+            other => panic!("{field} = {value}: {other}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains(key) && text.contains(field) && text.contains(value.as_str()),
+            "{text}"
+        );
+        assert!(
+            !exists(&mut conn, "idutil:lease:3"),
+            "the lease is given back"
+        );
+        assert!(
+            !exists(&mut conn, "idutil:lease:4"),
+            "no silent move to another shard"
+        );
+        assert_eq!(record_of(&mut conn, key), before, "the record is untouched");
+
+        let rows =
+            idutil::lease::inspect(&LeaseConfig::new(redis.url()), &Layout::DEFAULT).unwrap();
+        assert_eq!(rows[3].invalid.len(), 1, "{:?}", rows[3]);
+        assert!(rows[3].invalid[0].starts_with(field), "{:?}", rows[3]);
+        assert!(rows[4].invalid.is_empty(), "{:?}", rows[4]);
+        if *field == "high_water" {
+            assert_eq!(rows[3].high_water, None);
+        }
+
+        #[cfg(feature = "cli")]
+        {
+            let bin = env!("CARGO_BIN_EXE_idutil");
+            let run = |args: &[&str]| {
+                Command::new(bin)
+                    .args(["--redis", &redis.url()])
+                    .args(args)
+                    .env("IDUTIL_STATE_DIR", host.path())
+                    .env_remove("IDUTIL_SHARD")
+                    .env_remove("IDUTIL_REDIS_URL")
+                    .output()
+                    .unwrap()
+            };
+            let out = run(&["--shard", "3", "next"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(err.contains(key) && err.contains(field), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            let out = run(&["state"]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success());
+            let row = text.lines().find(|l| l.starts_with("shard  3:")).unwrap();
+            assert!(
+                row.contains("record INVALID") && row.contains(field),
+                "{row}"
+            );
+            assert_eq!(record_of(&mut conn, key), before, "the record is untouched");
+        }
+    }
+}
+
+/// A clean close records the exact last ID but leaves `high_water` where
+/// the reservation put it: a mark is never lowered. The next holder still
+/// continues right after the last ID.
+#[test]
+fn clean_close_never_lowers_the_high_water_mark() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 2..=2);
+    let mut conn = redis.conn();
+    let key = "idutil:mark:2";
+    let config = LeaseConfig::new(redis.url()).shards(2..=2);
+    let (host_a, host_b) = (state_dir(), state_dir());
+    let t = wall_now();
+    let a = Generator::builder()
+        .state_dir(host_a.path())
+        .clock(ManualClock::new(t))
+        .redis_lease(config.clone())
+        .open()
+        .unwrap();
+    let ids: Vec<u64> = a.next_ids(100).unwrap().map(|i| i.as_u64()).collect();
+    let reserved: u64 = redis::cmd("HGET")
+        .arg(key)
+        .arg("high_water")
+        .query::<String>(&mut conn)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let last = *ids.last().unwrap();
+    let last_second = Layout::DEFAULT.epoch() + (last >> 21);
+    assert!(
+        reserved > last_second,
+        "the reservation runs ahead of the last ID"
+    );
+    a.close().unwrap();
+    let after = record_of(&mut conn, key);
+    assert_eq!(
+        after["high_water"],
+        reserved.to_string(),
+        "high_water after a clean close: {after:?}"
+    );
+    let (sec, seq) = after["last"].split_once(' ').unwrap();
+    assert_eq!(sec.parse::<u64>().unwrap(), last_second);
+    assert_eq!(seq.parse::<u64>().unwrap(), (last >> 5) & 0xffff);
+
+    let b = Generator::builder()
+        .state_dir(host_b.path())
+        .clock(ManualClock::new(t - 3600))
+        .redis_lease(config)
+        .open()
+        .unwrap();
+    assert_eq!(b.next_id().unwrap().as_u64(), last + 32);
+    b.close().unwrap();
+    let high_water: u64 = record_of(&mut conn, key)["high_water"].parse().unwrap();
+    assert!(
+        high_water >= reserved,
+        "never lowered: {high_water} < {reserved}"
+    );
+}
+
+/// What a holder does when Redis loses the shard's record under it, by
+/// `FLUSHALL` or by `DEL` of the record alone: it stops issuing for good at
+/// its next renewal, with an error that says the record vanished, and
+/// neither re-creates the record nor takes the lease back, however long it
+/// keeps running.
+#[test]
+fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let mut conn = redis.conn();
+    let ttl = Duration::from_secs(1);
+    for how in ["FLUSHALL", "DEL"] {
+        seed_records(&redis, 8..=8);
+        let (mark, lease) = ("idutil:mark:8", "idutil:lease:8");
+        let host = state_dir();
+        let g = Generator::builder()
+            .state_dir(host.path())
+            .redis_lease(LeaseConfig::new(redis.url()).shards(8..=8).ttl(ttl))
+            .open()
+            .unwrap();
+        g.next_ids(1000).unwrap();
+        match how {
+            "FLUSHALL" => redis::cmd("FLUSHALL").exec(&mut conn).unwrap(),
+            _ => redis::cmd("DEL").arg(mark).exec(&mut conn).unwrap(),
+        }
+        let deadline = Instant::now() + ttl * 2;
+        let err = loop {
+            match g.try_next_id() {
+                Ok(_) => assert!(Instant::now() < deadline, "{how}: still issuing"),
+                Err(e) => break e,
+            }
+            thread::sleep(Duration::from_millis(2));
+        };
+        assert!(
+            matches!(err, Error::Lease(LeaseError::RecordLost { shard: 8, .. })),
+            "{how}: {err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("Redis lost the record of shard 8"), "{text}");
+        assert!(text.contains(mark), "{text}");
+        // Three more renewal periods: a holder that re-created the record
+        // or took the lease back would have done so by now.
+        thread::sleep(ttl);
+        assert!(!exists(&mut conn, mark), "{how}: the record was re-created");
+        let holder: Option<String> = redis::cmd("GET").arg(lease).query(&mut conn).unwrap();
+        assert_eq!(holder, None, "{how}: the lease was taken back");
+        for _ in 0..3 {
+            assert!(matches!(
+                g.try_next_id(),
+                Err(Error::Lease(LeaseError::RecordLost { .. }))
+            ));
+            assert!(g.next_ids(10).is_err());
+        }
+        let _ = g.close();
+        assert!(!exists(&mut conn, mark), "{how}: the close re-created it");
+        redis::cmd("FLUSHALL").exec(&mut conn).unwrap();
+    }
+}
+
+/// The first generator on a shard without a record holds the lease for one
+/// TTL (renewing it, the record still absent), then creates the record with
+/// its clock's second and starts after it.
+#[test]
+fn shard_without_record_is_held_one_ttl_then_created() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let ttl = Duration::from_secs(1);
+    let t = wall_now() - 100;
+    let host = state_dir();
+    let url = redis.url();
+    let started = Instant::now();
+    let opener = thread::spawn(move || {
+        let g = Generator::builder()
+            .state_dir(host.path())
+            .clock(ManualClock::new(t))
+            .redis_lease(LeaseConfig::new(url).shards(12..=12).ttl(ttl))
+            .open()
+            .unwrap();
+        (g, Instant::now(), host)
+    });
+    let mut conn = redis.conn();
+    // Past the TTL of the lease as first taken: it is being renewed.
+    while started.elapsed() < ttl * 9 / 10 {
+        thread::sleep(Duration::from_millis(50));
+    }
+    let holder: Option<String> = redis::cmd("GET")
+        .arg("idutil:lease:12")
+        .query(&mut conn)
+        .unwrap();
+    let waiting = started.elapsed() < ttl;
+    let record_absent = !exists(&mut conn, "idutil:mark:12");
+    let (g, opened_at, _host) = opener.join().unwrap();
+    if waiting {
+        assert!(record_absent, "the record is created only after one TTL");
+        assert!(holder.is_some(), "the lease is held while waiting");
+    }
+    assert!(
+        opened_at - started >= ttl,
+        "opened after {:?}",
+        opened_at - started
+    );
+    // Created with the clock's second; since raised by the first
+    // reservation, which starts after it.
+    let record = record_of(&mut conn, "idutil:mark:12");
+    assert_eq!(record["seen"], t.to_string());
+    assert!(record["high_water"].parse::<u64>().unwrap() > t);
+    assert_eq!(record["layout"], Layout::DEFAULT.fingerprint());
+    let id = g.next_id().unwrap();
+    assert_eq!(Layout::DEFAULT.epoch() + (id.as_u64() >> 21), t + 1);
+}
+
+/// `FLUSHALL` while one holder (a child process) issues IDs continuously,
+/// and a second holder (another process, another host's state directory)
+/// asks for the shard right after: the second gets the lease at once but
+/// waits one TTL before its first ID; the first stops for good at its next
+/// renewal with the error that says the record vanished, and re-creates
+/// nothing. No ID is issued twice.
+#[test]
+fn flushall_under_a_live_holder_issues_nothing_twice() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 5..=5);
+    let mut conn = redis.conn();
+    let ttl = Duration::from_secs(3);
+    let ttl_ms = ttl.as_millis() as u64;
+    let (host_a, host_b) = (state_dir(), state_dir());
+    let mut a = ChildProc::spawn(&redis.url(), ttl_ms, (5, 5), "paced", host_a.path());
+    assert_eq!(a.next().as_deref(), Some("leased 5"));
+    let a_pid = a.child.id().to_string();
+    a.go();
+    let a_lines = a.follow();
+    let mut a_ids = Vec::new();
+    while a_ids.len() < 2000 {
+        let (line, _) = a_lines.recv_timeout(ttl).expect("A issues");
+        a_ids.push(line.strip_prefix("id ").unwrap().parse::<u64>().unwrap());
+    }
+
+    redis::cmd("FLUSHALL").exec(&mut conn).unwrap();
+    let flushed_at = Instant::now();
+    let b_spawned = Instant::now();
+    let mut b = ChildProc::spawn(&redis.url(), ttl_ms, (5, 5), "paced", host_b.path());
+
+    // A stops at its next renewal, a third of the TTL after the last.
+    let (a_error, a_error_at) = loop {
+        let (line, at) = a_lines.recv_timeout(ttl).expect("A reports");
+        match line.strip_prefix("id ") {
+            Some(id) => a_ids.push(id.parse().unwrap()),
+            None => break (line, at),
+        }
+    };
+    assert!(
+        a_error.starts_with("error Redis lost the record of shard 5"),
+        "{a_error}"
+    );
+    assert!(
+        a_error_at - flushed_at < ttl / 2,
+        "{:?}",
+        a_error_at - flushed_at
+    );
+    // Just before B may create the record (one TTL after it got the lease,
+    // which was after the flush): at least one more renewal period of A has
+    // passed, and A re-created nothing.
+    thread::sleep(
+        (flushed_at + ttl - Duration::from_millis(200)).saturating_duration_since(Instant::now()),
+    );
+    assert!(
+        !exists(&mut conn, "idutil:mark:5"),
+        "A re-created the record"
+    );
+    let lease: Option<String> = redis::cmd("GET")
+        .arg("idutil:lease:5")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        !lease.unwrap_or_default().contains(&format!(":{a_pid}:")),
+        "A took the lease back"
+    );
+
+    assert_eq!(b.next().as_deref(), Some("leased 5"));
+    b.go();
+    let b_lines = b.follow();
+    let mut b_ids = Vec::new();
+    let mut b_first_at = None;
+    while b_ids.len() < 2000 {
+        let (line, at) = b_lines.recv_timeout(ttl * 2).expect("B issues");
+        let id = line
+            .strip_prefix("id ")
+            .unwrap_or_else(|| panic!("B: {line}"));
+        b_ids.push(id.parse::<u64>().unwrap());
+        b_first_at.get_or_insert(at);
+    }
+    let waited = b_first_at.unwrap() - b_spawned;
+    assert!(
+        waited >= ttl,
+        "B's first ID came {waited:?} after it started"
+    );
+
+    // A stays stopped, with the same error, while B issues.
+    while let Ok((line, _)) = a_lines.try_recv() {
+        assert!(
+            line.starts_with("error Redis lost the record of shard 5"),
+            "A after its error: {line}"
+        );
+    }
+    drop(a);
+    drop(b);
+    let mut seen = HashSet::new();
+    record_unique(&mut seen, a_ids, "A");
+    record_unique(&mut seen, b_ids, "B");
+}
+
+/// An empty or blank Redis URL is a usage error, never a lease silently
+/// turned off (the shard would then come from the host name): `--redis ''`
+/// and a blank `IDUTIL_REDIS_URL` exit 2 with one line; the library's
+/// `LeaseConfig::from_env` and `Builder::open` return `InvalidEnv`.
+#[test]
+fn blank_redis_url_is_a_usage_error() {
+    let dir = state_dir();
+    #[cfg(feature = "cli")]
+    {
+        let bin = env!("CARGO_BIN_EXE_idutil");
+        let run = |args: &[&str], env: Option<&str>| {
+            let mut cmd = Command::new(bin);
+            cmd.args(args)
+                .env("IDUTIL_STATE_DIR", dir.path())
+                .env("IDUTIL_SHARD", "1")
+                .env_remove("IDUTIL_REDIS_URL");
+            if let Some(v) = env {
+                cmd.env("IDUTIL_REDIS_URL", v);
+            }
+            cmd.output().unwrap()
+        };
+        for (args, env) in [
+            (&["--redis", "", "next"][..], None),
+            (&["--redis", "  ", "next"][..], None),
+            (&["next"][..], Some(" ")),
+            (&["next"][..], Some("")),
+            (&["state"][..], Some("\t")),
+        ] {
+            let out = run(args, env);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {err}");
+            assert!(out.stdout.is_empty(), "{args:?} {env:?}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains("Redis URL is empty or blank"), "{err}");
+        }
+    }
+    let child = |value: &str| {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "env_child_process",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
+            .env(ENV_CHILD_ENV, "1")
+            .env("IDUTIL_REDIS_URL", value)
+            .env("IDUTIL_STATE_DIR", dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = |name: &str| {
+            text.lines()
+                .find_map(|l| {
+                    l.split_once(&format!("{MARK}{name} "))
+                        .map(|p| p.1.to_string())
+                })
+                .unwrap_or_else(|| panic!("no {name} line in {text}"))
+        };
+        (line("from_env"), line("open"))
+    };
+    for blank in ["", " ", " \t "] {
+        let (from_env, open) = child(blank);
+        assert_eq!(from_env, "err true", "{blank:?}");
+        assert!(open.starts_with("err true: "), "{blank:?}: {open}");
+        assert!(open.contains("IDUTIL_REDIS_URL"), "{open}");
+    }
 }
