@@ -168,6 +168,7 @@ fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
     let (kind, code) = match e.downcast_ref::<idutil::Error>() {
         Some(
             idutil::Error::ShardOutOfRange { .. }
+            | idutil::Error::UnusableHostname { .. }
             | idutil::Error::InvalidEnv { .. }
             | idutil::Error::NoStateDir,
         ) => ("usage error", 2),
