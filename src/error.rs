@@ -5,7 +5,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::layout::LayoutError;
-use crate::shard::ShardSource;
+use crate::shard::{HostnameProblem, ShardSource};
 
 /// Everything that can go wrong in `idutil`.
 ///
@@ -56,6 +56,16 @@ pub enum Error {
     },
     /// The host name could not be read.
     Hostname(io::Error),
+    /// The host name cannot choose the shard: its number is beyond the
+    /// layout's shard range, or its ending looks random (a container id, a
+    /// Kubernetes Deployment pod) so that hosts named like it would
+    /// collide. The crate docs' "The shard" section has the rule.
+    UnusableHostname {
+        /// The host name, as read.
+        host: String,
+        /// Why it cannot choose the shard.
+        problem: HostnameProblem,
+    },
     /// No state directory was given and no platform default could be found.
     NoStateDir,
     /// The generator reached the last second its layout can represent.
@@ -135,6 +145,10 @@ impl Error {
     pub fn shard(&self) -> Option<u64> {
         match self {
             Error::ShardOutOfRange { shard, .. } => Some(*shard),
+            Error::UnusableHostname {
+                problem: HostnameProblem::OutOfRange { digits, .. },
+                ..
+            } => digits.parse().ok(),
             Error::Locked { shard, .. } | Error::BadState { shard, .. } => Some(u64::from(*shard)),
             #[cfg(feature = "redis")]
             Error::Lease(e) => e.shard().map(u64::from),
@@ -177,6 +191,11 @@ impl fmt::Display for Error {
             Error::Hostname(e) => write!(
                 f,
                 "cannot read the host name to choose a shard ({e}); set IDUTIL_SHARD"
+            ),
+            Error::UnusableHostname { host, problem } => write!(
+                f,
+                "host name {host:?} cannot choose a shard: {problem}; {}",
+                problem.advice()
             ),
             Error::NoStateDir => write!(
                 f,

@@ -260,8 +260,8 @@ impl<C: Clock> Builder<C> {
     ///
     /// # Errors
     ///
-    /// [`Error::ShardOutOfRange`] or [`Error::InvalidEnv`] for a bad shard,
-    /// [`Error::Locked`] if another generator holds the shard,
+    /// [`Error::ShardOutOfRange`], [`Error::InvalidEnv`] or
+    /// [`Error::UnusableHostname`] for a bad shard, [`Error::Locked`] if another generator holds the shard,
     /// [`Error::BadState`] if the state file cannot be trusted,
     /// [`Error::Io`] if the state directory cannot be used; with a Redis
     /// lease, `Error::Lease` if no shard is free, Redis cannot be reached or

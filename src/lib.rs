@@ -22,8 +22,8 @@
 //! opens a process-wide [`Generator`]:
 //!
 //! - its **shard** (5 bits, 0–31: which generator made the ID) comes from
-//!   `IDUTIL_SHARD`, or else from the trailing digits of the host name
-//!   (`web-7` → 7);
+//!   `IDUTIL_SHARD`, or else from the number that ends the host name
+//!   (`web-7` → 7; see [The shard](#the-shard) for the names refused);
 //! - its **state directory** comes from `IDUTIL_STATE_DIR`, or else
 //!   `$XDG_STATE_HOME/idutil` or `~/.local/state/idutil`.
 //!
@@ -191,13 +191,60 @@
 //! ## The shard
 //!
 //! The shard comes from the explicit setting, else `IDUTIL_SHARD`, else the
-//! trailing decimal digits of the short host name (before the first `.`):
-//! `web-7` → 7, `node-007` → 7. A host name without digits gets shard 0 with
-//! a warning. Digits beyond the shard range (`web-45` with 5 shard bits) are
-//! an error, never a silent fallback. Host-name shards are safe only where
-//! names are unique and numbered (Kubernetes StatefulSets, numbered VMs).
-//! Fleets with random names need an explicit shard per instance, or the
-//! Redis lease.
+//! number that ends the short host name (the part before the first `.`),
+//! where that number numbers the host. Host-name shards are safe only
+//! where names are unique and numbered (Kubernetes StatefulSets, numbered
+//! VMs); two hosts that end in the same number issue duplicate IDs. Fleets
+//! with random names need an explicit shard per instance, or the Redis
+//! lease. So the host name is read strictly, and a name that cannot be
+//! trusted is refused rather than given a shard that may collide:
+//!
+//! - The short name is split at `-` and `_`. Its last part must be a
+//!   number, either alone (`web-7`, `node-007`) or after letters (`db3`);
+//!   leading zeros are ignored. That number is the shard, and a number
+//!   beyond the layout's range is an error, never a fallback to another
+//!   shard.
+//! - Endings that look random are refused
+//!   ([`Error::UnusableHostname`]): a last part with letters after a
+//!   digit (`web-7a`, Windows' `DESKTOP-7H3K2LQ`); a short name of 12 or
+//!   more hex digits (a container id); a Kubernetes Deployment pod name
+//!   `name-<hash>-<suffix>`, recognised by a hash of 5 or more characters
+//!   with letters after a digit, or by a 5–10 and a 5 character ending
+//!   drawn only from the characters Kubernetes generates names from
+//!   (consonants and the digits 2, 4–9); and EC2's default `ip-A-B-C-D`,
+//!   whose last number is the last byte of a private address and repeats
+//!   in every subnet (and is mostly above 31).
+//! - A short name that does not end in a number (`host`, `win10-desktop`)
+//!   gets shard 0 with a `log::warn!`, since several such hosts collide.
+//!   [`Generator::shard_source`] says which case applied.
+//!
+//! With the default layout (shards 0 to 31):
+//!
+//! | host name                     | shard                  | why                                              |
+//! |-------------------------------|------------------------|--------------------------------------------------|
+//! | `web-7`                       | 7                      | the last part is a number                        |
+//! | `web-0`                       | 0                      | a StatefulSet ordinal                            |
+//! | `web-31`                      | 31                     | the largest shard                                |
+//! | `node-007`                    | 7                      | leading zeros are ignored                        |
+//! | `db3`                         | 3                      | letters, then a number                           |
+//! | `api-2.prod`                  | 2                      | the short name is `api-2`                        |
+//! | `web-32`                      | refused: out of range  | beyond 0..=31                                    |
+//! | `web-99999999999999999999999` | refused: out of range  | reported with the digits as written              |
+//! | `host`                        | 0, with a warning      | no number                                        |
+//! | `web.42`                      | 0, with a warning      | the short name `web` has no number               |
+//! | `win10-desktop`               | 0, with a warning      | the number is not at the end                     |
+//! | `a1b2c3d4e5f6`                | refused                | a container id                                   |
+//! | `deadbeefcafe`                | refused                | a container id, even without digits              |
+//! | `web-5f7c9-abc1`              | refused                | a Deployment pod: `5f7c9` is a hash              |
+//! | `api-6c8d9-xyz1`              | refused                | a Deployment pod                                 |
+//! | `web-bcdfg-24567`             | refused                | a Deployment pod: generated characters           |
+//! | `web-7a`                      | refused                | letters after the digits                         |
+//! | `desktop-7h3k2lq`             | refused                | letters and digits mixed                         |
+//! | `ip-10-0-3-17`                | refused                | 17 is an address byte, repeated in every subnet  |
+//!
+//! Letters may be in either case. A name that is
+//! refused, or that warns, is fixed by `IDUTIL_SHARD` (or `--shard`, or
+//! [`Builder::shard`]), a StatefulSet, or the Redis lease.
 //!
 //! ## The Redis lease
 //!
@@ -341,7 +388,7 @@ pub use generator::{Builder, Generator, IdBatch, DEFAULT_WINDOW, HEADROOM, MAX_H
 pub use global::IdUtil;
 pub use id::Id;
 pub use layout::{Layout, LayoutError, Parts, EPOCH_2000, MAX_TOTAL_BITS};
-pub use shard::{resolve_shard, shard_from_hostname, ShardSource, SHARD_ENV};
+pub use shard::{resolve_shard, shard_from_hostname, HostnameProblem, ShardSource, SHARD_ENV};
 pub use state::STATE_DIR_ENV;
 
 #[cfg(doctest)]

@@ -1,6 +1,8 @@
 //! The `idutil` command: issue, decode and inspect IDs from a shell.
 
-use std::io::{self, BufWriter, Write};
+use std::ffi::OsString;
+use std::fmt;
+use std::io::{self, BufRead, BufWriter, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
@@ -8,7 +10,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use idutil::state::{self, StateFile};
 use idutil::{Generator, Id, Layout, DEFAULT_WINDOW};
 use serde_json::json;
@@ -23,11 +25,15 @@ const MAX_N: u64 = 1_000_000_000;
     name = "idutil",
     version,
     about = "Unique 53-bit integer IDs that stay exact in JavaScript and never repeat",
-    after_help = "Examples:\n  idutil next -n 5\n  idutil --shard 3 next --json\n  idutil decode 1452736581206048\n  idutil state\n\n\
-                  Environment: IDUTIL_SHARD (the shard, else the host name's trailing digits), \
+    after_help = "Examples:\n  idutil next -n 5\n  idutil --shard 3 next --json\n  idutil decode 1452736581206048\n  \
+                  idutil next -n 2 | idutil decode\n  idutil state\n  \
+                  idutil completions bash > ~/.local/share/bash-completion/completions/idutil\n  \
+                  idutil man | man -l -\n\n\
+                  Environment: IDUTIL_SHARD (the shard, else the number ending the host name), \
                   IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil).\n\n\
-                  Exit status: 0 on success; 2 on bad usage (arguments, or an unusable \
-                  IDUTIL_SHARD, IDUTIL_STATE_DIR or host-name shard); 1 on any other error. \
+                  Exit status: 0 on success; 2 on bad usage or bad input (arguments, IDs on \
+                  standard input, or an unusable IDUTIL_SHARD, IDUTIL_STATE_DIR or host-name \
+                  shard); 1 on any other error. \
                   Every error is one line on stderr; output cut short by an error is \
                   incomplete, whatever it looks like."
 )]
@@ -112,13 +118,20 @@ enum Command {
     },
     /// Show the time, sequence, shard and clock value of IDs
     #[command(
-        after_help = "Examples:\n  idutil decode 1452736581206048\n  idutil decode --json $(idutil next -n 3)"
+        after_help = "Without ID arguments, reads IDs from standard input, one per line: \
+                      surrounding whitespace is ignored and blank lines are skipped. A bad \
+                      line stops decoding with 'line N: <reason>' and exit status 2; the \
+                      IDs before it have been printed (with --json, in an array left \
+                      unclosed, so it cannot pass for a complete one). Empty input prints \
+                      nothing ([] with --json).\n\n\
+                      Examples:\n  idutil decode 1452736581206048\n  idutil decode --json $(idutil next -n 3)\n  \
+                      idutil next -n 2 | idutil decode\n  idutil decode --json < ids.txt"
     )]
     Decode {
-        /// IDs: decimal integers from 0 to 9007199254740991
-        #[arg(required = true, allow_negative_numbers = true, value_name = "ID")]
+        /// IDs: decimal integers from 0 to 9007199254740991 (default: standard input)
+        #[arg(allow_negative_numbers = true, value_name = "ID")]
         ids: Vec<Id>,
-        /// Print a JSON array of objects
+        /// Print a JSON array of objects: id, time, seconds, sequence, shard, clock
         #[arg(long)]
         json: bool,
     },
@@ -132,6 +145,28 @@ enum Command {
         json: bool,
         #[command(subcommand)]
         action: Option<StateAction>,
+    },
+    /// Print a shell completion script
+    #[command(
+        after_help = "Examples:\n  idutil completions bash > ~/.local/share/bash-completion/completions/idutil\n  \
+                      idutil completions zsh > \"${fpath[1]}/_idutil\"\n  \
+                      idutil completions fish > ~/.config/fish/completions/idutil.fish"
+    )]
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of idutil or of one of its commands
+    #[command(
+        after_help = "Examples:\n  idutil man | man -l -\n  idutil man > idutil.1\n  idutil man decode > idutil-decode.1\n  \
+                      idutil man state recover > idutil-state-recover.1"
+    )]
+    Man {
+        /// A command whose page to print, such as `decode` or `state recover`
+        /// (default: the page of idutil itself)
+        #[arg(value_name = "COMMAND")]
+        command: Vec<String>,
     },
 }
 
@@ -194,9 +229,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 fn main() -> ExitCode {
     log::set_logger(&StderrLogger).ok();
     log::set_max_level(log::LevelFilter::Warn);
-    let cli = match Cli::try_parse() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => return usage_error(e),
+        Err(e) => return usage_error(e, &args),
     };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -216,9 +252,19 @@ fn main() -> ExitCode {
 /// are the caller's to fix, so they exit 2 like bad arguments; everything
 /// else exits 1.
 fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
+    if let Some(e) = e.downcast_ref::<CommandError>() {
+        let (kind, code) = match e {
+            CommandError::Usage(_) => ("usage error", 2),
+            CommandError::Input(_) => ("bad input", 2),
+            CommandError::Read(_) => ("error", 1),
+        };
+        eprintln!("idutil: {kind}: {}", one_line(&e.to_string()));
+        return ExitCode::from(code);
+    }
     let (kind, code) = match e.downcast_ref::<idutil::Error>() {
         Some(
             idutil::Error::ShardOutOfRange { .. }
+            | idutil::Error::UnusableHostname { .. }
             | idutil::Error::InvalidEnv { .. }
             | idutil::Error::NoStateDir,
         ) => ("usage error", 2),
@@ -246,43 +292,111 @@ fn one_line(text: &str) -> String {
 }
 
 /// Help and version go to stdout with status 0; anything else is a usage
-/// error: one line on stderr, status 2.
-fn usage_error(e: clap::Error) -> ExitCode {
+/// error: clap's own message and tips on one line of stderr, pointing at
+/// the help of the command it concerns, status 2.
+fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
-    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-        eprintln!("idutil: usage error: a command is required: next, decode or state (see 'idutil --help')");
-        return ExitCode::from(2);
-    }
-    // clap's message: a first paragraph saying what is wrong (the list of
-    // missing arguments on the lines below it), tips, then the usage.
-    let text = e.render().to_string();
-    let first = text.trim_start().split("\n\n").next().unwrap_or_default();
-    let reason = one_line(first);
-    let reason = reason.strip_prefix("error: ").unwrap_or(&reason);
-    let reason = if reason.is_empty() {
-        "invalid usage"
+    let (command, subcommands) = named_command(args);
+    let reason = if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        // clap would print the whole help; one line names the choices.
+        format!("a command is required: {}", subcommands.join(", "))
     } else {
-        reason
+        clap_reason(&e.render().to_string())
     };
-    // `Usage: idutil next [OPTIONS]` names the command whose help to point at.
-    let command = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Usage: "))
-        .map(|usage| {
-            usage
-                .split_whitespace()
-                .take_while(|w| !w.starts_with(['[', '<', '-']))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "idutil".to_string());
     eprintln!("idutil: usage error: {reason} (see '{command} --help')");
     ExitCode::from(2)
+}
+
+/// clap's message and tips on one line. clap renders paragraphs: the error
+/// (any list it names indented below it), its tips, then `Usage:` and a
+/// pointer to `--help`; the last two give way to the pointer
+/// [`usage_error`] adds.
+fn clap_reason(rendered: &str) -> String {
+    let reason = rendered
+        .split("\n\n")
+        .map(one_line)
+        .filter(|p| {
+            !p.is_empty() && !p.starts_with("Usage:") && !p.starts_with("For more information")
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    match reason.strip_prefix("error: ").unwrap_or(&reason) {
+        "" => "invalid usage".to_string(),
+        reason => reason.to_string(),
+    }
+}
+
+/// The command `args` name (`idutil state recover`), found by walking
+/// clap's own command tree past options and their values, and the names of
+/// its sub-commands.
+fn named_command(args: &[OsString]) -> (String, Vec<String>) {
+    let mut root = Cli::command();
+    root.build();
+    let mut path = vec![root.get_name().to_string()];
+    let mut cmd = &root;
+    let mut args = args.iter().skip(1).filter_map(|a| a.to_str());
+    while let Some(arg) = args.next() {
+        let option = if arg == "--" {
+            break;
+        } else if let Some(long) = arg.strip_prefix("--") {
+            cmd.get_arguments().find(|a| a.get_long() == Some(long))
+        } else if let Some(short) = arg.strip_prefix('-') {
+            let mut chars = short.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => cmd.get_arguments().find(|a| a.get_short() == Some(c)),
+                _ => None,
+            }
+        } else {
+            if let Some(sub) = cmd.find_subcommand(arg).filter(|s| s.get_name() != "help") {
+                path.push(sub.get_name().to_string());
+                cmd = sub;
+            }
+            None
+        };
+        // `--state-dir next` names a directory, not the command.
+        if option.is_some_and(|o| o.get_action().takes_values()) {
+            args.next();
+        }
+    }
+    let subcommands = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        .map(|s| s.get_name().to_string())
+        .collect();
+    (path.join(" "), subcommands)
+}
+
+/// Errors of the command itself, beside the library's.
+#[derive(Debug)]
+enum CommandError {
+    /// Bad usage found after parsing the arguments: status 2.
+    Usage(String),
+    /// A bad line on standard input: status 2.
+    Input(String),
+    /// Standard input could not be read: status 1.
+    Read(io::Error),
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommandError::Usage(reason) | CommandError::Input(reason) => f.write_str(reason),
+            CommandError::Read(e) => write!(f, "cannot read standard input: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CommandError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CommandError::Read(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 type BoxError = Box<dyn std::error::Error>;
@@ -292,7 +406,21 @@ fn run(cli: Cli) -> Result<(), BoxError> {
     let mut out = BufWriter::new(stdout.lock());
     match cli.command {
         Command::Next { n, json, max_lead } => next(&cli.common, n, json, max_lead, &mut out)?,
+        Command::Decode { ids, json } if ids.is_empty() => {
+            let stdin = io::stdin();
+            if stdin.is_terminal() {
+                return Err(CommandError::Usage(
+                    "no IDs: give them as arguments, or one per line on standard input \
+                     (see 'idutil decode --help')"
+                        .to_string(),
+                )
+                .into());
+            }
+            decode_lines(stdin.lock(), json, &mut out)?
+        }
         Command::Decode { ids, json } => decode(&ids, json, &mut out)?,
+        Command::Completions { shell } => completions(shell, &mut out)?,
+        Command::Man { command } => man(&command, &mut out)?,
         Command::State { json, action: None } => show_state(&cli.common, json, &mut out)?,
         Command::State {
             action: Some(StateAction::Recover { after }),
@@ -469,29 +597,161 @@ fn rfc3339(unix_seconds: u64) -> String {
         )
 }
 
-fn decode(ids: &[Id], json: bool, out: &mut impl Write) -> Result<(), BoxError> {
-    let layout = Layout::DEFAULT;
-    let mut rows = Vec::new();
-    for &id in ids {
+/// One decoded ID, as `decode --json` prints it: the fields in this order.
+#[derive(serde::Serialize)]
+struct Decoded {
+    id: u64,
+    time: String,
+    seconds: u64,
+    sequence: u32,
+    shard: u32,
+    clock: u32,
+}
+
+impl Decoded {
+    fn new(id: Id) -> Result<Decoded, idutil::Error> {
+        let layout = Layout::DEFAULT;
         let p = layout.decode(id)?;
-        let time = rfc3339(layout.epoch() + p.seconds);
-        if json {
-            rows.push(json!({
-                "id": id.as_u64(), "time": time, "seconds": p.seconds,
-                "sequence": p.sequence, "shard": p.shard, "clock": p.clock,
-            }));
+        Ok(Decoded {
+            id: id.as_u64(),
+            time: rfc3339(layout.epoch() + p.seconds),
+            seconds: p.seconds,
+            sequence: p.sequence,
+            shard: p.shard,
+            clock: p.clock,
+        })
+    }
+}
+
+/// Writes decoded IDs as they come: a line each, or the elements of one
+/// JSON array, opened by the first and closed by [`DecodeOutput::finish`]
+/// (so an error before the first ID leaves no output at all).
+struct DecodeOutput<'a, W: Write> {
+    out: &'a mut W,
+    json: bool,
+    rows: u64,
+}
+
+impl<'a, W: Write> DecodeOutput<'a, W> {
+    fn new(out: &'a mut W, json: bool) -> Self {
+        DecodeOutput { out, json, rows: 0 }
+    }
+
+    fn row(&mut self, id: Id) -> Result<(), BoxError> {
+        let d = Decoded::new(id)?;
+        if self.json {
+            self.out
+                .write_all(if self.rows == 0 { b"[" } else { b"," })?;
+            serde_json::to_writer(&mut *self.out, &d)?;
         } else {
             writeln!(
-                out,
-                "id={id} time={time} seconds={} sequence={} shard={} clock={}",
-                p.seconds, p.sequence, p.shard, p.clock
+                self.out,
+                "id={} time={} seconds={} sequence={} shard={} clock={}",
+                d.id, d.time, d.seconds, d.sequence, d.shard, d.clock
             )?;
         }
+        self.rows += 1;
+        Ok(())
     }
-    if json {
-        serde_json::to_writer(&mut *out, &rows)?;
-        writeln!(out)?;
+
+    fn finish(self) -> io::Result<()> {
+        match (self.json, self.rows) {
+            (false, _) => Ok(()),
+            (true, 0) => self.out.write_all(b"[]\n"),
+            (true, _) => self.out.write_all(b"]\n"),
+        }
     }
+}
+
+fn decode(ids: &[Id], json: bool, out: &mut impl Write) -> Result<(), BoxError> {
+    let mut output = DecodeOutput::new(out, json);
+    for &id in ids {
+        output.row(id)?;
+    }
+    output.finish()?;
+    Ok(())
+}
+
+/// The longest line `decode` reads from standard input; an ID has at most
+/// 16 digits, so a longer line is not an ID, and memory stays bounded.
+const MAX_LINE: usize = 4096;
+
+/// Decodes IDs from `input`, one per line, as `decode --help` describes: a
+/// bad line stops with its number; the lines before it are already out.
+fn decode_lines(mut input: impl BufRead, json: bool, out: &mut impl Write) -> Result<(), BoxError> {
+    let mut output = DecodeOutput::new(out, json);
+    let mut line = Vec::new();
+    for number in 1u64.. {
+        line.clear();
+        let limit = (MAX_LINE + 1) as u64;
+        let read = (&mut input)
+            .take(limit)
+            .read_until(b'\n', &mut line)
+            .map_err(CommandError::Read)?;
+        if read == 0 {
+            break;
+        }
+        let bad = |reason: String| CommandError::Input(format!("line {number}: {reason}"));
+        if line.last() != Some(&b'\n') && line.len() > MAX_LINE {
+            return Err(bad(format!("longer than {MAX_LINE} bytes, not an ID")).into());
+        }
+        let text = std::str::from_utf8(&line)
+            .map_err(|_| bad("not valid UTF-8".to_string()))?
+            .trim();
+        if text.is_empty() {
+            continue;
+        }
+        let id: Id = text
+            .parse()
+            .map_err(|e: idutil::Error| bad(e.to_string()))?;
+        output.row(id)?;
+    }
+    output.finish()?;
+    Ok(())
+}
+
+fn completions(shell: clap_complete::Shell, out: &mut impl Write) -> Result<(), BoxError> {
+    // clap_complete panics when a write fails; writing to memory cannot,
+    // and the real write below reports its error like any other output.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "idutil", &mut script);
+    out.write_all(&script)?;
+    Ok(())
+}
+
+/// The manual page of `idutil` or of the command `path` names
+/// (`["state", "recover"]`).
+fn man(path: &[String], out: &mut impl Write) -> Result<(), BoxError> {
+    let mut cmd = Cli::command();
+    cmd.build();
+    for name in path {
+        let known = cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+            .map(|s| s.get_name().to_string())
+            .collect::<Vec<_>>();
+        let Some(sub) = cmd.find_subcommand(name).filter(|s| s.get_name() != "help") else {
+            let within = cmd
+                .get_display_name()
+                .unwrap_or(cmd.get_name())
+                .replace('-', " ");
+            let reason = match known.is_empty() {
+                true => format!("'{within}' has no commands, so no page for '{name}'"),
+                false => format!(
+                    "'{within}' has no command '{name}' (its commands: {})",
+                    known.join(", ")
+                ),
+            };
+            return Err(CommandError::Usage(format!("{reason} (see 'idutil man --help')")).into());
+        };
+        cmd = sub.clone();
+    }
+    let mut page = Vec::new();
+    let source = format!("idutil {}", env!("CARGO_PKG_VERSION"));
+    clap_mangen::Man::new(cmd)
+        .source(source)
+        .render(&mut page)?;
+    out.write_all(&page)?;
     Ok(())
 }
 

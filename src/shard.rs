@@ -1,5 +1,6 @@
 //! Where the shard comes from: an explicit setting, `IDUTIL_SHARD`, or the
-//! trailing digits of the host name.
+//! number that ends the host name. The crate docs' "The shard" section has
+//! the rule and its table of examples.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -21,8 +22,11 @@ pub enum ShardSource {
     Explicit,
     /// From the `IDUTIL_SHARD` environment variable.
     Env,
-    /// From the trailing digits of this host name.
+    /// From the number that ends this host name (`web-7`, `db3`).
     Hostname(String),
+    /// Shard 0 by default, because this host name does not end in a
+    /// number (`db`, `web.42`); a warning was logged.
+    UnnumberedHostname(String),
     /// Leased from Redis.
     Lease,
 }
@@ -32,21 +36,103 @@ impl fmt::Display for ShardSource {
         match self {
             ShardSource::Explicit => write!(f, "set explicitly"),
             ShardSource::Env => write!(f, "from {SHARD_ENV}"),
-            ShardSource::Hostname(h) => write!(f, "from the digits of host name {h:?}"),
+            ShardSource::Hostname(h) => {
+                write!(f, "from the number at the end of host name {h:?}")?;
+                let short = short_name(h);
+                if short != h {
+                    write!(f, " (short name {short:?})")?;
+                }
+                Ok(())
+            }
+            ShardSource::UnnumberedHostname(h) => {
+                write!(f, "the default: {}", unnumbered(h))
+            }
             ShardSource::Lease => write!(f, "leased from Redis"),
         }
     }
 }
 
+/// Why a host name cannot choose the shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostnameProblem {
+    /// The host name ends in a number beyond the layout's shard range
+    /// (`web-32` with 5 shard bits).
+    OutOfRange {
+        /// The digits, as they appear in the host name.
+        digits: String,
+        /// The largest shard the layout holds.
+        max: u32,
+    },
+    /// The short name is a hex container id (`a1b2c3d4e5f6`): random, so a
+    /// fleet of containers would share shards.
+    ContainerId,
+    /// An EC2-style default name (`ip-10-0-3-17`): its last number is one
+    /// byte of a private IP address, repeated in every subnet.
+    IpAddress,
+    /// A Kubernetes Deployment (ReplicaSet) pod name `name-<hash>-<suffix>`
+    /// (`web-5f7c9-abc1`): the ending is random, not a number for the host.
+    PodName {
+        /// The pod-template hash.
+        hash: String,
+        /// The random suffix.
+        suffix: String,
+    },
+    /// The last `-`/`_`-separated part has letters after digits (`web-7a`,
+    /// `desktop-7h3k2lq`): it looks random, not like a number for the host.
+    MixedEnding {
+        /// That part.
+        part: String,
+    },
+}
+
+impl fmt::Display for HostnameProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostnameProblem::OutOfRange { digits, max } => {
+                write!(f, "its number {digits} is out of range 0..={max}")
+            }
+            HostnameProblem::ContainerId => write!(f, "it looks like a random container id"),
+            HostnameProblem::IpAddress => write!(
+                f,
+                "it is an IP address, whose last byte repeats in every subnet"
+            ),
+            HostnameProblem::PodName { hash, suffix } => write!(
+                f,
+                "it looks like a Kubernetes Deployment pod (hash {hash:?}, random suffix {suffix:?})"
+            ),
+            HostnameProblem::MixedEnding { part } => write!(
+                f,
+                "it ends in {part:?}, which mixes digits and letters like a random id"
+            ),
+        }
+    }
+}
+
+impl HostnameProblem {
+    /// What to do about it, for the error message.
+    pub(crate) fn advice(&self) -> &'static str {
+        match self {
+            HostnameProblem::OutOfRange { .. } => "set IDUTIL_SHARD or --shard to a shard in range",
+            _ => {
+                "hosts named like this would share shards and issue duplicate IDs. \
+                 Set IDUTIL_SHARD or --shard per instance, use a StatefulSet ordinal \
+                 (web-0, web-1, ...), or lease the shard from Redis (IDUTIL_REDIS_URL, feature `redis`)"
+            }
+        }
+    }
+}
+
 /// Chooses the shard: `explicit` if given, else `IDUTIL_SHARD`, else the
-/// trailing digits of the host name (shard 0, with a `log::warn!`, if it
-/// ends in no digit).
+/// number that ends the short host name (see [`shard_from_hostname`]; shard
+/// 0, with a `log::warn!`, if it ends in no number).
 ///
 /// # Errors
 ///
 /// [`Error::ShardOutOfRange`] if the shard does not fit the layout,
 /// [`Error::InvalidEnv`] if `IDUTIL_SHARD` is not a number,
-/// [`Error::Hostname`] if the host name cannot be read.
+/// [`Error::Hostname`] if the host name cannot be read,
+/// [`Error::UnusableHostname`] if it cannot choose a shard.
 pub fn resolve_shard(explicit: Option<u32>, layout: &Layout) -> Result<(u32, ShardSource)> {
     if let Some(shard) = explicit {
         return in_range(shard.into(), layout, ShardSource::Explicit);
@@ -61,11 +147,12 @@ pub fn resolve_shard(explicit: Option<u32>, layout: &Layout) -> Result<(u32, Sha
         Some(shard) => Ok((shard, ShardSource::Hostname(host))),
         None => {
             log::warn!(
-                "host name {host:?} ends in no digits, so this generator uses shard 0; \
-                 every such host uses shard 0 and they will issue duplicate IDs. \
-                 Set {SHARD_ENV} or use numbered host names."
+                "{}, so this generator uses shard 0; every such host uses shard 0 \
+                 and they will issue duplicate IDs. Set {SHARD_ENV} or use numbered \
+                 host names.",
+                unnumbered(&host)
             );
-            Ok((0, ShardSource::Hostname(host)))
+            Ok((0, ShardSource::UnnumberedHostname(host)))
         }
     }
 }
@@ -84,38 +171,122 @@ fn parse_env(value: OsString) -> Result<u64> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(invalid("expected a shard number such as 7"));
     }
-    // Too many digits for u64 is still a number, just out of any range.
-    Ok(digits.parse::<u64>().unwrap_or(u64::MAX))
+    digits
+        .parse::<u64>()
+        .map_err(|_| invalid("out of range: far too large for any shard"))
 }
 
-/// The shard named by the trailing decimal digits of the short host name
-/// (the part before the first `.`): `web-7` → 7, `node-007.example.com` → 7.
-/// `Ok(None)` if the short name ends in no digit.
+/// The shard named by the host name, under the rule in the crate docs'
+/// "The shard" section: the number that ends the short host name (the part
+/// before the first `.`) when that number numbers the host: `web-7` → 7,
+/// `node-007.example.com` → 7, `db3` → 3. `Ok(None)` if the short name does
+/// not end in a number (`db`, `web.42`).
 ///
 /// # Errors
 ///
-/// [`Error::ShardOutOfRange`] if the digits name a shard the layout cannot
-/// hold (`web-45` with 5 shard bits): never a silent fallback to another
-/// shard, which would collide with the host that has it.
+/// [`Error::UnusableHostname`] when the name cannot choose a shard safely:
+/// its number is beyond the layout's shard range (`web-45` with 5 shard
+/// bits; never a silent fallback to another shard), or its ending looks
+/// random (a container id `a1b2c3d4e5f6`, a Kubernetes Deployment pod
+/// `web-5f7c9-abc1`, an ending like `7a`) or repeats across subnets
+/// (`ip-10-0-3-17`), so that a fleet of such hosts would collide.
 ///
 /// ```
 /// use idutil::{shard_from_hostname, Layout};
 /// let l = Layout::DEFAULT;
 /// assert_eq!(shard_from_hostname("web-7", &l)?, Some(7));
 /// assert_eq!(shard_from_hostname("node-007.prod.example.com", &l)?, Some(7));
+/// assert_eq!(shard_from_hostname("db3", &l)?, Some(3));
 /// assert_eq!(shard_from_hostname("db", &l)?, None);
 /// assert!(shard_from_hostname("web-45", &l).is_err());
+/// assert!(shard_from_hostname("web-5f7c9-abc1", &l).is_err());
 /// # Ok::<(), idutil::Error>(())
 /// ```
 pub fn shard_from_hostname(host: &str, layout: &Layout) -> Result<Option<u32>> {
-    static TRAILING_DIGITS: OnceLock<Regex> = OnceLock::new();
-    let re = TRAILING_DIGITS.get_or_init(|| Regex::new(r"([0-9]+)$").expect("valid regex"));
-    let short = host.split('.').next().unwrap_or_default();
-    let Some(digits) = re.captures(short).and_then(|c| c.get(1)) else {
+    let refuse = |problem| Error::UnusableHostname {
+        host: host.to_string(),
+        problem,
+    };
+    let Some(digits) = host_number(host).map_err(refuse)? else {
         return Ok(None);
     };
-    let shard = digits.as_str().parse::<u64>().unwrap_or(u64::MAX);
-    in_range(shard, layout, ShardSource::Hostname(host.to_string())).map(|(s, _)| Some(s))
+    let max = layout.max_shard();
+    match digits.parse::<u64>() {
+        Ok(shard) if shard <= u64::from(max) => Ok(Some(shard as u32)),
+        // Too many digits for u64 is out of range too; the message shows
+        // the digits as written, not a saturated number.
+        _ => Err(refuse(HostnameProblem::OutOfRange {
+            digits: digits.to_string(),
+            max,
+        })),
+    }
+}
+
+/// The short host name: the part before the first `.`.
+fn short_name(host: &str) -> &str {
+    host.split('.').next().unwrap_or_default()
+}
+
+/// The digits that end the short host name, `None` if it ends in none, or
+/// why its ending cannot number the host.
+fn host_number(host: &str) -> Result<Option<&str>, HostnameProblem> {
+    static PATTERNS: OnceLock<[Regex; 5]> = OnceLock::new();
+    let [container_id, ip_address, hash, pod_hash, pod_suffix] = PATTERNS.get_or_init(|| {
+        let re = |p: &str| Regex::new(p).expect("valid regex");
+        [
+            // Docker's short (12) or full (64) hex id.
+            re(r"^[0-9a-fA-F]{12,}$"),
+            // EC2's default name for 10.0.3.17.
+            re(r"^ip(?:-[0-9]{1,3}){4}$"),
+            // Letters after digits, at least 5 characters: a hash.
+            re(r"^[0-9A-Za-z]*[0-9][A-Za-z][0-9A-Za-z]*$"),
+            // The characters Kubernetes draws random names from (no vowels,
+            // no 0, 1 or 3): a pod-template hash, then a 5-character suffix.
+            re(r"^[bcdfghjklmnpqrstvwxzBCDFGHJKLMNPQRSTVWXZ2456789]{5,10}$"),
+            re(r"^[bcdfghjklmnpqrstvwxzBCDFGHJKLMNPQRSTVWXZ2456789]{5}$"),
+        ]
+    });
+    let short = short_name(host);
+    if container_id.is_match(short) {
+        return Err(HostnameProblem::ContainerId);
+    }
+    if ip_address.is_match(short) {
+        return Err(HostnameProblem::IpAddress);
+    }
+    let parts: Vec<&str> = short.split(['-', '_']).collect();
+    if let [_, .., prev, last] = parts[..] {
+        let hashed = prev.len() >= 5 && hash.is_match(prev);
+        let generated = pod_hash.is_match(prev) && pod_suffix.is_match(last);
+        if !last.is_empty() && (hashed || generated) {
+            return Err(HostnameProblem::PodName {
+                hash: prev.to_string(),
+                suffix: last.to_string(),
+            });
+        }
+    }
+    let last = parts.last().copied().unwrap_or_default();
+    let before = last.trim_end_matches(|c: char| c.is_ascii_digit());
+    if before.contains(|c: char| c.is_ascii_digit()) {
+        return Err(HostnameProblem::MixedEnding {
+            part: last.to_string(),
+        });
+    }
+    let digits = &last[before.len()..];
+    Ok((!digits.is_empty()).then_some(digits))
+}
+
+/// "host name "db" does not end in a number", with the short name where it
+/// differs (`web.42`).
+fn unnumbered(host: &str) -> String {
+    let short = short_name(host);
+    if short == host {
+        format!("host name {host:?} does not end in a number")
+    } else {
+        format!(
+            "host name {host:?} does not end in a number (its short name {short:?}, \
+             before the first '.', does not)"
+        )
+    }
 }
 
 fn in_range(shard: u64, layout: &Layout, source: ShardSource) -> Result<(u32, ShardSource)> {
@@ -134,48 +305,180 @@ fn in_range(shard: u64, layout: &Layout, source: ShardSource) -> Result<(u32, Sh
 mod tests {
     use super::*;
 
+    /// What a host name gets under the default layout.
+    #[derive(Debug, PartialEq)]
+    enum Outcome {
+        Shard(u32),
+        Warning,
+        OutOfRange,
+        Refused,
+    }
+
+    fn outcome(host: &str) -> Outcome {
+        match shard_from_hostname(host, &Layout::DEFAULT) {
+            Ok(Some(shard)) => Outcome::Shard(shard),
+            Ok(None) => Outcome::Warning,
+            Err(Error::UnusableHostname {
+                problem: HostnameProblem::OutOfRange { .. },
+                ..
+            }) => Outcome::OutOfRange,
+            Err(Error::UnusableHostname { .. }) => Outcome::Refused,
+            Err(e) => panic!("{host}: unexpected error {e}"),
+        }
+    }
+
+    /// Every row of the table in the crate docs holds.
+    #[test]
+    fn the_documented_table_holds() {
+        let docs = include_str!("lib.rs");
+        let mut rows = 0;
+        for line in docs.lines().filter(|l| l.starts_with("//! | `")) {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let host = cells[1].trim_matches('`');
+            let want = match cells[2] {
+                "0, with a warning" => Outcome::Warning,
+                "refused: out of range" => Outcome::OutOfRange,
+                "refused" => Outcome::Refused,
+                n => Outcome::Shard(n.parse().unwrap_or_else(|_| panic!("row {line}"))),
+            };
+            assert_eq!(outcome(host), want, "{host}");
+            rows += 1;
+        }
+        assert!(rows >= 19, "the table in lib.rs has {rows} rows");
+    }
+
     #[test]
     fn host_names() {
-        let l = Layout::DEFAULT;
-        let cases: &[(&str, Option<u32>)] = &[
-            ("web-7", Some(7)),
-            ("node-007", Some(7)),
-            ("web-31", Some(31)),
-            ("web-0", Some(0)),
-            ("api3", Some(3)),
-            ("db", None),
-            ("", None),
-            ("web-7a", None),
-            ("web-7.example.com", Some(7)),
-            ("db.us-east-2", None),
-            ("web.42", None),
+        use Outcome::*;
+        let cases = [
+            ("web-7", Shard(7)),
+            ("node-007", Shard(7)),
+            ("node-007.prod.example.com", Shard(7)),
+            ("web-31", Shard(31)),
+            ("web-0", Shard(0)),
+            ("db3", Shard(3)),
+            ("api31", Shard(31)),
+            ("WEB-7", Shard(7)),
+            ("api-2.prod", Shard(2)),
+            ("web_12", Shard(12)),
+            ("7", Shard(7)),
+            ("rack2-node-7", Shard(7)),
+            ("k8s-node-3", Shard(3)),
+            ("us-east-db3", Shard(3)),
+            ("web-000000000000000000000000007", Shard(7)),
+            ("db", Warning),
+            ("", Warning),
+            ("host", Warning),
+            ("web-", Warning),
+            ("web.42", Warning),
+            ("db.us-east-2", Warning),
+            ("win10-desktop", Warning),
+            ("DESKTOP-ABCDEFG", Warning),
+            ("web-32", OutOfRange),
+            ("web-45", OutOfRange),
+            ("web-99999999999999999999999", OutOfRange),
+            ("x99999999999999999999999999", OutOfRange),
+            ("a1b2c3d4e5f6", Refused),
+            ("A1B2C3D4E5F6", Refused),
+            ("deadbeefcafe", Refused),
+            ("123456789012", Refused),
+            (
+                "4f9c2a7b1e3d5f6a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a",
+                Refused,
+            ),
+            ("web-5f7c9-abc1", Refused),
+            ("api-6c8d9-xyz1", Refused),
+            ("coredns-558bd4d5db-7ksqm", Refused),
+            ("web-bcdfg-24567", Refused),
+            ("web-bcdf2-hjkl9", Refused),
+            ("my-app-66b6c48dd5-4jw2p.cluster.local", Refused),
+            ("web-7a", Refused),
+            ("desktop-7h3k2lq", Refused),
+            ("DESKTOP-7H3K2LQ", Refused),
+            ("a1b2", Refused),
+            ("ip-10-0-3-17", Refused),
+            ("ip-10-0-3-17.ec2.internal", Refused),
         ];
         for (host, want) in cases {
-            assert_eq!(shard_from_hostname(host, &l).unwrap(), *want, "{host}");
+            assert_eq!(outcome(host), want, "{host}");
         }
     }
 
     #[test]
-    fn out_of_range_digits_are_an_error() {
+    fn refusals_say_why_and_what_to_do() {
         let l = Layout::DEFAULT;
-        for host in ["web-45", "web-32", "x99999999999999999999999999"] {
-            let err = shard_from_hostname(host, &l).unwrap_err();
-            assert!(
-                matches!(err, Error::ShardOutOfRange { .. }),
-                "{host}: {err}"
-            );
-            assert!(err.to_string().contains(host), "{err}");
+        for (host, why) in [
+            ("a1b2c3d4e5f6", "container id"),
+            ("web-5f7c9-abc1", "Kubernetes Deployment pod"),
+            ("web-7a", "\"7a\""),
+            ("ip-10-0-3-17", "IP address"),
+        ] {
+            let err = shard_from_hostname(host, &l).unwrap_err().to_string();
+            for needle in [host, why, "IDUTIL_SHARD", "StatefulSet", "Redis"] {
+                assert!(err.contains(needle), "{host}: {needle:?} missing: {err}");
+            }
         }
+    }
+
+    #[test]
+    fn out_of_range_reports_the_digits_as_written() {
+        let l = Layout::DEFAULT;
+        let err = shard_from_hostname("web-99999999999999999999999", &l).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("web-99999999999999999999999")
+                && text.contains("number 99999999999999999999999 is out of range 0..=31"),
+            "{text}"
+        );
+        assert!(!text.contains(&u64::MAX.to_string()), "{text}");
+        assert_eq!(err.shard(), None, "no u64 holds it");
+
+        let err = shard_from_hostname("node-045", &l).unwrap_err();
+        assert!(
+            err.to_string().contains("number 045 is out of range"),
+            "{err}"
+        );
+        assert_eq!(err.shard(), Some(45));
+
         let wide = Layout::new(30, 0, 13, 10, 0).unwrap();
         assert_eq!(shard_from_hostname("web-45", &wide).unwrap(), Some(45));
     }
 
     #[test]
+    fn sources_tell_the_truth() {
+        for (source, text) in [
+            (ShardSource::Explicit, "set explicitly"),
+            (ShardSource::Env, "from IDUTIL_SHARD"),
+            (
+                ShardSource::Hostname("web-7".into()),
+                "from the number at the end of host name \"web-7\"",
+            ),
+            (
+                ShardSource::Hostname("api-2.prod".into()),
+                "from the number at the end of host name \"api-2.prod\" (short name \"api-2\")",
+            ),
+            (
+                ShardSource::UnnumberedHostname("vm".into()),
+                "the default: host name \"vm\" does not end in a number",
+            ),
+            (
+                ShardSource::UnnumberedHostname("web.42".into()),
+                "the default: host name \"web.42\" does not end in a number \
+                 (its short name \"web\", before the first '.', does not)",
+            ),
+            (ShardSource::Lease, "leased from Redis"),
+        ] {
+            assert_eq!(source.to_string(), text);
+        }
+    }
+
+    #[test]
     fn env_values() {
         assert_eq!(parse_env(" 12 ".into()).unwrap(), 12);
-        for bad in ["", "x", "-1", "7a", "3.0"] {
+        for bad in ["", "x", "-1", "7a", "3.0", "99999999999999999999999"] {
             let err = parse_env(bad.into()).unwrap_err();
             assert!(err.to_string().contains(SHARD_ENV), "{err}");
+            assert!(!err.to_string().contains(&u64::MAX.to_string()), "{err}");
         }
     }
 

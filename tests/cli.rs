@@ -2,10 +2,11 @@
 //! exact output on success, and for every bad input an exit status of 2
 //! (usage) or 1 (runtime) with a one-line reason on stderr, nothing on
 //! stdout and never a panic. `next -n` streams: a reader that stops early
-//! ends it cleanly, and memory does not grow with N.
+//! ends it cleanly, and memory does not grow with N. `decode` reads
+//! standard input in a pipe; completions and the man page render.
 #![cfg(feature = "cli")]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -33,11 +34,31 @@ fn run(cmd: &mut Command) -> Output {
 
 /// Runs `cmd` with `stdout` within [`TIMEOUT`].
 fn run_to(cmd: &mut Command, stdout: Stdio) -> Output {
-    let child = cmd
+    run_with(cmd, stdout, None)
+}
+
+/// Runs `cmd` with `input` on its standard input within [`TIMEOUT`].
+fn run_input(cmd: &mut Command, input: &[u8]) -> Output {
+    run_with(cmd, Stdio::piped(), Some(input))
+}
+
+fn run_with(cmd: &mut Command, stdout: Stdio, input: Option<&[u8]>) -> Output {
+    if input.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd
         .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .expect("start idutil");
+    if let Some(input) = input {
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        // A command that stops reading early closes the pipe: not an error here.
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -75,6 +96,8 @@ struct Case {
     args: &'static [&'static str],
     env: &'static [(&'static str, &'static str)],
     setup: Option<Setup>,
+    /// Standard input, if any (else /dev/null).
+    stdin: Option<&'static [u8]>,
     code: i32,
     /// A fragment the one-line reason must contain.
     why: &'static str,
@@ -91,6 +114,7 @@ const fn case(
         args,
         env: &[],
         setup: None,
+        stdin: None,
         code,
         why,
     }
@@ -103,6 +127,11 @@ const fn with_env(mut c: Case, env: &'static [(&'static str, &'static str)]) -> 
 
 const fn with_setup(mut c: Case, setup: Setup) -> Case {
     c.setup = Some(setup);
+    c
+}
+
+const fn with_stdin(mut c: Case, stdin: &'static [u8]) -> Case {
+    c.stdin = Some(stdin);
     c
 }
 
@@ -166,7 +195,31 @@ const CASES: &[Case] = &[
         2,
         "\"x\"",
     ),
-    case("missing ID", &["decode"], 2, "<ID>"),
+    // IDs on standard input: the first bad line, by number.
+    with_stdin(
+        case("bad first line", &["decode"], 2, "bad input: line 1: invalid ID \"x\""),
+        b"x\n1452736581206048\n",
+    ),
+    with_stdin(
+        case("bad line after blanks", &["decode"], 2, "line 3: invalid ID \"-5\": negative"),
+        b"\n  \n-5\n",
+    ),
+    with_stdin(
+        case("bad line, --json", &["decode", "--json"], 2, "line 2: invalid ID \"1 2\""),
+        b"\n1 2\n",
+    ),
+    with_stdin(
+        case("2^53 on stdin", &["decode"], 2, "line 1: invalid ID \"9007199254740992\": above"),
+        b"9007199254740992",
+    ),
+    with_stdin(
+        case("invalid UTF-8 on stdin", &["decode"], 2, "line 2: not valid UTF-8"),
+        b"\n\xff\xfe\n",
+    ),
+    with_stdin(
+        case("a line too long", &["decode"], 2, "line 1: longer than 4096 bytes"),
+        &[b'7'; 5000],
+    ),
     // Counts.
     case("-n 0", &["next", "-n", "0"], 2, "from 1 to 1000000000"),
     case(
@@ -209,6 +262,20 @@ const CASES: &[Case] = &[
         2,
         "unrecognized subcommand 'bogus'",
     ),
+    case(
+        "mistyped subcommand",
+        &["nxt"],
+        2,
+        "unrecognized subcommand 'nxt'; tip: a similar subcommand exists: 'next' (see 'idutil --help')",
+    ),
+    case(
+        "unknown shell",
+        &["completions", "tcsh"],
+        2,
+        "invalid value 'tcsh'",
+    ),
+    case("no shell", &["completions"], 2, "<SHELL>"),
+    case("man page of no command", &["man", "nxt"], 2, "no command 'nxt'"),
     case("no subcommand", &[], 2, "a command is required"),
     case(
         "unknown state action",
@@ -307,7 +374,10 @@ fn bad_input_exits_with_a_one_line_reason() {
         for (k, v) in c.env {
             cmd.env(k, v);
         }
-        let out = run(&mut cmd);
+        let out = match c.stdin {
+            Some(input) => run_input(&mut cmd, input),
+            None => run(&mut cmd),
+        };
         let stderr = text(&out.stderr);
         let lines = reason_lines(&stderr);
         let problem = if out.status.code() != Some(c.code) {
@@ -387,6 +457,8 @@ fn help_for_every_command_has_examples() {
         &["decode"],
         &["state"],
         &["state", "recover"],
+        &["completions"],
+        &["man"],
     ] {
         for help in [vec!["--help"], vec!["-h"]] {
             let out = run(idutil(dir.path()).args(command).args(&help));
@@ -564,4 +636,248 @@ fn next_streams_large_counts_in_flat_memory() {
         large < small + 8 * 1024,
         "peak memory grew with N: {small} KiB for 50,000 IDs, {large} KiB for 5,000,000"
     );
+}
+
+const VECTOR_LINE: &str =
+    "id=1452736581206048 time=2021-12-13T13:53:03Z seconds=692718783 sequence=1 shard=0 clock=0\n";
+const MAX_LINE: &str =
+    "id=9007199254740991 time=2136-02-07T06:28:15Z seconds=4294967295 sequence=65535 shard=31 clock=0\n";
+
+#[test]
+fn next_piped_into_decode() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut next = idutil(dir.path())
+        .args(["next", "-n", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start idutil next");
+    let pipe = next.stdout.take().unwrap();
+    let decode = run(idutil(dir.path()).arg("decode").stdin(pipe));
+    let next = next.wait_with_output().unwrap();
+    assert!(next.status.success(), "next: {}", text(&next.stderr));
+    let stdout = text(&decode.stdout);
+    assert!(decode.status.success(), "decode: {}", text(&decode.stderr));
+    assert!(decode.stderr.is_empty(), "{}", text(&decode.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let ids: Vec<u64> = lines
+        .iter()
+        .map(|l| {
+            let id = l.strip_prefix("id=").and_then(|r| r.split(' ').next());
+            id.and_then(|id| id.parse().ok()).expect(l)
+        })
+        .collect();
+    assert!(ids[0] < ids[1], "{ids:?}");
+    for line in &lines {
+        assert!(line.contains(" shard=1 clock=0"), "{line}");
+    }
+}
+
+#[test]
+fn decode_reads_standard_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = b"1452736581206048\n\n   \n  9007199254740991 \r\n\t1452736581206048";
+    let out = run_input(idutil(dir.path()).arg("decode"), input);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{VECTOR_LINE}{MAX_LINE}{VECTOR_LINE}")
+    );
+
+    // Arguments win over standard input.
+    let out = run_input(
+        idutil(dir.path()).args(["decode", "9007199254740991"]),
+        b"junk\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), MAX_LINE);
+
+    // Empty input: nothing to decode, not an error.
+    let out = run_input(idutil(dir.path()).arg("decode"), b"");
+    assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty());
+    let out = run_input(idutil(dir.path()).args(["decode", "--json"]), b"\n\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[]\n");
+}
+
+#[test]
+fn a_bad_line_on_standard_input_stops_decoding_with_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = b"1452736581206048\n\nx\n9007199254740991\n";
+    let out = run_input(idutil(dir.path()).arg("decode"), input);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        "idutil: bad input: line 3: invalid ID \"x\": not a decimal integer\n"
+    );
+    // The good line before it is out; nothing after it is.
+    assert_eq!(text(&out.stdout), VECTOR_LINE);
+
+    // With --json, what came before is an unclosed array: not valid JSON.
+    let out = run_input(idutil(dir.path()).args(["decode", "--json"]), input);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("line 3: "),
+        "{}",
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("[{\"id\":1452736581206048,"), "{stdout}");
+    assert!(serde_json::from_str::<serde_json::Value>(&stdout).is_err());
+}
+
+#[test]
+fn decode_json_keys_come_in_a_stable_order_id_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let want = "[{\"id\":1452736581206048,\"time\":\"2021-12-13T13:53:03Z\",\"seconds\":692718783,\
+                \"sequence\":1,\"shard\":0,\"clock\":0},\
+                {\"id\":9007199254740991,\"time\":\"2136-02-07T06:28:15Z\",\"seconds\":4294967295,\
+                \"sequence\":65535,\"shard\":31,\"clock\":0}]\n";
+    let args = ["decode", "--json", "1452736581206048", "9007199254740991"];
+    let out = run(idutil(dir.path()).args(args));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), want);
+    let out = run_input(
+        idutil(dir.path()).args(["decode", "--json"]),
+        b"1452736581206048\n9007199254740991\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), want, "the same from standard input");
+}
+
+#[test]
+fn decode_from_a_terminal_asks_for_ids_instead_of_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    // `script` gives the command a terminal for standard input.
+    let Ok(out) = Command::new("script")
+        .args(["-qec", &format!("{BIN} decode"), "/dev/null"])
+        .env("IDUTIL_STATE_DIR", dir.path())
+        .stdin(Stdio::null())
+        .output()
+    else {
+        eprintln!("SKIPPED: no `script` command to give idutil a terminal");
+        return;
+    };
+    let output = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{output}");
+    assert!(
+        output.contains("usage error: no IDs") && output.contains("'idutil decode --help'"),
+        "{output}"
+    );
+}
+
+#[test]
+fn usage_errors_keep_clap_s_tips_and_point_to_the_command_s_help() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, needles) in [
+        (
+            &["nxt"][..],
+            &[
+                "tip: a similar subcommand exists: 'next'",
+                "(see 'idutil --help')",
+            ][..],
+        ),
+        (
+            &["state", "recovr"],
+            &[
+                "tip: a similar subcommand exists: 'recover'",
+                "(see 'idutil state --help')",
+            ],
+        ),
+        (
+            &["next", "--jsn"],
+            &[
+                "unexpected argument '--jsn'",
+                "tip: a similar argument exists: '--json'",
+                "(see 'idutil next --help')",
+            ],
+        ),
+        (
+            &["decode", "abc"],
+            &["invalid ID \"abc\"", "(see 'idutil decode --help')"],
+        ),
+        (
+            &["--state-dir", "decode", "next", "-n", "0"],
+            &["from 1 to 1000000000", "(see 'idutil next --help')"],
+        ),
+        (
+            &["--shard", "9", "state", "recover", "--after", "soon"],
+            &["RFC 3339", "(see 'idutil state recover --help')"],
+        ),
+        (
+            &[],
+            &["a command is required: next, decode, state, completions, man"],
+        ),
+    ] {
+        let out = run(idutil(dir.path()).args(args));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("idutil: usage error: "), "{stderr}");
+        for needle in needles {
+            assert!(
+                stderr.contains(needle),
+                "{args:?}: {needle:?} missing: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn completions_for_every_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = run(idutil(dir.path()).args(["completions", shell]));
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        assert!(out.stderr.is_empty(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        for word in ["idutil", "decode", "recover", "state-dir"] {
+            assert!(script.contains(word), "{shell}: no {word:?} in\n{script}");
+        }
+    }
+    let out = run(idutil(dir.path()).args(["completions", "bash"]));
+    assert!(text(&out.stdout).contains("complete -F _idutil"));
+}
+
+#[test]
+fn the_man_pages_render() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, title) in [
+        (&["man"][..], ".TH idutil 1"),
+        (&["man", "decode"], ".TH idutil-decode 1"),
+        (&["man", "state", "recover"], ".TH idutil-state-recover 1"),
+    ] {
+        let out = run(idutil(dir.path()).args(args));
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let page = text(&out.stdout);
+        assert!(page.contains(title), "{args:?}:\n{page}");
+        assert!(page.contains("\n.SH SYNOPSIS\n"), "{args:?}:\n{page}");
+        assert!(page.contains("idutil 0."), "the version: {args:?}:\n{page}");
+    }
+    let page = text(&run(idutil(dir.path()).arg("man")).stdout);
+    for section in ["decode", "completions", "Exit status"] {
+        assert!(page.contains(section), "{section}:\n{page}");
+    }
+}
+
+#[test]
+fn completions_and_man_report_a_failed_write() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("no /dev/full here; skipping");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["completions", "bash"][..], &["man"]] {
+        let out = run_to(
+            idutil(dir.path()).args(args),
+            full.try_clone().unwrap().into(),
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("cannot write the output"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
 }

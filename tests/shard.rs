@@ -1,6 +1,7 @@
 //! Where the shard comes from, through the real binary: `--shard` >
-//! `IDUTIL_SHARD` > the trailing digits of the host name. Host names are
-//! set for real in a private UTS namespace (`unshare --uts`).
+//! `IDUTIL_SHARD` > the number that ends the host name, where it numbers
+//! the host (the crate docs' "The shard" has the rule and its table). Host
+//! names are set for real in a private UTS namespace (`unshare --uts`).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -99,6 +100,8 @@ fn host_name_digits_choose_the_shard() {
         ("node-007", 7),
         ("api31.example.com", 31),
         ("db-0", 0),
+        ("db3", 3),
+        ("api-2.prod", 2),
     ] {
         let Some(out) = next_on_host(dir.path(), host) else {
             return;
@@ -126,22 +129,83 @@ fn a_host_name_without_digits_gets_shard_0_and_a_warning() {
     );
 }
 
-#[test]
-fn host_name_digits_out_of_range_are_an_error_not_shard_0() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(out) = next_on_host(dir.path(), "web-45") else {
-        return;
+/// Asserts that `host` is refused: exit 2, no ID, one line on stderr
+/// naming the host and containing each of `needles`.
+fn assert_refused(dir: &Path, host: &str, needles: &[&str]) -> bool {
+    let Some(out) = next_on_host(dir, host) else {
+        return false;
     };
+    let err = stderr(&out);
     assert_eq!(
         out.status.code(),
         Some(2),
-        "a shard setting that cannot work"
+        "{host}: a shard setting that cannot work: {err}"
     );
-    assert!(out.stdout.is_empty(), "no ID on shard 0 or anywhere else");
-    let err = stderr(&out);
     assert!(
-        err.contains("web-45") && err.contains("out of range"),
-        "{err}"
+        out.stdout.is_empty(),
+        "{host}: no ID on shard 0 or anywhere else"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("{host:?}")), "{err}");
+    for needle in needles {
+        assert!(err.contains(needle), "{host}: {needle:?} missing: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    true
+}
+
+#[test]
+fn host_name_digits_out_of_range_are_an_error_not_shard_0() {
+    let dir = tempfile::tempdir().unwrap();
+    for (host, number) in [
+        ("web-45", "45"),
+        ("web-32", "32"),
+        ("web-99999999999999999999999", "99999999999999999999999"),
+    ] {
+        let number = format!("number {number} is out of range 0..=31");
+        if !assert_refused(dir.path(), host, &[&number, "IDUTIL_SHARD"]) {
+            return;
+        }
+    }
+    let Some(out) = next_on_host(dir.path(), "web-99999999999999999999999") else {
+        return;
+    };
+    assert!(
+        !stderr(&out).contains(&u64::MAX.to_string()),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn random_looking_host_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let advice = ["IDUTIL_SHARD", "StatefulSet ordinal (web-0, web-1", "Redis"];
+    for (host, why) in [
+        ("a1b2c3d4e5f6", "container id"),
+        ("web-5f7c9-abc1", "Kubernetes Deployment pod"),
+        ("api-6c8d9-xyz1", "Kubernetes Deployment pod"),
+        ("web-7a", "mixes digits and letters"),
+        ("ip-10-0-3-17", "IP address"),
+    ] {
+        let mut needles = vec![why];
+        needles.extend(advice);
+        if !assert_refused(dir.path(), host, &needles) {
+            return;
+        }
+    }
+}
+
+#[test]
+fn the_warning_names_the_short_name_it_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(out) = next_on_host(dir.path(), "web.42") else {
+        return;
+    };
+    assert_eq!(shard_of(&out), 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains("\"web.42\" does not end in a number") && err.contains("short name \"web\""),
+        "{err}"
+    );
 }
