@@ -455,6 +455,16 @@ impl Damage {
         Damage::Empty,
     ];
 
+    /// Whether the high-water line survives, legible and certain, so that
+    /// recovery needs no time vouched for.
+    pub fn keeps_the_mark(self) -> bool {
+        match self {
+            Damage::Corrupt | Damage::NonUtf8 | Damage::WrongLayout => true,
+            // Cut short, an unknown format, or another shard's marks.
+            Damage::Truncated | Damage::WrongVersion | Damage::WrongShard | Damage::Empty => false,
+        }
+    }
+
     /// Damages the state file in place; returns the damaged bytes.
     pub fn apply(self, path: &Path) -> Vec<u8> {
         let good = std::fs::read_to_string(path).expect("read the state file");
