@@ -28,6 +28,19 @@
 //! `high_water` lists, per clock value, the highest second an ID may have
 //! been issued in; `last` (present only after a clean close) is the exact
 //! last second and sequence issued. `end` marks a complete file.
+//!
+//! Every value is checked when the file is read, and a file that breaks any
+//! rule is refused ([`Error::BadState`]), never repaired: every second lies
+//! within the layout's range (its epoch to its last second); `high_water`
+//! lists each clock value at most once and has a mark for the current one
+//! (`clock_id` modulo the clock values), at or above `seen_last_run` and
+//! `last`'s second; `seen_last_run` is at most `seen_max`, which is at most
+//! the highest mark; `last`'s sequence fits the layout; `clock_id` can
+//! still be bumped. Reasons name lines and fields, never the file's text.
+//!
+//! A file that cannot be trusted is restarted with [`recover`] (the command
+//! `idutil state recover`), which resumes after everything the old file
+//! still says for certain, and refuses when it cannot know.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -744,6 +757,7 @@ impl Recovery {
 ///
 /// # Errors
 ///
+/// [`Error::Locked`] if a generator holds the shard;
 /// [`Error::RecoveryRefused`] when the old high-water mark cannot be read
 /// with certainty and no time is vouched for, when the state file is
 /// healthy and the recovery is not forced, when the vouched-for time is past
@@ -755,9 +769,33 @@ pub fn plan_recovery(
     layout: &Layout,
     options: &RecoverOptions,
 ) -> Result<Recovery> {
+    if let Some(pid) = held(dir, shard) {
+        return Err(Error::Locked {
+            shard,
+            dir: dir.to_path_buf(),
+            pid,
+        });
+    }
     let path = state_path(dir, shard);
     let old = read_state_bytes(&path)?;
     plan_recovery_from(dir, shard, layout, options, old, wall_now())
+}
+
+/// Whether a generator holds the shard's lock (and its pid, if legible),
+/// seen without creating or changing anything: a shared lock taken for an
+/// instant, as [`inspect`] does.
+fn held(dir: &Path, shard: u32) -> Option<Option<u32>> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .open(lock_path(dir, shard))
+        .ok()?;
+    match fs2::FileExt::try_lock_shared(&file) {
+        Ok(()) => {
+            let _ = fs2::FileExt::unlock(&file);
+            None
+        }
+        Err(_) => Some(read_pid(&mut file)),
+    }
 }
 
 /// Restarts a shard's state conservatively: [`plan_recovery`], then

@@ -509,7 +509,7 @@ fn assert_command_refuses(shard: u32, dir: &Path, damaged: &[u8], kind: Damage) 
             let r = run(idutil(shard, dir).arg("state")).expect_code(0, "idutil state");
             assert!(
                 r.stdout
-                    .contains("layout:       seconds:32 clock:2 sequence:14"),
+                    .contains("layout:       seconds:31 clock:1 sequence:16"),
                 "{}",
                 r.stdout
             );

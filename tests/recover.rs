@@ -333,6 +333,9 @@ fn recover_refuses_times_past_the_layouts_end() {
     assert_eq!(unix_second(ids[0]), last, "the last second of the layout");
 }
 
+/// A change to a state file's text.
+type Edit<'a> = Box<dyn Fn(&str) -> String + 'a>;
+
 /// Replaces the value of `key`'s line.
 fn set(text: &str, key: &str, value: &str) -> String {
     text.lines()
@@ -357,7 +360,7 @@ fn absurd_seconds_in_a_state_file_never_panic_the_command() {
     let year_11500: u64 = 300_798_489_600; // about the year 11500
     let max = u64::MAX.to_string();
     let y = year_11500.to_string();
-    let edits: Vec<(&str, Box<dyn Fn(&str) -> String>)> = vec![
+    let edits: Vec<(&str, Edit<'_>)> = vec![
         (
             "mark year 11500",
             Box::new(|t| set(t, "high_water", &format!("0:{y}"))),
