@@ -121,6 +121,20 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// `idutil state recover` ([`state::recover`](crate::state::recover))
+    /// refused to restart a shard's state: it cannot know where to resume
+    /// (no state file, or a high-water mark that cannot be read with
+    /// certainty, and no time vouched for), the state file is healthy and
+    /// the recovery was not forced, or resuming would leave no second of the
+    /// layout.
+    RecoveryRefused {
+        /// The state file.
+        path: PathBuf,
+        /// The shard.
+        shard: u32,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// The generator was closed; it issues no more IDs.
     Closed,
     /// The process-wide generator was already initialized.
@@ -136,7 +150,9 @@ impl Error {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Error::Locked { dir, .. } => Some(dir),
-            Error::Io { path, .. } | Error::BadState { path, .. } => Some(path),
+            Error::Io { path, .. }
+            | Error::BadState { path, .. }
+            | Error::RecoveryRefused { path, .. } => Some(path),
             _ => None,
         }
     }
@@ -149,7 +165,9 @@ impl Error {
                 problem: HostnameProblem::OutOfRange { digits, .. },
                 ..
             } => digits.parse().ok(),
-            Error::Locked { shard, .. } | Error::BadState { shard, .. } => Some(u64::from(*shard)),
+            Error::Locked { shard, .. }
+            | Error::BadState { shard, .. }
+            | Error::RecoveryRefused { shard, .. } => Some(u64::from(*shard)),
             #[cfg(feature = "redis")]
             Error::Lease(e) => e.shard().map(u64::from),
             _ => None,
@@ -252,6 +270,11 @@ impl fmt::Display for Error {
                     dir.display()
                 )
             }
+            Error::RecoveryRefused { path, reason, .. } => write!(
+                f,
+                "state file {} was not recovered: {reason}",
+                path.display()
+            ),
             Error::Closed => write!(f, "the generator is closed"),
             Error::AlreadyInitialized => {
                 write!(f, "the process-wide generator is already initialized")

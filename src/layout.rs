@@ -14,6 +14,12 @@ pub const EPOCH_2000: u64 = 946_684_800;
 /// integer a JavaScript number holds exactly.
 pub const MAX_TOTAL_BITS: u32 = 53;
 
+/// The latest second a layout may reach, in seconds since the Unix epoch:
+/// the largest a signed 64-bit count of seconds (and so a [`SystemTime`])
+/// holds. Every second of every layout can be added and converted without
+/// overflow.
+const MAX_UNIX_SECOND: u64 = i64::MAX as u64;
+
 /// The bit layout of an ID, from the top: seconds since the epoch, clock
 /// value, sequence within the second, shard.
 ///
@@ -65,6 +71,12 @@ pub enum LayoutError {
         /// `"clock"`, `"sequence"` or `"shard"`.
         field: &'static str,
     },
+    /// The epoch is so late that the layout's last second would lie beyond
+    /// what a [`SystemTime`] (signed 64-bit seconds) can hold.
+    EpochTooLate {
+        /// The epoch given, in seconds since the Unix epoch.
+        epoch: u64,
+    },
 }
 
 impl fmt::Display for LayoutError {
@@ -79,6 +91,11 @@ impl fmt::Display for LayoutError {
             LayoutError::FieldTooWide { field } => write!(
                 f,
                 "the {field} field is too wide (clock and shard take at most 16 bits, sequence 32)"
+            ),
+            LayoutError::EpochTooLate { epoch } => write!(
+                f,
+                "the epoch {epoch} is too late: the layout's last second would be past \
+                 {MAX_UNIX_SECOND} s after the Unix epoch"
             ),
         }
     }
@@ -111,7 +128,8 @@ impl Layout {
     ///
     /// [`LayoutError`] if the widths add up to more than 53 bits, the seconds
     /// or sequence field is empty, the clock or shard field is wider than 16
-    /// bits or the sequence field wider than 32.
+    /// bits or the sequence field wider than 32, or the epoch is so late that
+    /// the last second would not fit a signed 64-bit count of seconds.
     pub const fn new(
         seconds_bits: u32,
         clock_bits: u32,
@@ -144,6 +162,10 @@ impl Layout {
         if total > MAX_TOTAL_BITS {
             return Err(LayoutError::TooWide { total });
         }
+        match epoch.checked_add(mask(seconds_bits)) {
+            Some(last) if last <= MAX_UNIX_SECOND => {}
+            _ => return Err(LayoutError::EpochTooLate { epoch }),
+        }
         Ok(Layout {
             seconds_bits: seconds_bits as u8,
             clock_bits: clock_bits as u8,
@@ -173,6 +195,9 @@ impl Layout {
             Err(LayoutError::NoSeconds) => panic!("invalid layout: empty seconds field"),
             Err(LayoutError::NoSequence) => panic!("invalid layout: empty sequence field"),
             Err(LayoutError::FieldTooWide { .. }) => panic!("invalid layout: a field is too wide"),
+            Err(LayoutError::EpochTooLate { .. }) => {
+                panic!("invalid layout: the epoch is too late")
+            }
         }
     }
 
@@ -205,6 +230,7 @@ impl Layout {
         mask(self.seconds_bits())
     }
     /// The last representable second, in seconds since the Unix epoch.
+    /// [`Layout::new`] guarantees it fits a signed 64-bit count of seconds.
     pub const fn last_unix_second(&self) -> u64 {
         self.epoch + self.max_seconds()
     }
@@ -284,8 +310,11 @@ impl Layout {
     }
 
     /// The wall-clock time of `parts.seconds` under this layout's epoch.
+    /// Seconds beyond the layout's range (which no ID of it holds) count as
+    /// its last second, so this never overflows.
     pub fn time(&self, parts: &Parts) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(self.epoch + parts.seconds)
+        let seconds = parts.seconds.min(self.max_seconds());
+        UNIX_EPOCH + Duration::from_secs(self.epoch + seconds)
     }
 
     /// A short text form, `seconds:32 clock:0 sequence:16 shard:5 epoch:946684800`,
@@ -366,6 +395,45 @@ mod tests {
         assert!(Layout::new(u32::MAX, 0, 16, 5, 0).is_err());
         assert!(Layout::new(10, 17, 16, 5, 0).is_err());
         assert!(Layout::new(10, 0, 16, 17, 0).is_err());
+    }
+
+    #[test]
+    fn rejects_an_epoch_whose_last_second_overflows() {
+        let latest = i64::MAX as u64 - ((1 << 32) - 1);
+        let l = Layout::new(32, 0, 16, 5, latest).unwrap();
+        assert_eq!(l.last_unix_second(), i64::MAX as u64);
+        let far = Parts {
+            seconds: u64::MAX,
+            clock: 0,
+            sequence: 0,
+            shard: 0,
+        };
+        // The latest layout's last second is still a valid time.
+        assert!(l.time(&far) > UNIX_EPOCH);
+        for epoch in [latest + 1, u64::MAX - 10, u64::MAX] {
+            assert_eq!(
+                Layout::new(32, 0, 16, 5, epoch),
+                Err(LayoutError::EpochTooLate { epoch })
+            );
+        }
+        assert!(Layout::new(1, 0, 16, 5, i64::MAX as u64 - 1).is_ok());
+        assert!(Layout::new(1, 0, 16, 5, i64::MAX as u64).is_err());
+    }
+
+    #[test]
+    fn time_of_out_of_range_seconds_is_the_last_second() {
+        let l = Layout::DEFAULT;
+        let far = Parts {
+            seconds: u64::MAX,
+            clock: 0,
+            sequence: 0,
+            shard: 0,
+        };
+        let last = Parts {
+            seconds: l.max_seconds(),
+            ..far
+        };
+        assert_eq!(l.time(&far), l.time(&last));
     }
 
     #[test]

@@ -176,10 +176,39 @@
 //! inside.
 //!
 //! A state file that is unreadable, truncated, from an unknown version or
-//! for another layout is never reset silently. Opening fails with
-//! [`Error::BadState`], which names the file and the command that restarts
-//! it conservatively: `idutil state recover --shard N --state-dir DIR`
-//! ([`state::recover`]).
+//! for another layout, or that holds any value its layout rules out (a
+//! second outside the layout's range, a high-water mark below the last
+//! issued second or the last run's clock, a clock value listed twice, an
+//! empty `high_water`), is never reset or repaired silently. Opening fails
+//! with [`Error::BadState`], which names the file and the command that
+//! restarts it conservatively: `idutil state recover --shard N --state-dir
+//! DIR` ([`state::recover`]). Every stored value is checked with checked
+//! arithmetic, so no file can make a generator wrap around and start over.
+//!
+//! ## Recovery
+//!
+//! `idutil state recover` never resumes before anything that may have been
+//! issued:
+//!
+//! - When the old file's high-water mark can be read with certainty (a
+//!   complete, legible `high_water` line of a version-1 file for this shard,
+//!   every mark within the layout's range), the shard resumes after the
+//!   latest second anything accounts for: every mark, the last issued
+//!   second and the seen seconds still legible, the wall clock, and
+//!   `--after` if given, plus the reservation window.
+//! - When it cannot (no state file, a zero-length or truncated one, a
+//!   missing, garbled, empty or out-of-range `high_water` line, an unknown
+//!   version, another shard's file), it refuses, and says to pass `--after
+//!   TIME`: a time you vouch for, no ID of the shard being later. It accepts
+//!   Unix seconds or RFC 3339 with any offset, and refuses a time that
+//!   would leave no second of the layout: a dead shard is never created.
+//! - A healthy file is replaced only with `--force`.
+//!
+//! It prints what it will do before doing it (`--dry-run` prints only),
+//! bumps the clock id, and keeps the old file as `shard-N.state.bad`
+//! (written through a temporary file and a rename, so a link at that path is
+//! replaced, never written through). The file's modification time is not
+//! evidence: a copy or a restore changes it.
 //!
 //! **The state directory must persist.** In a container it must be a
 //! persistent volume that outlives the container, not its writable layer,

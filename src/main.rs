@@ -11,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use idutil::state::{self, StateFile};
+use idutil::state::{self, RecoverOptions, StateFile};
 use idutil::{Generator, Id, Layout, DEFAULT_WINDOW};
 use serde_json::json;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -172,17 +172,31 @@ enum Command {
 
 #[derive(Subcommand)]
 enum StateAction {
-    /// Replace a damaged or mismatched state file with a fresh one that
-    /// resumes after the latest second the old file, its timestamp and the
-    /// clock could imply
+    /// Replace a damaged, lost or mismatched state file with one that resumes
+    /// after everything the old file, the clock and --after account for;
+    /// prints what it will do first
     #[command(
-        after_help = "Examples:\n  idutil state recover\n  idutil --shard 3 --state-dir /var/lib/idutil state recover\n  idutil state recover --after 2030-01-01T00:00:00Z\n  idutil state recover --after 1893456000"
+        after_help = "It refuses when it cannot know where to resume (no state file, or a \
+                      high-water mark that cannot be read with certainty): pass --after with \
+                      a time no ID of the shard is later than. It refuses a healthy file \
+                      unless --force. The old file is kept as shard-N.state.bad.\n\n\
+                      Examples:\n  idutil state recover --dry-run\n  idutil state recover\n  \
+                      idutil --shard 3 --state-dir /var/lib/idutil state recover\n  \
+                      idutil state recover --after 2030-01-01T02:00:00+02:00\n  \
+                      idutil state recover --after 1893456000"
     )]
     Recover {
-        /// Also resume after this second (Unix seconds or RFC 3339), for
-        /// when the old state is lost and the shard may have run ahead
+        /// A time you vouch for: no ID of the shard is later than it (Unix
+        /// seconds or RFC 3339, any offset). Needed when the old high-water
+        /// mark cannot be read or the file is gone
         #[arg(long, value_name = "TIME", value_parser = parse_time)]
         after: Option<u64>,
+        /// Replace the state file even if it is healthy
+        #[arg(long)]
+        force: bool,
+        /// Print what would be done, change nothing
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -423,9 +437,14 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         Command::Man { command } => man(&command, &mut out)?,
         Command::State { json, action: None } => show_state(&cli.common, json, &mut out)?,
         Command::State {
-            action: Some(StateAction::Recover { after }),
+            action:
+                Some(StateAction::Recover {
+                    after,
+                    force,
+                    dry_run,
+                }),
             ..
-        } => recover(&cli.common, after, &mut out)?,
+        } => recover(&cli.common, after, force, dry_run, &mut out)?,
     }
     out.flush()?;
     Ok(())
@@ -914,14 +933,51 @@ fn last_id(s: &StateFile) -> Option<u64> {
     s.layout.encode(parts).ok().map(Id::as_u64)
 }
 
-fn recover(common: &Common, after: Option<u64>, out: &mut impl Write) -> Result<(), BoxError> {
+fn recover(
+    common: &Common,
+    after: Option<u64>,
+    force: bool,
+    dry_run: bool,
+    out: &mut impl Write,
+) -> Result<(), BoxError> {
     let (shard, dir) = shard_and_dir(common)?;
-    let r = state::recover(&dir, shard, &Layout::DEFAULT, DEFAULT_WINDOW, after)?;
+    let mut options = RecoverOptions::new().force(force).window(DEFAULT_WINDOW);
+    if let Some(after) = after {
+        options = options.after(after);
+    }
+    let r = state::plan_recovery(&dir, shard, &Layout::DEFAULT, &options)?;
+    writeln!(out, "state file:   {}", r.path.display())?;
+    writeln!(out, "found:        {}", r.found)?;
     writeln!(
         out,
-        "recovered {}: {}; shard {shard} resumes after {} ({}) with clock id {}",
+        "latest known: {} ({}), {}",
+        rfc3339(r.latest),
+        r.latest,
+        r.latest_from
+    )?;
+    writeln!(
+        out,
+        "resume after: {} ({}): the latest known second plus the {} s reservation window; \
+         clock id {}",
+        rfc3339(r.resume_after),
+        r.resume_after,
+        r.window,
+        r.clock_id
+    )?;
+    if let Some(kept) = &r.kept_as {
+        writeln!(out, "old file:     kept as {}", kept.display())?;
+    }
+    if dry_run {
+        writeln!(out, "dry run: nothing was changed")?;
+        return Ok(());
+    }
+    // Say what is about to happen before doing it.
+    out.flush()?;
+    r.apply()?;
+    writeln!(
+        out,
+        "recovered {}: shard {shard} resumes after {} ({}) with clock id {}",
         r.path.display(),
-        r.previous,
         rfc3339(r.resume_after),
         r.resume_after,
         r.clock_id

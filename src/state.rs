@@ -28,12 +28,24 @@
 //! `high_water` lists, per clock value, the highest second an ID may have
 //! been issued in; `last` (present only after a clean close) is the exact
 //! last second and sequence issued. `end` marks a complete file.
+//!
+//! Every value is checked when the file is read, and a file that breaks any
+//! rule is refused ([`Error::BadState`]), never repaired: every second lies
+//! within the layout's range (its epoch to its last second); `high_water`
+//! lists each clock value at most once and has a mark for the current one
+//! (`clock_id` modulo the clock values), at or above `seen_last_run` and
+//! `last`'s second; `seen_last_run` is at most `seen_max`, which is at most
+//! the highest mark; `last`'s sequence fits the layout; `clock_id` can
+//! still be bumped. Reasons name lines and fields, never the file's text.
+//!
+//! A file that cannot be trusted is restarted with [`recover`] (the command
+//! `idutil state recover`), which resumes after everything the old file
+//! still says for certain, and refuses when it cannot know.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
 
 use crate::clock::wall_now;
 use crate::error::{Error, Result};
@@ -146,76 +158,71 @@ impl StateFile {
         out
     }
 
-    /// Parses a state file's text. The error is the reason, for
-    /// [`Error::BadState`].
+    /// Parses a state file's text and checks every value against the
+    /// file's own layout ([`StateFile::check`]). The error is the reason,
+    /// for [`Error::BadState`]. It names lines and fields but never quotes
+    /// the text: the file may not be a state file at all (a link to a
+    /// secret, say), and error messages end up in logs.
     fn parse(text: &str) -> std::result::Result<StateFile, String> {
-        let mut fields: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut fields: BTreeMap<&str, (usize, &str)> = BTreeMap::new();
         let mut ended = false;
-        for line in text.lines().map(str::trim) {
+        for (i, line) in text.lines().enumerate() {
+            let n = i + 1;
+            let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
             if ended {
-                return Err("text after the end marker".into());
+                return Err(format!("line {n} comes after the end marker"));
             }
             if line == "end" {
                 ended = true;
                 continue;
             }
-            let (key, value) = line
-                .split_once('=')
-                .ok_or_else(|| format!("malformed line {line:?}"))?;
-            if fields.insert(key.trim(), value.trim()).is_some() {
-                return Err(format!("{} appears twice", key.trim()));
+            let Some((key, value)) = line.split_once('=') else {
+                return Err(format!("line {n} is malformed"));
+            };
+            let Some(&key) = FIELDS.iter().find(|f| **f == key.trim()) else {
+                return Err(format!("line {n} has an unknown field"));
+            };
+            if fields.insert(key, (n, value.trim())).is_some() {
+                return Err(format!("{key} appears twice (again on line {n})"));
             }
         }
         if fields.is_empty() {
             return Err("the file is empty".into());
         }
-        let version = fields.remove("version").ok_or("no version")?;
+        let (n, version) = fields.remove("version").ok_or("no version line")?;
         if version != STATE_VERSION.to_string() {
             return Err(format!(
-                "unknown version {version:?} (this idutil reads version {STATE_VERSION})"
+                "line {n} holds an unknown version (this idutil reads version {STATE_VERSION})"
             ));
         }
         if !ended {
             return Err("truncated: no end marker".into());
         }
-        let mut take = |key: &str| fields.remove(key).ok_or(format!("no {key}"));
+        let mut take = |key: &str| fields.remove(key).ok_or(format!("no {key} line"));
         let layout = parse_layout(take("layout")?)?;
         let shard = number(take("shard")?, "shard")?;
         let clock_id = number(take("clock_id")?, "clock_id")?;
         let seen_max = number(take("seen_max")?, "seen_max")?;
         let seen_last_run = number(take("seen_last_run")?, "seen_last_run")?;
-        let mut high_water = BTreeMap::new();
-        for mark in take("high_water")?.split_whitespace() {
-            let (c, s) = mark
-                .split_once(':')
-                .ok_or_else(|| format!("malformed high_water entry {mark:?}"))?;
-            let c: u32 = number(c, "high_water clock value")?;
-            if c >= layout.clock_values() {
-                return Err(format!(
-                    "high_water clock value {c} does not fit the layout"
-                ));
-            }
-            high_water.insert(c, number(s, "high_water second")?);
-        }
+        let high_water = parse_marks(take("high_water")?, &layout)?;
         let last = match fields.remove("last") {
             None => None,
-            Some(v) => {
-                let (sec, seq) = v
-                    .split_once(' ')
-                    .ok_or_else(|| format!("malformed last {v:?}"))?;
+            Some((n, v)) => {
+                let mut words = v.split_whitespace();
+                let (Some(sec), Some(seq), None) = (words.next(), words.next(), words.next())
+                else {
+                    return Err(format!("last (line {n}) is malformed"));
+                };
                 Some((
-                    number(sec, "last second")?,
-                    number(seq.trim(), "last sequence")?,
+                    number((n, sec), "last second")?,
+                    number((n, seq), "last sequence")?,
                 ))
             }
         };
-        if let Some(key) = fields.keys().next() {
-            return Err(format!("unknown field {key:?}"));
-        }
-        Ok(StateFile {
+        let state = StateFile {
             layout,
             shard,
             clock_id,
@@ -223,37 +230,162 @@ impl StateFile {
             seen_last_run,
             high_water,
             last,
-        })
+        };
+        state.check()?;
+        Ok(state)
+    }
+
+    /// Checks the values against the file's layout and against each other,
+    /// so that nothing read from a file can make a generator resume early or
+    /// make its arithmetic overflow:
+    ///
+    /// - every second (`seen_max`, `seen_last_run`, each high-water mark,
+    ///   `last`'s second) lies within the layout's range, from its epoch to
+    ///   its last second; `last`'s sequence and the shard fit the layout;
+    /// - `high_water` has a mark for the current clock value, and that mark
+    ///   is at or above `seen_last_run` and `last`'s second;
+    /// - `seen_last_run` is at most `seen_max`, and the highest mark is at
+    ///   or above `seen_max`;
+    /// - `clock_id` can still be bumped through every clock value.
+    ///
+    /// Repeated or out-of-range clock values in `high_water` are refused
+    /// when parsing.
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
+        let layout = &self.layout;
+        let in_range = |what: &str, second: u64| {
+            if (layout.epoch()..=layout.last_unix_second()).contains(&second) {
+                Ok(())
+            } else {
+                Err(format!("{what} is outside the layout's range of seconds"))
+            }
+        };
+        if self.shard > layout.max_shard() {
+            return Err("the shard does not fit the layout".into());
+        }
+        if self
+            .clock_id
+            .checked_add(u64::from(layout.clock_values()))
+            .is_none()
+        {
+            return Err("clock_id is too large to be bumped".into());
+        }
+        in_range("seen_max", self.seen_max)?;
+        in_range("seen_last_run", self.seen_last_run)?;
+        if self.seen_last_run > self.seen_max {
+            return Err("seen_last_run is above seen_max".into());
+        }
+        for (&value, &mark) in &self.high_water {
+            if value >= layout.clock_values() {
+                return Err("a high_water clock value does not fit the layout".into());
+            }
+            in_range(&format!("the high_water mark of clock value {value}"), mark)?;
+        }
+        let value = self.clock_value();
+        let Some(&current) = self.high_water.get(&value) else {
+            return Err(format!(
+                "high_water has no mark for the current clock value {value}"
+            ));
+        };
+        if current < self.seen_last_run {
+            return Err(format!(
+                "the high_water mark of clock value {value} is below seen_last_run"
+            ));
+        }
+        if let Some((second, sequence)) = self.last {
+            in_range("the last issued second", second)?;
+            if sequence > layout.max_sequence() {
+                return Err("the last issued sequence does not fit the layout".into());
+            }
+            if current < second {
+                return Err(format!(
+                    "the high_water mark of clock value {value} is below the last issued second"
+                ));
+            }
+        }
+        if self.high_water.values().all(|&mark| mark < self.seen_max) {
+            return Err("every high_water mark is below seen_max".into());
+        }
+        Ok(())
     }
 }
 
-fn number<T: std::str::FromStr>(text: &str, what: &str) -> std::result::Result<T, String> {
+/// The fields of a state file, in the order they are written.
+const FIELDS: [&str; 8] = [
+    "version",
+    "layout",
+    "shard",
+    "clock_id",
+    "seen_max",
+    "seen_last_run",
+    "high_water",
+    "last",
+];
+
+/// A field's line number and value.
+type Field<'a> = (usize, &'a str);
+
+fn number<T: std::str::FromStr>(
+    (line, text): Field<'_>,
+    what: &str,
+) -> std::result::Result<T, String> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{what} is not a number: {text:?}"));
+        return Err(format!("{what} (line {line}) is not a number"));
     }
     text.parse()
-        .map_err(|_| format!("{what} is out of range: {text:?}"))
+        .map_err(|_| format!("{what} (line {line}) is out of range"))
 }
 
-fn parse_layout(text: &str) -> std::result::Result<Layout, String> {
+/// `high_water = 0:1763751239 1:1763700000`: at least one mark, no clock
+/// value twice, every clock value within the layout's.
+fn parse_marks(
+    (line, text): Field<'_>,
+    layout: &Layout,
+) -> std::result::Result<BTreeMap<u32, u64>, String> {
+    let mut marks = BTreeMap::new();
+    for mark in text.split_whitespace() {
+        let (value, second) = mark
+            .split_once(':')
+            .ok_or_else(|| format!("high_water (line {line}) is malformed"))?;
+        let value: u32 = number((line, value), "a high_water clock value")?;
+        if value >= layout.clock_values() {
+            return Err(format!(
+                "a high_water clock value (line {line}) does not fit the layout"
+            ));
+        }
+        let second = number((line, second), "a high_water second")?;
+        if marks.insert(value, second).is_some() {
+            return Err(format!(
+                "high_water (line {line}) lists clock value {value} twice"
+            ));
+        }
+    }
+    if marks.is_empty() {
+        return Err(format!("high_water (line {line}) is empty"));
+    }
+    Ok(marks)
+}
+
+fn parse_layout((line, text): Field<'_>) -> std::result::Result<Layout, String> {
+    let malformed = || format!("layout (line {line}) is malformed");
     let mut widths = [None; 5];
     let names = ["seconds", "clock", "sequence", "shard", "epoch"];
     for part in text.split_whitespace() {
-        let (name, value) = part
-            .split_once(':')
-            .ok_or_else(|| format!("malformed layout {text:?}"))?;
+        let (name, value) = part.split_once(':').ok_or_else(malformed)?;
         let i = names
             .iter()
             .position(|n| *n == name)
-            .ok_or_else(|| format!("malformed layout {text:?}"))?;
-        widths[i] = Some(number::<u64>(value, "layout field")?);
+            .ok_or_else(malformed)?;
+        if widths[i].is_some() {
+            return Err(malformed());
+        }
+        widths[i] = Some(number::<u64>((line, value), "a layout field")?);
     }
     let [Some(sec), Some(clk), Some(seq), Some(sh), Some(epoch)] = widths else {
-        return Err(format!("incomplete layout {text:?}"));
+        return Err(format!("layout (line {line}) is incomplete"));
     };
     let narrow = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
     Layout::new(narrow(sec), narrow(clk), narrow(seq), narrow(sh), epoch)
-        .map_err(|e| format!("invalid layout {text:?}: {e}"))
+        .map_err(|e| format!("layout (line {line}) is invalid: {e}"))
 }
 
 /// A locked shard in a state directory: the exclusive right to read and
@@ -456,116 +588,511 @@ pub fn inspect(dir: &Path, shard: u32) -> Result<StateReport> {
     })
 }
 
-/// What [`recover`] did.
-#[derive(Clone, Debug)]
-pub struct Recovery {
-    /// The state file written.
-    pub path: PathBuf,
-    /// The second after which the shard resumes issuing (Unix seconds).
-    pub resume_after: u64,
-    /// The clock id written.
-    pub clock_id: u64,
-    /// Why the file was replaced: what was wrong with the old one, or that
-    /// there was none.
-    pub previous: String,
+/// What [`plan_recovery`] found where the state file should be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OldState {
+    /// There is no state file.
+    Missing,
+    /// A state file a generator can use as it is (replaced only when
+    /// forced, [`RecoverOptions::force`]).
+    Healthy,
+    /// A sound state file written for another layout.
+    OtherLayout(Layout),
+    /// A state file that cannot be trusted as a whole.
+    Damaged {
+        /// What is wrong with it (never a quote of its contents).
+        reason: String,
+    },
 }
 
-/// Restarts a shard's state conservatively, for when the state file is
-/// damaged or was written for another layout.
+impl std::fmt::Display for OldState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OldState::Missing => write!(f, "there is no state file"),
+            OldState::Healthy => write!(f, "the state file is healthy"),
+            OldState::OtherLayout(layout) => write!(
+                f,
+                "the state file was written for layout {}",
+                layout.fingerprint()
+            ),
+            OldState::Damaged { reason } => write!(f, "the state file is damaged: {reason}"),
+        }
+    }
+}
+
+/// Settings for [`plan_recovery`] and [`recover`].
 ///
-/// The new state resumes after the latest second anything could imply: every
-/// plausible Unix second still legible in the old file, the old file's
-/// modification time plus `window` seconds of reservation, the current wall
-/// clock, and `after` if given (use it when the old file is gone and the
-/// shard may have borrowed further ahead than that). The clock id is bumped.
-/// The old file, if any, is kept beside the new one as `shard-N.state.bad`.
+/// ```
+/// use idutil::state::RecoverOptions;
+///
+/// // No ID of the shard is later than 2030-01-01T00:00:00Z.
+/// let options = RecoverOptions::new().after(1_893_456_000);
+/// # let _ = options;
+/// ```
+#[derive(Clone, Debug)]
+pub struct RecoverOptions {
+    after: Option<u64>,
+    force: bool,
+    window: u64,
+}
+
+impl Default for RecoverOptions {
+    fn default() -> Self {
+        RecoverOptions::new()
+    }
+}
+
+impl RecoverOptions {
+    /// No vouched-for time, no forcing, the default reservation window.
+    pub fn new() -> Self {
+        RecoverOptions {
+            after: None,
+            force: false,
+            window: crate::generator::DEFAULT_WINDOW,
+        }
+    }
+
+    /// A time (Unix seconds) that you vouch for: no ID of the shard carries
+    /// a later second. Needed when the old high-water mark cannot be read
+    /// with certainty, or there is no state file; otherwise it only moves
+    /// the resumption later.
+    pub fn after(mut self, unix_second: u64) -> Self {
+        self.after = Some(unix_second);
+        self
+    }
+
+    /// Replaces even a healthy state file.
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+
+    /// The reservation window added past the latest known second, in
+    /// seconds (default: the generator's default window).
+    pub fn window(mut self, seconds: u64) -> Self {
+        self.window = seconds;
+        self
+    }
+}
+
+/// A recovery worked out by [`plan_recovery`]: what was found, where the
+/// shard will resume, and why. [`Recovery::apply`] carries it out.
+#[derive(Clone, Debug)]
+pub struct Recovery {
+    /// The state file.
+    pub path: PathBuf,
+    /// The shard.
+    pub shard: u32,
+    /// What was found.
+    pub found: OldState,
+    /// The latest second (Unix seconds) that anything accounts for: the old
+    /// file's legible fields, the wall clock, the vouched-for time.
+    pub latest: u64,
+    /// Where [`latest`](Recovery::latest) comes from, e.g. `"the high-water
+    /// mark"` or `"the wall clock"`.
+    pub latest_from: &'static str,
+    /// The reservation window added to it, in seconds.
+    pub window: u64,
+    /// The second after which the shard resumes issuing (Unix seconds):
+    /// `latest + window`. Every clock value's high-water mark is set to it.
+    pub resume_after: u64,
+    /// The clock id written: the old one (where legible, else 0) plus one.
+    pub clock_id: u64,
+    /// Where the old file is kept (`shard-N.state.bad`), if there is one.
+    pub kept_as: Option<PathBuf>,
+    dir: PathBuf,
+    old: Option<Vec<u8>>,
+    new_state: StateFile,
+}
+
+impl Recovery {
+    /// The state file [`apply`](Recovery::apply) writes.
+    pub fn new_state(&self) -> &StateFile {
+        &self.new_state
+    }
+
+    /// Takes the shard's lock, checks that the state file is still exactly
+    /// what the plan was made from, keeps the old file as
+    /// `shard-N.state.bad` (replacing whatever is at that path, never
+    /// writing through it) and writes the new state.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Locked`] if a generator holds the shard;
+    /// [`Error::RecoveryRefused`] if the state file changed since the plan
+    /// was made; [`Error::Io`] if the directory cannot be written.
+    pub fn apply(&self) -> Result<()> {
+        let store = Store::open(&self.dir, self.shard)?;
+        if read_state_bytes(&self.path)? != self.old {
+            return Err(Error::RecoveryRefused {
+                path: self.path.clone(),
+                shard: self.shard,
+                reason: "the state file changed since the recovery was worked out; \
+                         run the recovery again"
+                    .into(),
+            });
+        }
+        if let (Some(bytes), Some(kept_as)) = (&self.old, &self.kept_as) {
+            write_replacing(&self.dir, self.shard, kept_as, bytes)?;
+        }
+        store.save(&self.new_state)
+    }
+}
+
+/// Works out how to restart a shard's state conservatively, for when the
+/// state file is damaged, written for another layout, or lost. Reads the
+/// state file without taking the lock and changes nothing; see
+/// [`Recovery::apply`], or [`recover`] for both steps at once.
+///
+/// The shard resumes after the latest second anything can justify, plus
+/// the reservation window: every high-water mark, the last issued second
+/// and the seen seconds that are still legible, the wall clock, and the
+/// time vouched for with [`RecoverOptions::after`]. The clock id is bumped.
+///
+/// It never guesses. When the old high-water mark cannot be read with
+/// certainty (no state file, a zero-length or truncated one, a missing,
+/// garbled, empty or out-of-range `high_water` line, an unknown version,
+/// a file for another shard), it refuses unless a time is vouched for.
 ///
 /// # Errors
 ///
-/// [`Error::Locked`] if a generator holds the shard; [`Error::Io`] if the
-/// directory cannot be written.
+/// [`Error::Locked`] if a generator holds the shard;
+/// [`Error::RecoveryRefused`] when the old high-water mark cannot be read
+/// with certainty and no time is vouched for, when the state file is
+/// healthy and the recovery is not forced, when the vouched-for time is past
+/// the layout's last second, or when resuming would leave no second of the
+/// layout; [`Error::Io`] if the state file cannot be read.
+pub fn plan_recovery(
+    dir: &Path,
+    shard: u32,
+    layout: &Layout,
+    options: &RecoverOptions,
+) -> Result<Recovery> {
+    if let Some(pid) = held(dir, shard) {
+        return Err(Error::Locked {
+            shard,
+            dir: dir.to_path_buf(),
+            pid,
+        });
+    }
+    let path = state_path(dir, shard);
+    let old = read_state_bytes(&path)?;
+    plan_recovery_from(dir, shard, layout, options, old, wall_now())
+}
+
+/// Whether a generator holds the shard's lock (and its pid, if legible),
+/// seen without creating or changing anything: a shared lock taken for an
+/// instant, as [`inspect`] does.
+fn held(dir: &Path, shard: u32) -> Option<Option<u32>> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .open(lock_path(dir, shard))
+        .ok()?;
+    match fs2::FileExt::try_lock_shared(&file) {
+        Ok(()) => {
+            let _ = fs2::FileExt::unlock(&file);
+            None
+        }
+        Err(_) => Some(read_pid(&mut file)),
+    }
+}
+
+/// Restarts a shard's state conservatively: [`plan_recovery`], then
+/// [`Recovery::apply`]. Returns what was done.
+///
+/// # Errors
+///
+/// As [`plan_recovery`] and [`Recovery::apply`].
 pub fn recover(
     dir: &Path,
     shard: u32,
     layout: &Layout,
-    window: u64,
-    after: Option<u64>,
+    options: &RecoverOptions,
 ) -> Result<Recovery> {
-    let store = Store::open(dir, shard)?;
-    let path = store.path().to_path_buf();
-    let now = wall_now();
-    let mut resume_after = now.max(after.unwrap_or(0));
-    let mut clock_id = 0;
-    let previous = match fs::read(&path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => "there was no state file".to_string(),
-        Err(e) => return Err(Error::io("read the state file", &path, e)),
-        Ok(bytes) => {
-            let text = String::from_utf8_lossy(&bytes);
-            let plausible = layout.epoch()..=layout.last_unix_second();
-            for word in text.split(|c: char| !c.is_ascii_digit()) {
-                if let Ok(n) = word.parse::<u64>() {
-                    if plausible.contains(&n) {
-                        resume_after = resume_after.max(n);
-                    }
-                }
+    let recovery = plan_recovery(dir, shard, layout, options)?;
+    recovery.apply()?;
+    Ok(recovery)
+}
+
+/// Reads a state file's bytes for recovery: `None` if there is none.
+fn read_state_bytes(path: &Path) -> Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("read the state file", path, e)),
+    }
+}
+
+/// The recovery decision, given the old file's bytes and the clock.
+fn plan_recovery_from(
+    dir: &Path,
+    shard: u32,
+    layout: &Layout,
+    options: &RecoverOptions,
+    old: Option<Vec<u8>>,
+    now: u64,
+) -> Result<Recovery> {
+    let path = state_path(dir, shard);
+    let refuse = |reason: String| Error::RecoveryRefused {
+        path: path.clone(),
+        shard,
+        reason,
+    };
+    let vouch = format!(
+        "if you know a time no ID of shard {shard} is later than, recover with it: \
+         idutil state recover --shard {shard} --state-dir {} --after TIME",
+        dir.display()
+    );
+    let last_second = layout.last_unix_second();
+    if options.after.is_some_and(|after| after > last_second) {
+        return Err(refuse(format!(
+            "the time vouched for is past the layout's last second ({last_second} s after the \
+             Unix epoch): no ID can be issued after it"
+        )));
+    }
+    let mut evidence: Vec<(&'static str, u64)> = vec![("the wall clock", now)];
+    if let Some(after) = options.after {
+        evidence.push(("the time vouched for", after));
+    }
+    let mut old_clock_id = None;
+    let found = match &old {
+        None => {
+            if options.after.is_none() {
+                return Err(refuse(format!(
+                    "there is no state file, so nothing says how far the shard has issued; {vouch}"
+                )));
             }
-            if let Some(mtime) = modified(&path) {
-                resume_after = resume_after.max(mtime + window);
-            }
-            let reason = match StateFile::parse(&text) {
-                Ok(old) => {
-                    clock_id = old.clock_id;
-                    if old.layout == *layout {
-                        "the old file was readable".to_string()
+            OldState::Missing
+        }
+        Some(bytes) => {
+            let parsed = std::str::from_utf8(bytes)
+                .map_err(|_| "it is not text".to_string())
+                .and_then(StateFile::parse);
+            // A sound file for another shard says nothing about this one.
+            let foreign = parsed
+                .as_ref()
+                .ok()
+                .map(|s| s.shard)
+                .filter(|&s| s != shard);
+            let whole = match (parsed, foreign) {
+                (_, Some(other)) => Err(format!("it is for shard {other}")),
+                (parsed, None) => parsed,
+            };
+            match whole {
+                Ok(s) => {
+                    evidence.extend(s.high_water.values().map(|&m| ("the high-water mark", m)));
+                    evidence.extend(s.last.map(|(sec, _)| ("the last issued ID", sec)));
+                    evidence.push(("the highest wall clock seen", s.seen_max));
+                    evidence.push(("the wall clock of the last run", s.seen_last_run));
+                    old_clock_id = Some(s.clock_id);
+                    if s.layout != *layout {
+                        OldState::OtherLayout(s.layout)
+                    } else if options.force {
+                        OldState::Healthy
                     } else {
-                        format!("the old file was for layout {}", old.layout.fingerprint())
+                        return Err(refuse(
+                            "the state file is healthy: a generator resumes after everything it \
+                             records by itself; to replace it anyway, force the recovery \
+                             (--force)"
+                                .into(),
+                        ));
                     }
                 }
                 Err(reason) => {
-                    let legible = text
-                        .lines()
-                        .find_map(|l| l.trim().strip_prefix("clock_id"))
-                        .and_then(|v| v.trim().trim_start_matches('=').trim().parse().ok());
-                    clock_id = legible.unwrap_or(0);
-                    format!("the old file was damaged ({reason})")
+                    let mut legible = Salvage::read(&String::from_utf8_lossy(bytes), layout);
+                    if foreign.is_some() {
+                        legible.marks = Err("its marks are another shard's".into());
+                    }
+                    match legible.marks {
+                        Ok(marks) => {
+                            evidence.extend(marks.into_iter().map(|m| ("the high-water mark", m)))
+                        }
+                        Err(why) if options.after.is_none() => {
+                            return Err(refuse(format!(
+                                "the state file is damaged ({reason}) and its high-water mark \
+                                 cannot be read with certainty ({why}); {vouch}"
+                            )))
+                        }
+                        Err(_) => {}
+                    }
+                    evidence.extend(legible.seconds);
+                    old_clock_id = legible.clock_id;
+                    OldState::Damaged { reason }
                 }
-            };
-            let kept = dir.join(format!("shard-{shard}.state.bad"));
-            fs::copy(&path, &kept)
-                .map_err(|e| Error::io("keep a copy of the old state as", &kept, e))?;
-            reason
+            }
         }
     };
-    let resume_after = resume_after.min(layout.last_unix_second());
-    let clock_id = clock_id + 1;
-    let state = StateFile {
+    // Ties go to the first: the wall clock, then the vouched-for time, then
+    // the file's fields.
+    let (latest_from, latest) = evidence
+        .iter()
+        .copied()
+        .reduce(|best, e| if e.1 > best.1 { e } else { best })
+        .unwrap_or(("the wall clock", now));
+    let resume_after = latest
+        .checked_add(options.window)
+        .filter(|&r| r < last_second)
+        .ok_or_else(|| {
+            refuse(format!(
+                "resuming after {latest} ({latest_from}) plus the {} s window would leave no \
+                 second of the layout, whose last is {last_second} s after the Unix epoch",
+                options.window
+            ))
+        })?;
+    let clock_id = old_clock_id
+        .unwrap_or(0)
+        .checked_add(1)
+        .filter(|id| id.checked_add(u64::from(layout.clock_values())).is_some())
+        .ok_or_else(|| refuse("the clock id cannot be bumped any further".into()))?;
+    let seen = now.clamp(layout.epoch(), resume_after);
+    let new_state = StateFile {
         layout: *layout,
         shard,
         clock_id,
-        seen_max: now,
-        seen_last_run: now,
+        seen_max: seen,
+        seen_last_run: seen,
         high_water: (0..layout.clock_values())
             .map(|c| (c, resume_after))
             .collect(),
         last: None,
     };
-    store.save(&state)?;
+    new_state.check().map_err(refuse)?;
+    let kept_as = old
+        .is_some()
+        .then(|| dir.join(format!("shard-{shard}.state.bad")));
     Ok(Recovery {
         path,
+        shard,
+        found,
+        latest,
+        latest_from,
+        window: options.window,
         resume_after,
         clock_id,
-        previous,
+        kept_as,
+        dir: dir.to_path_buf(),
+        old,
+        new_state,
     })
 }
 
-fn modified(path: &Path) -> Option<u64> {
-    let t = fs::metadata(path).ok()?.modified().ok()?;
-    Some(t.duration_since(UNIX_EPOCH).ok()?.as_secs())
+/// What a state file that failed [`StateFile::parse`] still says for
+/// certain. Only complete (newline-terminated) lines count, so a file cut
+/// short in the middle of a number does not pass off the shorter number.
+#[derive(Debug)]
+struct Salvage {
+    /// The high-water marks, or why they cannot be trusted.
+    marks: std::result::Result<Vec<u64>, String>,
+    /// Other legible seconds within the layout's range, as evidence.
+    seconds: Vec<(&'static str, u64)>,
+    clock_id: Option<u64>,
+}
+
+impl Salvage {
+    fn read(text: &str, layout: &Layout) -> Salvage {
+        let mut lines: Vec<&str> = text.split('\n').collect();
+        lines.pop(); // empty if the text ends in a newline, else incomplete
+        let values = |key: &str| -> Vec<&str> {
+            lines
+                .iter()
+                .filter_map(|line| line.trim().split_once('='))
+                .filter(|(k, _)| k.trim() == key)
+                .map(|(_, v)| v.trim())
+                .collect()
+        };
+        let plausible = |v: &str| {
+            let n: u64 = v.parse().ok()?;
+            (layout.epoch()..=layout.last_unix_second())
+                .contains(&n)
+                .then_some(n)
+        };
+        let marks = match (
+            values("version").as_slice(),
+            values("high_water").as_slice(),
+        ) {
+            ([], _) => Err("no legible version line".to_string()),
+            ([v], _) if *v != STATE_VERSION.to_string() => Err(format!(
+                "an unknown version; this idutil reads version {STATE_VERSION}"
+            )),
+            ([_], []) => Err("no complete high_water line".to_string()),
+            ([_], [marks]) => Salvage::marks(marks, &plausible),
+            _ => Err("a field appears twice".to_string()),
+        };
+        let one = |key: &str| match values(key).as_slice() {
+            [v] => Some(*v),
+            _ => None,
+        };
+        let mut seconds = Vec::new();
+        for (key, what) in [
+            ("seen_max", "the highest wall clock seen"),
+            ("seen_last_run", "the wall clock of the last run"),
+        ] {
+            seconds.extend(one(key).and_then(plausible).map(|s| (what, s)));
+        }
+        seconds.extend(
+            one("last")
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(plausible)
+                .map(|s| ("the last issued ID", s)),
+        );
+        Salvage {
+            marks,
+            seconds,
+            clock_id: one("clock_id").and_then(|v| v.parse().ok()),
+        }
+    }
+
+    fn marks(
+        text: &str,
+        plausible: &dyn Fn(&str) -> Option<u64>,
+    ) -> std::result::Result<Vec<u64>, String> {
+        let mut values = std::collections::BTreeSet::new();
+        let mut marks = Vec::new();
+        for entry in text.split_whitespace() {
+            let (value, second) = entry
+                .split_once(':')
+                .ok_or("the high_water line is malformed")?;
+            let value: u32 = value
+                .parse()
+                .map_err(|_| "the high_water line is malformed")?;
+            if !values.insert(value) {
+                return Err("the high_water line lists a clock value twice".into());
+            }
+            if !second.bytes().all(|b| b.is_ascii_digit()) {
+                return Err("the high_water line is malformed".into());
+            }
+            marks.push(plausible(second).ok_or("a high_water mark is outside the layout's range")?);
+        }
+        if marks.is_empty() {
+            return Err("the high_water line is empty".into());
+        }
+        Ok(marks)
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in `dir` and a rename,
+/// so whatever is at `path` (a symbolic link included) is replaced, never
+/// written through.
+fn write_replacing(dir: &Path, shard: u32, path: &Path, bytes: &[u8]) -> Result<()> {
+    let write_err = |e| Error::io("keep a copy of the old state as", path, e);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".shard-{shard}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(write_err)?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(write_err)?;
+    tmp.persist(path).map_err(|e| write_err(e.error))?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generator::DEFAULT_WINDOW;
+    use crate::layout::EPOCH_2000;
 
     fn sample() -> StateFile {
         StateFile {
@@ -593,7 +1120,7 @@ mod tests {
         let truncated = &good[..good.len() - 4];
         let cases = [
             ("", "empty"),
-            ("garbage", "malformed"),
+            ("garbage", "line 1 is malformed"),
             (truncated, "truncated"),
             (
                 &good.replace("version = 1", "version = 2"),
@@ -605,14 +1132,432 @@ mod tests {
                 "twice",
             ),
             (&good.replace("end", "end\nshard = 1"), "after the end"),
-            (&good.replace("seen_max", "seen_maxx"), "seen_max"),
+            (&good.replace("seen_max", "seen_maxx"), "unknown field"),
             (&good.replace("0:1763751239", "0;1763751239"), "high_water"),
             (&good.replace("0:1763751239", "1:1763751239"), "clock value"),
+            (
+                &good.replace("last = 1763751236 17", "last = 1763751236"),
+                "last",
+            ),
+            (
+                &good.replace("epoch:946684800", "epoch:18446744073709551615"),
+                "too late",
+            ),
         ];
         for (text, want) in cases {
             let err = StateFile::parse(text).unwrap_err();
             assert!(err.contains(want), "{want}: {err}");
         }
+    }
+
+    /// The sample with one field changed, rendered, parsed and checked.
+    fn refused(edit: impl FnOnce(&mut StateFile)) -> String {
+        let mut s = sample();
+        edit(&mut s);
+        StateFile::parse(&s.render()).expect_err("refused")
+    }
+
+    fn text_refused(text: &str) -> String {
+        StateFile::parse(text).expect_err("refused")
+    }
+
+    const LAST: u64 = 5_241_652_095; // 2136-02-07T06:28:15Z
+
+    #[test]
+    fn every_second_lies_within_the_layout() {
+        let l = Layout::DEFAULT;
+        assert_eq!(l.last_unix_second(), LAST);
+        for bad in [0, l.epoch() - 1, LAST + 1, 300_000_000_000, u64::MAX] {
+            let all_high = |s: &mut StateFile| {
+                s.high_water.insert(0, bad);
+                s.seen_max = bad;
+                s.seen_last_run = bad;
+                s.last = Some((bad, 0));
+            };
+            for (what, err) in [
+                ("seen_max", refused(|s| s.seen_max = bad)),
+                ("seen_last_run", refused(|s| s.seen_last_run = bad)),
+                (
+                    "high_water",
+                    refused(|s| {
+                        s.high_water.insert(0, bad);
+                    }),
+                ),
+                ("last issued second", refused(|s| s.last = Some((bad, 0)))),
+                ("range", refused(all_high)),
+            ] {
+                assert!(err.contains(what), "{bad}: {what}: {err}");
+                assert!(err.contains("range"), "{bad}: {err}");
+            }
+        }
+        // The ends of the range themselves are fine.
+        for edge in [l.epoch(), LAST] {
+            let s = StateFile {
+                seen_max: edge,
+                seen_last_run: edge,
+                high_water: [(0, edge)].into_iter().collect(),
+                last: Some((edge, u32::from(u16::MAX))),
+                ..sample()
+            };
+            assert_eq!(StateFile::parse(&s.render()).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn the_mark_must_not_wrap_or_be_empty_or_zero() {
+        let good = sample().render();
+        for (mark, want) in [
+            ("0:18446744073709551615", "range"),
+            ("0:18446744073709551616", "out of range"),
+            ("", "empty"),
+            ("0:0", "range"),
+            ("0:", "not a number"),
+            (":1763751239", "not a number"),
+            ("0:-5", "not a number"),
+            ("0:1763751239 0:1000000000", "twice"),
+            ("0:1000000000 0:1763751239", "twice"),
+        ] {
+            let text = good.replace("high_water = 0:1763751239", &format!("high_water = {mark}"));
+            let err = text_refused(&text);
+            assert!(err.contains(want), "{mark:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_current_mark_covers_the_last_run_and_the_last_id() {
+        let err = refused(|s| s.last = Some((1_763_751_240, 0)));
+        assert!(err.contains("below the last issued second"), "{err}");
+        let err = refused(|s| s.last = Some((0, 0)));
+        assert!(err.contains("range"), "{err}");
+        let err = refused(|s| {
+            s.seen_max = 1_763_751_300;
+            s.seen_last_run = 1_763_751_240;
+        });
+        assert!(err.contains("below seen_last_run"), "{err}");
+        let err = refused(|s| s.seen_max = 1_763_751_240);
+        assert!(err.contains("below seen_max"), "{err}");
+        let err = refused(|s| s.seen_last_run = s.seen_max + 1);
+        assert!(err.contains("seen_last_run is above seen_max"), "{err}");
+        let err = refused(|s| s.last = Some((1_763_751_236, 65_536)));
+        assert!(err.contains("sequence"), "{err}");
+        let err = refused(|s| s.shard = 32);
+        assert!(err.contains("shard"), "{err}");
+    }
+
+    #[test]
+    fn clock_values_and_the_clock_id() {
+        let l = Layout::new(30, 2, 16, 5, EPOCH_2000).unwrap();
+        let t = 1_763_751_234;
+        let clocked = StateFile {
+            layout: l,
+            clock_id: 6, // clock value 2
+            seen_max: t + 100,
+            seen_last_run: t,
+            // Value 2 runs on real time after a rollback; value 0 holds the
+            // highest second seen.
+            high_water: [(0, t + 105), (2, t + 5)].into_iter().collect(),
+            last: None,
+            ..sample()
+        };
+        assert_eq!(StateFile::parse(&clocked.render()).unwrap(), clocked);
+
+        let missing = StateFile {
+            clock_id: 5,
+            ..clocked.clone()
+        };
+        let err = StateFile::parse(&missing.render()).unwrap_err();
+        assert!(
+            err.contains("no mark for the current clock value 1"),
+            "{err}"
+        );
+
+        let text = clocked.render().replace("2:", "4:");
+        assert!(text_refused(&text).contains("does not fit"));
+
+        for id in [u64::MAX, u64::MAX - 3] {
+            let err = StateFile::parse(
+                &StateFile {
+                    clock_id: id,
+                    ..clocked.clone()
+                }
+                .render(),
+            )
+            .unwrap_err();
+            assert!(err.contains("too large to be bumped"), "{id}: {err}");
+        }
+        // The highest clock id that can still be bumped through all four
+        // clock values.
+        let highest = StateFile {
+            clock_id: u64::MAX - 4,
+            high_water: [(0, t + 105), (3, t + 5)].into_iter().collect(),
+            ..clocked.clone()
+        };
+        assert_eq!(highest.clock_value(), 3);
+        assert_eq!(StateFile::parse(&highest.render()).unwrap(), highest);
+    }
+
+    #[test]
+    fn reasons_never_quote_the_file() {
+        let secret = "hunter2-0123456789";
+        let good = sample().render();
+        let texts = [
+            format!("{secret}\n"),
+            format!("password = {secret}\n"),
+            good.replace("version = 1", &format!("version = {secret}")),
+            good.replace("shard = 7", &format!("shard = {secret}")),
+            good.replace("clock_id = 3", &format!("clock_id = {secret}")),
+            good.replace("0:1763751239", &format!("0:{secret}")),
+            good.replace("0:1763751239", &format!("{secret}:1763751239")),
+            good.replace("last = 1763751236 17", &format!("last = {secret}")),
+            good.replace("epoch:946684800", &format!("epoch:{secret}")),
+            good.replace("end\n", &format!("end\n{secret}\n")),
+            good.replace("seen_max", secret),
+        ];
+        for text in &texts {
+            let err = text_refused(text);
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(!err.contains("0123456789"), "{err}");
+        }
+    }
+
+    // --- recovery -------------------------------------------------------
+
+    const NOW: u64 = 1_763_751_300;
+
+    fn plan_for(
+        old: Option<&str>,
+        options: &RecoverOptions,
+    ) -> std::result::Result<Recovery, String> {
+        let old = old.map(|t| t.as_bytes().to_vec());
+        plan_recovery_from(Path::new("/state"), 7, &Layout::DEFAULT, options, old, NOW)
+            .map_err(|e| e.to_string())
+    }
+
+    /// A crashed, borrowed-ahead state: the mark is far past the clock.
+    fn borrowed() -> StateFile {
+        StateFile {
+            seen_max: NOW,
+            seen_last_run: NOW,
+            high_water: [(0, NOW + 3_000)].into_iter().collect(),
+            last: None,
+            ..sample()
+        }
+    }
+
+    #[test]
+    fn recovery_refuses_without_a_certain_mark_unless_a_time_is_vouched_for() {
+        let good = borrowed().render();
+        let truncated_in_mark = &good[..good.find("high_water = ").unwrap() + 17];
+        let truncated_before = &good[..good.find("high_water").unwrap()];
+        let cases: Vec<(Option<String>, &str)> = vec![
+            (None, "no state file"),
+            (Some(String::new()), "no legible version"),
+            (Some(truncated_in_mark.into()), "no complete high_water"),
+            (Some(truncated_before.into()), "no complete high_water"),
+            (
+                Some(good.replace("version = 1", "version = 7")),
+                "unknown version",
+            ),
+            (
+                Some(good.replace("high_water", "high_wa\0er")),
+                "no complete high_water",
+            ),
+            (
+                Some(good.replace(&format!("0:{}", NOW + 3_000), "")),
+                "empty",
+            ),
+            (
+                Some(good.replace(&format!("0:{}", NOW + 3_000), "0:0")),
+                "outside",
+            ),
+            (
+                Some(good.replace(&format!("0:{}", NOW + 3_000), "0:18446744073709551615")),
+                "outside",
+            ),
+            (
+                Some(good.replace(&format!("0:{}", NOW + 3_000), "0:99999999999999999999")),
+                "outside",
+            ),
+            (
+                Some(good.replace(&format!("0:{}", NOW + 3_000), "0:1x")),
+                "malformed",
+            ),
+            (
+                Some(good.replace(
+                    &format!("0:{}", NOW + 3_000),
+                    &format!("0:{} 0:1000000000", NOW + 3_000),
+                )),
+                "twice",
+            ),
+            (
+                Some(good.replace("shard = 7", "shard = 8")),
+                "another shard",
+            ),
+        ];
+        for (old, want) in cases {
+            let err = plan_for(old.as_deref(), &RecoverOptions::new()).unwrap_err();
+            assert!(err.contains(want), "{want}: {err}");
+            assert!(err.contains("--after TIME"), "{want}: {err}");
+            // Vouching for a time is enough, and the recovery resumes after it.
+            let vouched = NOW + 10_000;
+            let r = plan_for(old.as_deref(), &RecoverOptions::new().after(vouched)).unwrap();
+            assert!(r.resume_after >= vouched + DEFAULT_WINDOW, "{want}");
+            assert_eq!(r.kept_as.is_some(), old.is_some(), "{want}");
+        }
+    }
+
+    #[test]
+    fn recovery_resumes_after_every_legible_second_plus_the_window() {
+        let good = borrowed().render();
+        let mark = NOW + 3_000;
+        // A damaged line elsewhere: the mark is certain and wins.
+        let damaged = good.replace(&format!("seen_max = {NOW}"), "\0\0\0\0");
+        let r = plan_for(Some(&damaged), &RecoverOptions::new()).unwrap();
+        assert!(matches!(r.found, OldState::Damaged { .. }), "{:?}", r.found);
+        assert_eq!((r.latest, r.latest_from), (mark, "the high-water mark"));
+        assert_eq!(r.resume_after, mark + DEFAULT_WINDOW);
+        assert_eq!(r.clock_id, 4, "bumped from 3");
+        assert_eq!(r.new_state().high_water[&0], r.resume_after);
+
+        // A last ID above the (damaged, lower) mark: the last ID wins.
+        let above = good.replace("end\n", &format!("last = {} 5\nend\n", mark + 50));
+        let r = plan_for(Some(&above), &RecoverOptions::new()).unwrap();
+        assert!(matches!(r.found, OldState::Damaged { .. }));
+        assert_eq!((r.latest, r.latest_from), (mark + 50, "the last issued ID"));
+
+        // `last = 0 0`: refused by a generator, ignored as evidence here.
+        let zero = good.replace("end\n", "last = 0 0\nend\n");
+        let r = plan_for(Some(&zero), &RecoverOptions::new()).unwrap();
+        assert_eq!(r.latest, mark);
+
+        // A later vouched-for time wins; an earlier one changes nothing.
+        let r = plan_for(Some(&damaged), &RecoverOptions::new().after(mark + 99)).unwrap();
+        assert_eq!(
+            (r.latest, r.latest_from),
+            (mark + 99, "the time vouched for")
+        );
+        let r = plan_for(Some(&damaged), &RecoverOptions::new().after(NOW - 99)).unwrap();
+        assert_eq!(r.latest, mark);
+
+        // Non-UTF-8 bytes in a comment do not hide the mark.
+        let mut bytes = damaged.clone().into_bytes();
+        bytes.splice(2..2, [0xff, 0xfe]);
+        let r = plan_recovery_from(
+            Path::new("/state"),
+            7,
+            &Layout::DEFAULT,
+            &RecoverOptions::new(),
+            Some(bytes),
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(r.latest, mark);
+
+        // The wall clock counts too, and the window is the caller's.
+        let old_mark = good.replace(&format!("0:{mark}"), &format!("0:{}", NOW - 500));
+        let old_mark = old_mark.replace(&format!("= {NOW}\n"), &format!("= {}\n", NOW - 600));
+        let old_mark = old_mark.replace("version = 1", "version = 1\n\0");
+        let r = plan_for(Some(&old_mark), &RecoverOptions::new().window(60)).unwrap();
+        assert_eq!((r.latest, r.latest_from), (NOW, "the wall clock"));
+        assert_eq!(r.resume_after, NOW + 60);
+    }
+
+    #[test]
+    fn recovery_refuses_a_healthy_file_unless_forced() {
+        let healthy = borrowed().render();
+        let err = plan_for(Some(&healthy), &RecoverOptions::new()).unwrap_err();
+        assert!(err.contains("healthy") && err.contains("--force"), "{err}");
+        let r = plan_for(Some(&healthy), &RecoverOptions::new().force(true)).unwrap();
+        assert_eq!(r.found, OldState::Healthy);
+        assert_eq!(r.resume_after, NOW + 3_000 + DEFAULT_WINDOW);
+
+        // A sound file for another layout needs no forcing; its marks count.
+        let other = StateFile {
+            layout: Layout::new(30, 2, 16, 5, EPOCH_2000).unwrap(),
+            clock_id: 4, // clock value 0, which has the mark
+            ..borrowed()
+        };
+        let r = plan_for(Some(&other.render()), &RecoverOptions::new()).unwrap();
+        assert_eq!(r.found, OldState::OtherLayout(other.layout));
+        assert_eq!(r.latest, NOW + 3_000);
+    }
+
+    #[test]
+    fn recovery_never_creates_a_dead_shard() {
+        let err = plan_for(None, &RecoverOptions::new().after(LAST + 1)).unwrap_err();
+        assert!(err.contains("past the layout's last second"), "{err}");
+        let err = plan_for(None, &RecoverOptions::new().after(u64::MAX)).unwrap_err();
+        assert!(err.contains("past the layout's last second"), "{err}");
+        let err = plan_for(None, &RecoverOptions::new().after(LAST - 2)).unwrap_err();
+        assert!(err.contains("no second of the layout"), "{err}");
+        let err = plan_for(None, &RecoverOptions::new().after(NOW).window(u64::MAX)).unwrap_err();
+        assert!(err.contains("no second of the layout"), "{err}");
+        // The last usable resumption leaves exactly one second.
+        let r = plan_for(
+            None,
+            &RecoverOptions::new().after(LAST - 1 - DEFAULT_WINDOW),
+        )
+        .unwrap();
+        assert_eq!(r.resume_after, LAST - 1);
+        assert_eq!(r.found, OldState::Missing);
+        assert_eq!(r.kept_as, None);
+    }
+
+    #[test]
+    fn recovery_bumps_the_clock_id_with_checked_arithmetic() {
+        let good = borrowed().render();
+        let damaged = good.replace("version = 1", "version = 1\n\0");
+        let r = plan_for(Some(&damaged), &RecoverOptions::new()).unwrap();
+        assert_eq!(r.clock_id, 4);
+        let max = damaged.replace("clock_id = 3", &format!("clock_id = {}", u64::MAX));
+        let err = plan_for(Some(&max), &RecoverOptions::new()).unwrap_err();
+        assert!(err.contains("clock id cannot be bumped"), "{err}");
+        // An illegible clock id restarts the count at 1.
+        let gone = damaged.replace("clock_id = 3", "clock_id = ?");
+        assert_eq!(
+            plan_for(Some(&gone), &RecoverOptions::new())
+                .unwrap()
+                .clock_id,
+            1
+        );
+    }
+
+    #[test]
+    fn recovery_writes_a_valid_state_and_keeps_the_old_bytes_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = state_path(dir.path(), 7);
+        let damaged = borrowed()
+            .render()
+            .replace("version = 1", "version = 1\n\0");
+        fs::write(&path, &damaged).unwrap();
+        // Whatever sits at the copy's path is replaced, not written through.
+        let target = dir.path().join("precious");
+        fs::write(&target, "keep me").unwrap();
+        let kept = dir.path().join("shard-7.state.bad");
+        std::os::unix::fs::symlink(&target, &kept).unwrap();
+
+        let r = plan_recovery(dir.path(), 7, &Layout::DEFAULT, &RecoverOptions::new()).unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            damaged,
+            "planning changes nothing"
+        );
+        // The file changing between planning and applying is refused.
+        fs::write(&path, format!("{damaged}\n")).unwrap();
+        let err = r.apply().unwrap_err();
+        assert!(matches!(err, Error::RecoveryRefused { .. }), "{err}");
+        fs::write(&path, &damaged).unwrap();
+        r.apply().unwrap();
+
+        assert_eq!(fs::read_to_string(&target).unwrap(), "keep me");
+        assert!(!fs::symlink_metadata(&kept)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read_to_string(&kept).unwrap(), damaged);
+        let now = load(&path, 7).unwrap().unwrap();
+        assert_eq!(&now, r.new_state());
+        assert_eq!(now.high_water[&0], r.resume_after);
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 
 use common::{Damage, Ledger};
-use idutil::state::{self, StateFile};
+use idutil::state::{self, RecoverOptions, StateFile};
 use idutil::{Error, Generator, Id, Layout, ManualClock, DEFAULT_WINDOW, EPOCH_2000};
 
 /// A fixed wall-clock second for manual-clock tests (2023-11-14).
@@ -428,19 +428,35 @@ fn damaged_state_is_refused_and_recover_resumes_after_everything() {
         let shard = 10 + i as u32;
         let mut ledger = Ledger::new();
         // Nearly four seconds' worth: the run borrows into the reservation
-        // window, so resuming at the clock would not be enough where the
-        // damage destroyed the numbers (the file's mtime + window covers it).
+        // window, so resuming at the clock would not be enough.
         ledger.record(&issue_system(dir.path(), shard, 250_000));
-        assert!(common::unix_second(ledger.max().unwrap()) > common::wall_now());
+        let issued_until = common::unix_second(ledger.max().unwrap());
+        assert!(issued_until > common::wall_now());
         let path = common::state_file(dir.path(), shard);
         let damaged = kind.apply(&path);
         assert_refused(dir.path(), shard, &damaged, kind);
         // Twice: refusing must not have changed anything.
         assert_refused(dir.path(), shard, &damaged, kind);
 
-        let r = state::recover(dir.path(), shard, &Layout::DEFAULT, DEFAULT_WINDOW, None)
-            .expect("recover");
+        let plain = RecoverOptions::new();
+        let r = if kind.keeps_the_mark() {
+            state::recover(dir.path(), shard, &Layout::DEFAULT, &plain).expect("recover")
+        } else {
+            // The mark is gone or cannot be trusted: recovery needs a time
+            // vouched for, and changes nothing without one.
+            let err = state::recover(dir.path(), shard, &Layout::DEFAULT, &plain)
+                .expect_err("no certain mark: refused");
+            assert!(
+                matches!(&err, Error::RecoveryRefused { shard: s, .. } if *s == shard),
+                "{kind:?}: {err:?}"
+            );
+            assert!(err.to_string().contains("--after TIME"), "{kind:?}: {err}");
+            assert_eq!(std::fs::read(&path).unwrap(), damaged, "{kind:?}");
+            let vouched = plain.after(issued_until);
+            state::recover(dir.path(), shard, &Layout::DEFAULT, &vouched).expect("recover")
+        };
         assert_eq!(r.path, path);
+        assert!(r.resume_after >= issued_until, "{kind:?}");
         let kept = dir.path().join(format!("shard-{shard}.state.bad"));
         assert_eq!(std::fs::read(kept).unwrap(), damaged, "{kind:?}: copy kept");
         ledger.record_after_all(&issue_system(dir.path(), shard, 100));
@@ -484,23 +500,27 @@ fn a_state_file_for_another_layout_is_refused_both_ways() {
 fn recover_resumes_after_a_far_borrow_in_a_damaged_file() {
     let dir = common::state_dir();
 
-    // The numbers survive the damage: recover finds them.
+    // The high-water line survives the damage: recover resumes after it.
     let mut ledger = Ledger::new();
     ledger.record(&issue_system(dir.path(), 1, 3_000_000));
     let far = common::unix_second(ledger.max().unwrap());
     assert!(far >= common::wall_now() + 40, "borrowed about 45 s ahead");
-    Damage::WrongVersion.apply(&common::state_file(dir.path(), 1));
-    let r = state::recover(dir.path(), 1, &Layout::DEFAULT, DEFAULT_WINDOW, None).unwrap();
+    Damage::Corrupt.apply(&common::state_file(dir.path(), 1));
+    let r = state::recover(dir.path(), 1, &Layout::DEFAULT, &RecoverOptions::new()).unwrap();
     assert!(r.resume_after >= far, "{} < {far}", r.resume_after);
     ledger.record_after_all(&issue_system(dir.path(), 1, 100));
 
-    // The numbers are gone: `after` covers the borrow.
+    // The numbers are gone: refused, until `after` covers the borrow.
     let mut ledger = Ledger::new();
     ledger.record(&issue_system(dir.path(), 2, 3_000_000));
     let far = on_disk(dir.path(), 2).high_water[&0];
     Damage::Empty.apply(&common::state_file(dir.path(), 2));
     assert_refused(dir.path(), 2, b"", Damage::Empty);
-    state::recover(dir.path(), 2, &Layout::DEFAULT, DEFAULT_WINDOW, Some(far)).unwrap();
+    let err = state::recover(dir.path(), 2, &Layout::DEFAULT, &RecoverOptions::new())
+        .expect_err("nothing legible: refused");
+    assert!(matches!(err, Error::RecoveryRefused { .. }), "{err:?}");
+    let options = RecoverOptions::new().after(far);
+    state::recover(dir.path(), 2, &Layout::DEFAULT, &options).unwrap();
     ledger.record_after_all(&issue_system(dir.path(), 2, 100));
 }
 
