@@ -251,6 +251,7 @@ mod clock;
 mod error;
 mod generator;
 mod global;
+pub mod host_lock;
 mod id;
 mod layout;
 #[cfg(feature = "redis")]
@@ -264,6 +265,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
 pub use generator::{Builder, Generator, IdBatch, DEFAULT_WINDOW};
 pub use global::IdUtil;
+pub use host_lock::ID_SPACE_ENV;
 pub use id::Id;
 pub use layout::{Layout, LayoutError, Parts, EPOCH_2000, MAX_TOTAL_BITS};
 pub use shard::{resolve_shard, shard_from_hostname, ShardSource, SHARD_ENV};
