@@ -46,6 +46,7 @@ const LEAD_POLL: Duration = Duration::from_millis(5);
 ///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
+/// # std::env::set_var("IDUTIL_ID_SPACE", "doc-generator"); // its own, beside other tests
 /// use idutil::Generator;
 ///
 /// let generator = Generator::builder().shard(3).state_dir(dir.path()).open()?;

@@ -180,9 +180,7 @@ pub fn holder(id_space: &str, shard: u32) -> HostHolder {
                     .map_or(HostHolder::Unknown, HostHolder::Pid),
                 Err(_) => HostHolder::Unknown,
             },
-            Err(rustix::io::Errno::CONNREFUSED) | Err(rustix::io::Errno::NOENT) => {
-                HostHolder::None
-            }
+            Err(rustix::io::Errno::CONNREFUSED) | Err(rustix::io::Errno::NOENT) => HostHolder::None,
             Err(_) => HostHolder::Unknown,
         }
     }

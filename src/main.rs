@@ -402,7 +402,10 @@ fn show_state(common: &Common, json: bool, out: &mut impl Write) -> Result<(), B
         HostHolder::Unknown => "a process whose pid is unknown".to_string(),
         HostHolder::None => "none".to_string(),
     };
-    writeln!(out, "host holder:  {host} (ID space {space}, any state directory)")?;
+    writeln!(
+        out,
+        "host holder:  {host} (ID space {space}, any state directory)"
+    )?;
     let Some(s) = &report.state else {
         writeln!(
             out,

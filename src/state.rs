@@ -309,12 +309,22 @@ impl Store {
     /// Creates the directory if needed (mode 0700), checks it, and takes
     /// the shard's lock in it.
     pub(crate) fn open(dir: &Path, shard: u32) -> Result<Store> {
-        let dir_fd = open_dir(dir, true)?
-            .ok_or_else(|| Error::io("open the state directory", dir, io::ErrorKind::NotFound.into()))?;
+        let dir_fd = open_dir(dir, true)?.ok_or_else(|| {
+            Error::io(
+                "open the state directory",
+                dir,
+                io::ErrorKind::NotFound.into(),
+            )
+        })?;
         let dir_id = file_id(&dir_fd).map_err(|e| Error::io("examine", dir, e))?;
         let lock_path = lock_path(dir, shard);
         let lock_name = lock_name(shard);
-        let lock = match open_in(&dir_fd, &lock_path, &lock_name, OFlags::RDWR | OFlags::CREATE | OFlags::EXCL) {
+        let lock = match open_in(
+            &dir_fd,
+            &lock_path,
+            &lock_name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
+        ) {
             Ok(Some(file)) => {
                 // Ours: 0600 whatever the umask.
                 rfs::fchmod(&file, Mode::from_raw_mode(0o600))
@@ -323,7 +333,11 @@ impl Store {
             }
             Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
                 open_in(&dir_fd, &lock_path, &lock_name, OFlags::RDWR)?.ok_or_else(|| {
-                    Error::io("open the lock file", &lock_path, io::ErrorKind::NotFound.into())
+                    Error::io(
+                        "open the lock file",
+                        &lock_path,
+                        io::ErrorKind::NotFound.into(),
+                    )
                 })?
             }
             Err(e) => return Err(e),
@@ -383,7 +397,13 @@ impl Store {
     /// checked and capped as [`Store::load`] reads them: `None` if there
     /// is none.
     pub(crate) fn read_raw(&self) -> Result<Option<(Vec<u8>, Option<u64>)>> {
-        let Some(mut file) = open_in(&self.dir_fd, &self.path, &state_name(self.shard), OFlags::RDONLY)? else {
+        let Some(mut file) = open_in(
+            &self.dir_fd,
+            &self.path,
+            &state_name(self.shard),
+            OFlags::RDONLY,
+        )?
+        else {
             return Ok(None);
         };
         let stat = check_file(&file, &self.path)?;
@@ -479,11 +499,17 @@ impl Store {
             .prefix(&format!(".shard-{}.", self.shard))
             .suffix(".tmp")
             .make_in(&self.dir, |path| {
-                let name = path.file_name().ok_or_else(|| io::Error::other("no file name"))?;
+                let name = path
+                    .file_name()
+                    .ok_or_else(|| io::Error::other("no file name"))?;
                 let fd = rfs::openat(
                     &self.dir_fd,
                     name,
-                    OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
                     Mode::from_raw_mode(0o600),
                 )?;
                 rfs::fchmod(&fd, Mode::from_raw_mode(0o600))?;

@@ -290,6 +290,7 @@ fn next_an_hour_ago(faketime: &str, shard: u32, dir: &Path, n: u64) -> common::R
     cmd.args(["-f", "-1h", common::bin()])
         .env_remove("IDUTIL_SHARD")
         .env_remove("IDUTIL_STATE_DIR")
+        .env("IDUTIL_ID_SPACE", common::space_for(dir))
         .env_remove("FAKETIME")
         .args(["--shard", &shard.to_string(), "--state-dir"])
         .arg(dir)

@@ -2,6 +2,8 @@
 //! `IDUTIL_SHARD` > the trailing digits of the host name. Host names are
 //! set for real in a private UTS namespace (`unshare --uts`).
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -11,6 +13,7 @@ fn idutil(dir: &Path, env_shard: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .env("IDUTIL_STATE_DIR", dir)
+        .env("IDUTIL_ID_SPACE", common::space_for(dir))
         .env_remove("IDUTIL_SHARD");
     if let Some(s) = env_shard {
         cmd.env("IDUTIL_SHARD", s);
@@ -85,6 +88,7 @@ fn next_on_host(dir: &Path, host: &str) -> Option<Output> {
     let out = Command::new("unshare")
         .args(["--uts", "sh", "-c", &script])
         .env("IDUTIL_STATE_DIR", dir)
+        .env("IDUTIL_ID_SPACE", common::space_for(dir))
         .env_remove("IDUTIL_SHARD")
         .output()
         .expect("run unshare");
