@@ -337,7 +337,7 @@ fn bad_input_exits_with_a_one_line_reason() {
 fn a_shard_in_use_is_a_runtime_error_naming_the_holder() {
     let dir = tempfile::tempdir().unwrap();
     let holder = idutil::Generator::builder()
-        .id_space(common::space_for(&dir.path()))
+        .id_space(common::space_for(dir.path()))
         .shard(1)
         .state_dir(dir.path())
         .open()

@@ -279,7 +279,7 @@ fn serde_json_ids_are_exact_in_javascript() {
     let state = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(layout.last_unix_second() - 1);
     let generator = Generator::builder()
-        .id_space(common::space_for(&state.path()))
+        .id_space(common::space_for(state.path()))
         .shard(31)
         .state_dir(state.path())
         .clock(clock)

@@ -122,7 +122,7 @@ proptest! {
         let layout = Layout::new(9, 0, 8, 3, 1_000_000_000).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(layout.epoch() + start_offset);
-        let g = Generator::builder().id_space(common::space_for(&dir.path()))
+        let g = Generator::builder().id_space(common::space_for(dir.path()))
             .shard(5)
             .state_dir(dir.path())
             .layout(layout)
