@@ -341,7 +341,14 @@ impl Store {
                 })?
             }
             Err(e) => return Err(e),
-            Ok(None) => unreachable_none(&lock_path)?,
+            // Only when the directory vanished under us.
+            Ok(None) => {
+                return Err(Error::io(
+                    "create the lock file",
+                    &lock_path,
+                    io::ErrorKind::NotFound.into(),
+                ))
+            }
         };
         check_file(&lock, &lock_path)?;
         let lock_id = file_id(&lock).map_err(|e| Error::io("examine", &lock_path, e))?;
@@ -547,14 +554,6 @@ fn state_name(shard: u32) -> String {
 
 fn lock_name(shard: u32) -> String {
     format!("shard-{shard}.lock")
-}
-
-fn unreachable_none(path: &Path) -> Result<File> {
-    Err(Error::io(
-        "open the lock file",
-        path,
-        io::ErrorKind::NotFound.into(),
-    ))
 }
 
 fn missing_state(path: &Path, shard: u32) -> Error {

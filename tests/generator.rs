@@ -364,7 +364,10 @@ fn an_absurd_clock_is_the_end_of_the_range_not_an_overflow() {
         assert!(matches!(g.next_id(), Err(Error::EndOfRange { .. })));
         assert!(before <= Id::MAX);
         g.close().unwrap();
+        // A deliberate fresh start: without the lock file's record, a
+        // missing state file is a new shard.
         std::fs::remove_file(dir.path().join("shard-29.state")).unwrap();
+        std::fs::remove_file(dir.path().join("shard-29.lock")).unwrap();
     }
 }
 
@@ -407,8 +410,12 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
         .unwrap();
     let reserved = g.reserved_until();
     let before = g.next_id().unwrap();
-    // The disk goes away: no extension can be written.
-    std::fs::remove_dir_all(&dir).unwrap();
+    // No extension can be written: a directory takes the state file's name,
+    // so the rename fails. (Deleting the state directory would fence the
+    // generator for good instead.)
+    let state = dir.join("shard-27.state");
+    std::fs::remove_file(&state).unwrap();
+    std::fs::create_dir(&state).unwrap();
     clock.advance(10);
     let mut issued = vec![before];
     let err = loop {
@@ -427,8 +434,9 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
         issued.iter().all(|id| id.unix_seconds() <= reserved),
         "nothing past the durable mark {reserved}"
     );
-    // The disk comes back: the next call writes the reservation and goes on.
-    std::fs::create_dir_all(&dir).unwrap();
+    // The name is free again: the next call writes the reservation and goes
+    // on.
+    std::fs::remove_dir(&state).unwrap();
     let after = g.next_id().unwrap();
     assert!(after > *issued.last().unwrap());
     assert_eq!(after.unix_seconds(), T + 10);
