@@ -112,6 +112,8 @@ impl Fixture {
         // The process-wide generator reads its settings from the environment.
         std::env::set_var("IDUTIL_STATE_DIR", dir.path());
         std::env::set_var("IDUTIL_SHARD", GLOBAL_SHARD.to_string());
+        // An ID space of its own: other generators on this host keep theirs.
+        std::env::set_var("IDUTIL_ID_SPACE", format!("bench-{}", std::process::id()));
         IdUtil::init().expect("open the process-wide generator");
         let explicit = Generator::builder()
             .shard(EXPLICIT_SHARD)

@@ -169,6 +169,8 @@ fn main() {
         .expect("create the bench state directory");
     std::env::set_var("IDUTIL_STATE_DIR", dir.path());
     std::env::set_var("IDUTIL_SHARD", GLOBAL_SHARD.to_string());
+    // An ID space of its own: other generators on this host keep theirs.
+    std::env::set_var("IDUTIL_ID_SPACE", format!("bench-{}", std::process::id()));
     IdUtil::init().expect("open the process-wide generator");
     let open = |shard| {
         Generator::builder()

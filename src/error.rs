@@ -101,6 +101,48 @@ pub enum Error {
         /// The pid recorded by the holder, when it could be read.
         pid: Option<u32>,
     },
+    /// Another generator on this host holds the shard in the same ID space,
+    /// whatever its state directory (Linux; see the crate docs, *Security*).
+    HostLocked {
+        /// The shard.
+        shard: u32,
+        /// The ID space.
+        id_space: String,
+        /// The holder's pid, when it could be learnt without waiting.
+        pid: Option<u32>,
+    },
+    /// An ID space name that is not 1 to 64 characters of
+    /// `A-Z a-z 0-9 . _ -`.
+    InvalidIdSpace {
+        /// The name, as given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A relative state directory: it would name a different directory in
+    /// each working directory.
+    RelativeStateDir {
+        /// The directory, as given.
+        path: PathBuf,
+    },
+    /// A state directory or file that cannot be trusted: a symbolic link,
+    /// not a regular file, too large, owned by another user, or writable by
+    /// group or others. The message says how to fix it.
+    Untrusted {
+        /// The directory or file.
+        path: PathBuf,
+        /// What is wrong, and what to do about it.
+        reason: String,
+    },
+    /// The state directory or the shard's lock file was deleted or replaced
+    /// while the generator held it. The generator stopped issuing for good
+    /// and writes nothing more; every later call returns this error.
+    Fenced {
+        /// The shard.
+        shard: u32,
+        /// What was found.
+        reason: String,
+    },
     /// The state directory or file could not be created, read or written.
     Io {
         /// What was being done, e.g. `"create the state directory"`.
@@ -152,7 +194,9 @@ impl Error {
             Error::Locked { dir, .. } => Some(dir),
             Error::Io { path, .. }
             | Error::BadState { path, .. }
-            | Error::RecoveryRefused { path, .. } => Some(path),
+            | Error::RecoveryRefused { path, .. }
+            | Error::RelativeStateDir { path }
+            | Error::Untrusted { path, .. } => Some(path),
             _ => None,
         }
     }
@@ -167,7 +211,9 @@ impl Error {
             } => digits.parse().ok(),
             Error::Locked { shard, .. }
             | Error::BadState { shard, .. }
-            | Error::RecoveryRefused { shard, .. } => Some(u64::from(*shard)),
+            | Error::RecoveryRefused { shard, .. }
+            | Error::HostLocked { shard, .. }
+            | Error::Fenced { shard, .. } => Some(u64::from(*shard)),
             #[cfg(feature = "redis")]
             Error::Lease(e) => e.shard().map(u64::from),
             _ => None,
@@ -250,6 +296,44 @@ impl fmt::Display for Error {
                     None => Ok(()),
                 }
             }
+            Error::HostLocked {
+                shard,
+                id_space,
+                pid,
+            } => {
+                write!(
+                    f,
+                    "shard {shard} of ID space {id_space:?} is in use by another generator \
+                     on this host"
+                )?;
+                match pid {
+                    Some(pid) => write!(f, " (pid {pid})")?,
+                    None => write!(f, " (pid unknown)")?,
+                }
+                write!(
+                    f,
+                    ", whatever its state directory; use another shard, or another ID space \
+                     for IDs that never share a table"
+                )
+            }
+            Error::InvalidIdSpace { name, reason } => {
+                write!(f, "invalid ID space {name:?}: {reason}")
+            }
+            Error::RelativeStateDir { path } => write!(
+                f,
+                "state directory {} is a relative path, which names a different directory \
+                 in each working directory; give an absolute path",
+                path.display()
+            ),
+            Error::Untrusted { path, reason } => {
+                write!(f, "refusing to use {}: {reason}", path.display())
+            }
+            Error::Fenced { shard, reason } => write!(
+                f,
+                "shard {shard}: {reason} while the generator held it; the generator stopped \
+                 issuing and writes nothing more. Find out who removed it, then open a new \
+                 generator"
+            ),
             Error::Io {
                 action,
                 path,

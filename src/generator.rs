@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
+use crate::host_lock;
 use crate::id::Id;
 use crate::layout::Layout;
 use crate::shard::{self, ShardSource};
@@ -64,6 +65,7 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 ///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
+/// # std::env::set_var("IDUTIL_ID_SPACE", "doc-generator"); // its own, beside other tests
 /// use idutil::Generator;
 ///
 /// let generator = Generator::builder().shard(3).state_dir(dir.path()).open()?;
@@ -146,6 +148,9 @@ struct Cold {
     /// Whether a clock reading outside the layout's range was logged.
     warned_out_of_range: bool,
     failure: Option<Error>,
+    /// Why the generator fenced itself ([`Error::Fenced`]): it issues and
+    /// writes nothing more.
+    fenced: Option<String>,
     closing: bool,
     /// The state as last written, the template for the next write.
     file: StateFile,
@@ -155,12 +160,14 @@ struct Cold {
 ///
 /// Every setting has a default: the shard from `IDUTIL_SHARD` or the host
 /// name, the state directory from `IDUTIL_STATE_DIR` or the platform's
-/// state directory, [`Layout::DEFAULT`], the [`SystemClock`], a
-/// reservation window of 5 seconds and no lead cap.
+/// state directory, the ID space from `IDUTIL_ID_SPACE` or `default`,
+/// [`Layout::DEFAULT`], the [`SystemClock`], a reservation window of 5
+/// seconds and no lead cap.
 #[derive(Clone, Debug)]
 pub struct Builder<C: Clock = SystemClock> {
     shard: Option<u32>,
     state_dir: Option<PathBuf>,
+    id_space: Option<String>,
     layout: Layout,
     clock: C,
     window: u64,
@@ -181,6 +188,7 @@ impl Builder<SystemClock> {
         Builder {
             shard: None,
             state_dir: None,
+            id_space: None,
             layout: Layout::DEFAULT,
             clock: SystemClock,
             window: DEFAULT_WINDOW,
@@ -205,6 +213,21 @@ impl<C: Clock> Builder<C> {
         self
     }
 
+    /// Names the ID space instead of `IDUTIL_ID_SPACE` (default
+    /// `default`): 1 to 64 characters of `A-Z a-z 0-9 . _ -`, checked by
+    /// [`open`](Builder::open).
+    ///
+    /// On a host, one generator at a time may hold a shard of an ID space,
+    /// whatever its state directory. Generators whose IDs go into the same
+    /// table must share an ID space (the default puts every generator on a
+    /// host in one); independent ID spaces, such as two apps with separate
+    /// databases, may use the same shard numbers. See the crate docs,
+    /// *Security*.
+    pub fn id_space(mut self, name: impl Into<String>) -> Self {
+        self.id_space = Some(name.into());
+        self
+    }
+
     /// Uses this layout.
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
@@ -216,6 +239,7 @@ impl<C: Clock> Builder<C> {
         Builder {
             shard: self.shard,
             state_dir: self.state_dir,
+            id_space: self.id_space,
             layout: self.layout,
             clock,
             window: self.window,
@@ -261,7 +285,13 @@ impl<C: Clock> Builder<C> {
     /// # Errors
     ///
     /// [`Error::ShardOutOfRange`], [`Error::InvalidEnv`] or
-    /// [`Error::UnusableHostname`] for a bad shard, [`Error::Locked`] if another generator holds the shard,
+    /// [`Error::UnusableHostname`] for a bad shard,
+    /// [`Error::InvalidIdSpace`] for a bad ID space name,
+    /// [`Error::Locked`] if another generator holds the shard in the state
+    /// directory, [`Error::HostLocked`] if one on this host holds it in the
+    /// same ID space, [`Error::RelativeStateDir`] or [`Error::Untrusted`] if
+    /// the state directory or a file in it fails the checks in the crate
+    /// docs (*Security*),
     /// [`Error::BadState`] if the state file cannot be trusted,
     /// [`Error::Io`] if the state directory cannot be used; with a Redis
     /// lease, `Error::Lease` if no shard is free, Redis cannot be reached or
@@ -280,7 +310,8 @@ impl<C: Clock> Builder<C> {
         }
         let (shard, source) = shard::resolve_shard(self.shard, &self.layout)?;
         let dir = state::state_dir(self.state_dir.as_deref())?;
-        let store = Store::open(&dir, shard)?;
+        let id_space = host_lock::resolve_id_space(self.id_space.as_deref())?;
+        let store = Store::open_for_generator(&dir, shard, &id_space)?;
         Generator::start(self, store, shard, source, None)
     }
 
@@ -293,18 +324,21 @@ impl<C: Clock> Builder<C> {
             );
         }
         let dir = state::state_dir(self.state_dir.as_deref())?;
+        let id_space = host_lock::resolve_id_space(self.id_space.as_deref())?;
         let mut skip = Vec::new();
         loop {
             let lease =
                 crate::lease::Lease::acquire(config, &self.layout, self.shard, &skip, &self.clock)?;
             let shard = lease.shard();
-            match Store::open(&dir, shard) {
+            match Store::open_for_generator(&dir, shard, &id_space) {
                 Ok(store) => {
                     return Generator::start(self, store, shard, ShardSource::Lease, Some(lease))
                 }
                 // A generator on this host still holds the shard's state
                 // file although its lease expired: lease another shard.
-                Err(Error::Locked { .. }) if self.shard.is_none() => skip.push(shard),
+                Err(Error::Locked { .. } | Error::HostLocked { .. }) if self.shard.is_none() => {
+                    skip.push(shard)
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -554,6 +588,7 @@ impl<C: Clock> Generator<C> {
                 recent: 0,
                 warned_out_of_range: false,
                 failure: None,
+                fenced: None,
                 closing: false,
                 file,
             }),
@@ -710,7 +745,8 @@ impl<C: Clock> Generator<C> {
     ///
     /// [`Error::Io`] if the final state cannot be written. The state file
     /// then still holds the reservation, so nothing is re-issued; the next
-    /// generator just starts a little further ahead.
+    /// generator just starts a little further ahead. [`Error::Fenced`] if
+    /// the generator fenced itself (then nothing is written).
     pub fn close(&self) -> Result<()> {
         let Some(handle) = self
             .extender
@@ -857,7 +893,7 @@ impl<C: Clock> Inner<C> {
             let flags = self.cursor.0.load(Relaxed) & FLAGS;
             // `close` sets the flag before `closing`: either means closed.
             if cold.closing || flags & CLOSED != 0 {
-                return Err(Error::Closed);
+                return Err(self.closed_error(&cold));
             }
             if flags & FENCED != 0 {
                 return Err(self.fenced_error());
@@ -1025,6 +1061,10 @@ impl<C: Clock> Inner<C> {
                         cold.reserved.saturating_sub(self.window / 2)
                     };
                 }
+                Err(e @ Error::Fenced { .. }) => {
+                    drop(cold);
+                    return Err(self.stop_fenced(e));
+                }
                 Err(e) => {
                     log::warn!("shard {}: {e}", self.shard);
                     // Handed to the one call that waits for this write.
@@ -1051,11 +1091,48 @@ impl<C: Clock> Inner<C> {
         cover_seen(&mut file);
         drop(cold);
         let saved = store.save(&file);
+        if let Err(e @ Error::Fenced { .. }) = saved {
+            return Err(self.stop_fenced(e));
+        }
         #[cfg(feature = "redis")]
         if let Some(lease) = &self.lease {
             lease.finish(file.last, file.seen_max);
         }
         saved
+    }
+
+    /// The state directory or lock file gave way under the generator:
+    /// stop issuing for good, write nothing more, and answer every later
+    /// call with `e`.
+    #[cold]
+    fn stop_fenced(&self, e: Error) -> Error {
+        log::warn!("{e}");
+        self.cursor.0.fetch_or(CLOSED, Relaxed);
+        let mut cold = self.lock();
+        if let Error::Fenced { reason, .. } = &e {
+            cold.fenced = Some(reason.clone());
+        }
+        cold.closing = true;
+        self.limit.store(0, Relaxed);
+        self.changed.notify_all();
+        // Every ID issued is below a reservation Redis already has.
+        #[cfg(feature = "redis")]
+        if let Some(lease) = &self.lease {
+            lease.finish(None, self.layout.epoch() + cold.seen_max);
+        }
+        e
+    }
+
+    /// Why a closed generator does not issue: [`Error::Fenced`] if it
+    /// fenced itself, else [`Error::Closed`].
+    fn closed_error(&self, cold: &Cold) -> Error {
+        match &cold.fenced {
+            Some(reason) => Error::Fenced {
+                shard: self.shard,
+                reason: reason.clone(),
+            },
+            None => Error::Closed,
+        }
     }
 
     /// Why a fenced generator does not issue.

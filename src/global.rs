@@ -15,6 +15,7 @@ static INIT: Mutex<()> = Mutex::new(());
 /// ```
 /// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
 /// # std::env::set_var("IDUTIL_STATE_DIR", dir.path());
+/// # std::env::set_var("IDUTIL_ID_SPACE", "doc-global"); // its own, beside other tests
 /// # std::env::set_var("IDUTIL_SHARD", "1");
 /// use idutil::IdUtil;
 ///

@@ -6,6 +6,7 @@
 //! # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
 //! # std::env::set_var("IDUTIL_STATE_DIR", dir.path());
 //! # std::env::set_var("IDUTIL_SHARD", "7");
+//! # std::env::set_var("IDUTIL_ID_SPACE", "doc-crate"); // its own, beside other tests
 //! use idutil::IdUtil;
 //!
 //! let id: i64 = IdUtil::next_id();
@@ -24,8 +25,13 @@
 //! - its **shard** (5 bits, 0–31: which generator made the ID) comes from
 //!   `IDUTIL_SHARD`, or else from the number that ends the host name
 //!   (`web-7` → 7; see [The shard](#the-shard) for the names refused);
-//! - its **state directory** comes from `IDUTIL_STATE_DIR`, or else
-//!   `$XDG_STATE_HOME/idutil` or `~/.local/state/idutil`.
+//! - its **state directory** (an absolute path) comes from
+//!   `IDUTIL_STATE_DIR`, or else `$XDG_STATE_HOME/idutil` or
+//!   `~/.local/state/idutil`;
+//! - its **ID space** comes from `IDUTIL_ID_SPACE`, or else is `default`.
+//!   One generator per shard and ID space may run on a host. Generators
+//!   whose IDs go into the same table must share an ID space; the default
+//!   puts every generator on a host in one (see *Security*).
 //!
 //! Apps that prefer to fail at start-up rather than on the first ID call
 //! [`IdUtil::init`] (or [`IdUtil::init_with`] and a [`Builder`]) first. Tests,
@@ -33,6 +39,7 @@
 //!
 //! ```
 //! # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
+//! # std::env::set_var("IDUTIL_ID_SPACE", "doc-crate-builder"); // its own, beside other tests
 //! use idutil::{Generator, Layout, ManualClock};
 //! use std::time::Duration;
 //!
@@ -213,9 +220,12 @@
 //! **The state directory must persist.** In a container it must be a
 //! persistent volume that outlives the container, not its writable layer,
 //! and one shard's state must live in exactly one directory: two state
-//! directories for one shard (two containers with the same `IDUTIL_SHARD`,
-//! two volumes) are two independent generators, and nothing on one host
-//! can detect that.
+//! directories for one shard are two independent histories. On one host
+//! (one network namespace) the per-host lock refuses a second live
+//! generator for a shard whatever its directory (see *Security*), but
+//! nothing can tell that a directory used yesterday is not the one used
+//! today, and containers with network namespaces of their own do not see
+//! each other's locks.
 //!
 //! ## The shard
 //!
@@ -395,6 +405,76 @@
 //!   use different prefixes (`lease::LeaseConfig::prefix`). Shards given
 //!   to hosts by other means must be kept out of the leased range
 //!   (`lease::LeaseConfig::shards`).
+//!
+//! # Security
+//!
+//! The state directory is a trust boundary, treated the way `sshd` treats
+//! `~/.ssh`. **Only the user that runs the generator may write it**: anyone
+//! who can delete or replace its files can make a generator re-issue IDs.
+//!
+//! **What is checked.**
+//!
+//! - The state directory must be an absolute path (a relative one names a
+//!   different directory in each working directory); otherwise
+//!   [`Error::RelativeStateDir`], and the command exits 2.
+//! - A missing state directory is created with mode 0700, missing parents
+//!   too, whatever the umask; lock, state and temporary files are created
+//!   0600.
+//! - The state directory itself must not be a symbolic link (its parents
+//!   may be). It, and every file the generator opens in it, must belong to
+//!   the effective user and must not be writable by group or others;
+//!   otherwise [`Error::Untrusted`], with the `chmod` or `chown` that fixes
+//!   it.
+//! - Files in the directory are opened relative to the directory's
+//!   descriptor, without following symbolic links and without blocking,
+//!   and must be regular files of at most 64 KiB: a symbolic link, a FIFO, a
+//!   device or a huge file is refused at once, never followed, waited on or
+//!   read to exhaustion. Errors never quote a file's contents beyond
+//!   idutil's own format. The state file and `shard-N.state.bad` are
+//!   replaced by renaming a new file over them, which replaces a symbolic
+//!   link itself, never its target.
+//! - **Deleted state is not a fresh start.** Once a shard has written a state
+//!   file in a directory, its lock file records it (a line `state`). A
+//!   missing state file is then [`Error::BadState`], never a restart at the
+//!   clock; `idutil state recover` (with `--after` if IDs may have been
+//!   issued ahead of the clock) is the way out. Deleting the lock file too
+//!   (or the whole directory) does make a fresh start: that is data loss
+//!   idutil cannot see.
+//!
+//! **A live generator notices when its ground is pulled away.** It holds the
+//! state directory and the lock file open. Before each write of the state
+//! file it checks that the directory's path still names the directory it
+//! opened, and the lock file's path the file it locked (same device and
+//! inode). If not, because someone deleted or replaced either, it fences
+//! itself: it issues no further ID, writes nothing more (not even at close),
+//! and every later call returns [`Error::Fenced`]. Writes go through the
+//! directory's descriptor, so a generator never writes into a directory
+//! someone recreated at the same path. IDs issued before the fence are
+//! within the reservation the old state file recorded; a new generator on
+//! a recreated, empty directory knows nothing of them, so deleting a live
+//! generator's state directory can still cost duplicates of IDs issued
+//! ahead of the clock. Do not.
+//!
+//! **One shard, one generator per host.** Besides the lock file, a
+//! generator holds its shard on the host through a Linux abstract-namespace
+//! Unix socket named `idutil/<ID space>/shard-<N>`, which the kernel removes
+//! when the process exits, however it exits. A second generator for the
+//! shard in the same ID space, in this process or another, with any state
+//! directory, gets [`Error::HostLocked`] naming the holder's pid. The scope
+//! is the network namespace: containers with a network namespace of their
+//! own are separate hosts to this lock, so give them distinct shards (or
+//! the Redis lease). On other Unix systems there is no abstract namespace
+//! and only the lock file in the state directory applies.
+//!
+//! **ID spaces.** The per-host lock is per ID space
+//! ([`Builder::id_space`], `IDUTIL_ID_SPACE`, `idutil --id-space NAME`;
+//! 1 to 64 characters of `A-Z a-z 0-9 . _ -`; default `default`), so that
+//! independent ID spaces, such as two apps with separate databases on one
+//! host, can use the same shard numbers. **Generators whose IDs go into the
+//! same table must share an ID space**: in two spaces, the same shard
+//! issues the same IDs. The default puts every generator on a host in one
+//! space, which is always safe.
+//! //!
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -402,6 +482,7 @@ mod clock;
 mod error;
 mod generator;
 mod global;
+pub mod host_lock;
 mod id;
 mod layout;
 #[cfg(feature = "redis")]
@@ -415,6 +496,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
 pub use generator::{Builder, Generator, IdBatch, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM_SECONDS};
 pub use global::IdUtil;
+pub use host_lock::ID_SPACE_ENV;
 pub use id::Id;
 pub use layout::{Layout, LayoutError, Parts, EPOCH_2000, MAX_TOTAL_BITS};
 pub use shard::{resolve_shard, shard_from_hostname, HostnameProblem, ShardSource, SHARD_ENV};

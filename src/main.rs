@@ -11,6 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
+use idutil::host_lock::{self, HostHolder};
 use idutil::state::{self, RecoverOptions, StateFile};
 use idutil::{Generator, Id, Layout, DEFAULT_WINDOW};
 use serde_json::json;
@@ -30,10 +31,11 @@ const MAX_N: u64 = 1_000_000_000;
                   idutil completions bash > ~/.local/share/bash-completion/completions/idutil\n  \
                   idutil man | man -l -\n\n\
                   Environment: IDUTIL_SHARD (the shard, else the number ending the host name), \
-                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil).\n\n\
+                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil), \
+                  IDUTIL_ID_SPACE (else \"default\").\n\n\
                   Exit status: 0 on success; 2 on bad usage or bad input (arguments, IDs on \
-                  standard input, or an unusable IDUTIL_SHARD, IDUTIL_STATE_DIR or host-name \
-                  shard); 1 on any other error. \
+                  standard input, or an unusable IDUTIL_SHARD, IDUTIL_STATE_DIR, \
+                  IDUTIL_ID_SPACE or host-name shard); 1 on any other error. \
                   Every error is one line on stderr; output cut short by an error is \
                   incomplete, whatever it looks like."
 )]
@@ -50,9 +52,13 @@ struct Common {
     #[arg(long, global = true, value_name = "N", allow_negative_numbers = true,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(Layout::DEFAULT.max_shard())))]
     shard: Option<u32>,
-    /// State directory (default: IDUTIL_STATE_DIR, else the platform's state directory)
+    /// State directory, an absolute path (default: IDUTIL_STATE_DIR, else the platform's state directory)
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// ID space: one generator per shard and ID space on a host; generators whose IDs share a
+    /// table must share one (default: IDUTIL_ID_SPACE, else "default")
+    #[arg(long, global = true, value_name = "NAME", value_parser = parse_id_space)]
+    id_space: Option<String>,
     /// Lease the shard from this Redis server instead (redis://host:port/db); with
     /// --shard, lease only that shard. `state` then shows the leases
     #[cfg(feature = "redis")]
@@ -200,6 +206,12 @@ enum StateAction {
     },
 }
 
+fn parse_id_space(s: &str) -> Result<String, String> {
+    idutil::host_lock::check_id_space(s)
+        .map(|()| s.to_string())
+        .map_err(str::to_string)
+}
+
 fn parse_count(s: &str) -> Result<u64, String> {
     let out_of_range = || format!("must be from 1 to {MAX_N}");
     let digits = s.strip_prefix('-').unwrap_or(s);
@@ -280,6 +292,8 @@ fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
             idutil::Error::ShardOutOfRange { .. }
             | idutil::Error::UnusableHostname { .. }
             | idutil::Error::InvalidEnv { .. }
+            | idutil::Error::InvalidIdSpace { .. }
+            | idutil::Error::RelativeStateDir { .. }
             | idutil::Error::NoStateDir,
         ) => ("usage error", 2),
         Some(_) => ("error", 1),
@@ -503,6 +517,9 @@ fn next(
     }
     if let Some(dir) = &common.state_dir {
         builder = builder.state_dir(dir);
+    }
+    if let Some(space) = &common.id_space {
+        builder = builder.id_space(space);
     }
     if let Some(max_lead) = max_lead {
         builder = builder.max_lead(max_lead);
@@ -791,11 +808,17 @@ fn show_state(common: &Common, json: bool, out: &mut impl Write) -> Result<(), B
         writeln!(out)?;
     }
     let (shard, dir) = shard_and_dir(common)?;
+    let space = host_lock::resolve_id_space(common.id_space.as_deref())?;
     let report = state::inspect(&dir, shard)?;
     let holder = match (report.locked, report.holder) {
         (true, Some(pid)) => format!("pid {pid}"),
         (true, None) => "a process with an unreadable pid".to_string(),
         (false, _) => "none".to_string(),
+    };
+    let host_holder = host_lock::holder(&space, shard);
+    let host_pid = match host_holder {
+        HostHolder::Pid(pid) => Some(pid),
+        _ => None,
     };
     if json {
         let state = report.state.as_ref().map(|s| {
@@ -811,7 +834,9 @@ fn show_state(common: &Common, json: bool, out: &mut impl Write) -> Result<(), B
         });
         let doc = json!({
             "path": report.path, "shard": shard, "locked": report.locked,
-            "holder_pid": report.holder, "state": state,
+            "holder_pid": report.holder, "id_space": space,
+            "host_locked": host_holder != HostHolder::None, "host_holder_pid": host_pid,
+            "state": state,
         });
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
@@ -820,6 +845,15 @@ fn show_state(common: &Common, json: bool, out: &mut impl Write) -> Result<(), B
     writeln!(out, "path:         {}", report.path.display())?;
     writeln!(out, "shard:        {shard}")?;
     writeln!(out, "lock holder:  {holder}")?;
+    let host = match host_holder {
+        HostHolder::Pid(pid) => format!("pid {pid}"),
+        HostHolder::Unknown => "a process whose pid is unknown".to_string(),
+        HostHolder::None => "none".to_string(),
+    };
+    writeln!(
+        out,
+        "host holder:  {host} (ID space {space}, any state directory)"
+    )?;
     let Some(s) = &report.state else {
         writeln!(
             out,

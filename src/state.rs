@@ -43,12 +43,19 @@
 //! still says for certain, and refuses when it cannot know.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, Write};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
+use rustix::io::Errno;
 
 use crate::clock::wall_now;
 use crate::error::{Error, Result};
+use crate::host_lock::HostLock;
 use crate::layout::Layout;
 
 /// Environment variable that sets the state directory.
@@ -64,10 +71,18 @@ pub const STATE_VERSION: u32 = 1;
 /// # Errors
 ///
 /// [`Error::NoStateDir`] if none of these is set; [`Error::InvalidEnv`] if
-/// `IDUTIL_STATE_DIR` is set but empty.
+/// `IDUTIL_STATE_DIR` is set but empty; [`Error::RelativeStateDir`] if the
+/// directory given or set is not an absolute path.
 pub fn state_dir(explicit: Option<&Path>) -> Result<PathBuf> {
+    let absolute = |dir: PathBuf| {
+        if dir.is_absolute() {
+            Ok(dir)
+        } else {
+            Err(Error::RelativeStateDir { path: dir })
+        }
+    };
     if let Some(dir) = explicit {
-        return Ok(dir.to_path_buf());
+        return absolute(dir.to_path_buf());
     }
     if let Some(dir) = std::env::var_os(STATE_DIR_ENV) {
         if dir.is_empty() {
@@ -77,7 +92,7 @@ pub fn state_dir(explicit: Option<&Path>) -> Result<PathBuf> {
                 reason: "empty; unset it or name a directory",
             });
         }
-        return Ok(dir.into());
+        return absolute(dir.into());
     }
     // The XDG spec says relative paths are to be ignored.
     if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from) {
@@ -390,48 +405,111 @@ fn parse_layout((line, text): Field<'_>) -> std::result::Result<Layout, String> 
 
 /// A locked shard in a state directory: the exclusive right to read and
 /// replace its state file, for as long as the value lives.
+///
+/// The directory and the lock file are held open. Every file in the
+/// directory is opened relative to the directory's descriptor, without
+/// following symbolic links, and checked to be a regular file of ours
+/// before it is read; every write first checks that the directory and
+/// the lock file are still the ones at their paths (see [`Store::save`]).
 #[derive(Debug)]
 pub(crate) struct Store {
     dir: PathBuf,
     path: PathBuf,
+    lock_path: PathBuf,
     shard: u32,
+    dir_fd: OwnedFd,
+    dir_id: (u64, u64),
     // Held for the `flock`; closing it releases the lock.
-    _lock: File,
+    lock: File,
+    lock_id: (u64, u64),
+    /// Whether a state file was ever written for this shard in this
+    /// directory, as the lock file records.
+    had_state: AtomicBool,
+    /// The per-host hold on the shard, for generators.
+    _host: Option<HostLock>,
 }
 
 impl Store {
-    /// Creates the directory if needed and takes the shard's lock.
+    /// Takes the shard's per-host lock in `id_space` (see
+    /// [`host_lock`](crate::host_lock)), then its lock in `dir`.
+    pub(crate) fn open_for_generator(dir: &Path, shard: u32, id_space: &str) -> Result<Store> {
+        let host = HostLock::acquire(id_space, shard)?;
+        let mut store = Store::open(dir, shard)?;
+        store._host = Some(host);
+        Ok(store)
+    }
+
+    /// Creates the directory if needed (mode 0700), checks it, and takes
+    /// the shard's lock in it.
     pub(crate) fn open(dir: &Path, shard: u32) -> Result<Store> {
-        fs::create_dir_all(dir).map_err(|e| Error::io("create the state directory", dir, e))?;
+        let dir_fd = open_dir(dir, true)?.ok_or_else(|| {
+            Error::io(
+                "open the state directory",
+                dir,
+                io::ErrorKind::NotFound.into(),
+            )
+        })?;
+        let dir_id = file_id(&dir_fd).map_err(|e| Error::io("examine", dir, e))?;
         let lock_path = lock_path(dir, shard);
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| Error::io("open the lock file", &lock_path, e))?;
+        let lock_name = lock_name(shard);
+        let lock = match open_in(
+            &dir_fd,
+            &lock_path,
+            &lock_name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
+        ) {
+            Ok(Some(file)) => {
+                // Ours: 0600 whatever the umask.
+                rfs::fchmod(&file, Mode::from_raw_mode(0o600))
+                    .map_err(|e| Error::io("set the mode of", &lock_path, e.into()))?;
+                file
+            }
+            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+                open_in(&dir_fd, &lock_path, &lock_name, OFlags::RDWR)?.ok_or_else(|| {
+                    Error::io(
+                        "open the lock file",
+                        &lock_path,
+                        io::ErrorKind::NotFound.into(),
+                    )
+                })?
+            }
+            Err(e) => return Err(e),
+            // Only when the directory vanished under us.
+            Ok(None) => {
+                return Err(Error::io(
+                    "create the lock file",
+                    &lock_path,
+                    io::ErrorKind::NotFound.into(),
+                ))
+            }
+        };
+        check_file(&lock, &lock_path)?;
+        let lock_id = file_id(&lock).map_err(|e| Error::io("examine", &lock_path, e))?;
         if let Err(e) = try_lock_exclusive(&lock) {
             if e.kind() == fs2::lock_contended_error().kind() {
                 return Err(Error::Locked {
                     shard,
                     dir: dir.to_path_buf(),
-                    pid: read_pid(&mut lock),
+                    pid: read_lock_file(&lock).0,
                 });
             }
             return Err(Error::io("lock", &lock_path, e));
         }
-        remove_stale_temporaries(dir, shard);
+        remove_stale_temporaries(&dir_fd, shard);
+        let had_state = read_lock_file(&lock).1;
         // The pid is advice for error messages; the lock is what protects.
-        let _ = lock
-            .set_len(0)
-            .and_then(|()| lock.rewind())
-            .and_then(|()| writeln!(lock, "{}", std::process::id()));
+        let _ = write_lock_file(&lock, had_state);
         Ok(Store {
             dir: dir.to_path_buf(),
             path: state_path(dir, shard),
+            lock_path,
             shard,
-            _lock: lock,
+            dir_fd,
+            dir_id,
+            lock,
+            lock_id,
+            had_state: AtomicBool::new(had_state),
+            _host: None,
         })
     }
 
@@ -444,25 +522,361 @@ impl Store {
     }
 
     /// Reads the state file: `None` if there is none yet.
+    ///
+    /// A missing state file for a shard that had one in this directory is
+    /// [`Error::BadState`], never a fresh start.
     pub(crate) fn load(&self) -> Result<Option<StateFile>> {
-        load(&self.path, self.shard)
+        let state = load_at(&self.dir_fd, &self.path, self.shard)?;
+        if state.is_none() && self.had_state.load(Relaxed) {
+            return Err(missing_state(&self.path, self.shard));
+        }
+        Ok(state)
+    }
+
+    /// The state file's bytes and modification time (Unix seconds), as
+    /// checked and capped as [`Store::load`] reads them: `None` if there
+    /// is none.
+    pub(crate) fn read_raw(&self) -> Result<Option<(Vec<u8>, Option<u64>)>> {
+        let Some(mut file) = open_in(
+            &self.dir_fd,
+            &self.path,
+            &state_name(self.shard),
+            OFlags::RDONLY,
+        )?
+        else {
+            return Ok(None);
+        };
+        let stat = check_file(&file, &self.path)?;
+        let bytes = read_capped(&mut file, &self.path)?;
+        Ok(Some((bytes, u64::try_from(stat.st_mtime).ok())))
+    }
+
+    /// Keeps `bytes` (a damaged state file) beside the state file as
+    /// `shard-N.state.bad`, replacing whatever had that name (a symbolic
+    /// link itself, never its target).
+    pub(crate) fn keep_bad(&self, bytes: &[u8]) -> Result<()> {
+        let name = format!("{}.bad", state_name(self.shard));
+        let kept = self.dir.join(&name);
+        self.check_ground()?;
+        self.replace(&name, bytes)
+            .map_err(|e| Error::io("keep a copy of the old state as", &kept, e))
     }
 
     /// Replaces the state file atomically and durably.
+    ///
+    /// First checks that the state directory and the lock file are still
+    /// the ones this store opened: if either was deleted or replaced,
+    /// writes nothing and returns [`Error::Fenced`]. Records in the lock
+    /// file that the shard has a state file, after the first write.
     pub(crate) fn save(&self, state: &StateFile) -> Result<()> {
-        let write_err = |e| Error::io("write the state file in", &self.dir, e);
-        let mut tmp = tempfile::Builder::new()
+        self.check_ground()?;
+        if let Err(e) = self.replace(&state_name(self.shard), state.render().as_bytes()) {
+            // A directory removed under the write makes it fail: say why.
+            self.check_ground()?;
+            return Err(Error::io("write the state file in", &self.dir, e));
+        }
+        if !self.had_state.load(Relaxed) {
+            match write_lock_file(&self.lock, true).and_then(|()| self.lock.sync_all()) {
+                Ok(()) => self.had_state.store(true, Relaxed),
+                Err(e) => log::warn!(
+                    "cannot record in {} that shard {} has a state file ({e}); \
+                     retrying at the next write",
+                    self.lock_path.display(),
+                    self.shard
+                ),
+            }
+        }
+        if let Some(host) = &self._host {
+            host.drain();
+        }
+        Ok(())
+    }
+
+    /// `Err(Error::Fenced)` unless the directory and lock file paths still
+    /// name the directory and file this store holds open.
+    fn check_ground(&self) -> Result<()> {
+        let fenced = |reason: String| Error::Fenced {
+            shard: self.shard,
+            reason,
+        };
+        match fs::symlink_metadata(&self.dir) {
+            Ok(m) if (m.dev(), m.ino()) == self.dir_id => {}
+            Ok(_) => {
+                return Err(fenced(format!(
+                    "the state directory {} was replaced",
+                    self.dir.display()
+                )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(fenced(format!(
+                    "the state directory {} was deleted",
+                    self.dir.display()
+                )))
+            }
+            Err(e) => return Err(Error::io("examine", &self.dir, e)),
+        }
+        match fs::symlink_metadata(&self.lock_path) {
+            Ok(m) if (m.dev(), m.ino()) == self.lock_id => Ok(()),
+            Ok(_) => Err(fenced(format!(
+                "the lock file {} was replaced",
+                self.lock_path.display()
+            ))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(fenced(format!(
+                "the lock file {} was deleted",
+                self.lock_path.display()
+            ))),
+            Err(e) => Err(Error::io("examine", &self.lock_path, e)),
+        }
+    }
+
+    /// Writes `bytes` to a new temporary file in the directory (0600,
+    /// created exclusively), syncs it, renames it over `name` and syncs the
+    /// directory, all relative to the directory's descriptor: a directory
+    /// deleted meanwhile makes this fail, and one recreated at the same
+    /// path is never written to.
+    fn replace(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        let tmp = tempfile::Builder::new()
             .prefix(&format!(".shard-{}.", self.shard))
             .suffix(".tmp")
-            .tempfile_in(&self.dir)
-            .map_err(write_err)?;
-        tmp.write_all(state.render().as_bytes())
-            .and_then(|()| tmp.as_file().sync_all())
-            .map_err(write_err)?;
-        tmp.persist(&self.path)
-            .map_err(|e| Error::io("replace the state file", &self.path, e.error))?;
-        sync_dir(&self.dir).map_err(|e| Error::io("sync the state directory", &self.dir, e))
+            .make_in(&self.dir, |path| {
+                let name = path
+                    .file_name()
+                    .ok_or_else(|| io::Error::other("no file name"))?;
+                let fd = rfs::openat(
+                    &self.dir_fd,
+                    name,
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o600),
+                )?;
+                rfs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+                Ok(File::from(fd))
+            })?;
+        let (mut file, mut temp_path) = tmp.into_parts();
+        // Removed by name relative to the directory below, never by path.
+        temp_path.disable_cleanup(true);
+        let tmp_name = temp_path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .ok_or_else(|| io::Error::other("no file name"))?;
+        let written = file
+            .write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| {
+                rfs::renameat(&self.dir_fd, &*tmp_name, &self.dir_fd, name).map_err(io::Error::from)
+            });
+        if let Err(e) = written {
+            let _ = rfs::unlinkat(&self.dir_fd, &*tmp_name, AtFlags::empty());
+            return Err(e);
+        }
+        rfs::fsync(&self.dir_fd).map_err(io::Error::from)
     }
+}
+
+/// The most a state, lock or damaged file may hold: far more than any of
+/// them needs, little enough that a huge file or a device is refused
+/// rather than read.
+pub const MAX_FILE_SIZE: u64 = 64 * 1024;
+
+fn state_name(shard: u32) -> String {
+    format!("shard-{shard}.state")
+}
+
+fn lock_name(shard: u32) -> String {
+    format!("shard-{shard}.lock")
+}
+
+fn missing_state(path: &Path, shard: u32) -> Error {
+    Error::BadState {
+        path: path.to_path_buf(),
+        shard,
+        reason: format!(
+            "the state file is missing although this shard had one in this directory \
+             (shard-{shard}.lock records it), so starting again at the clock could re-issue \
+             IDs; if IDs may have been issued ahead of the clock, add --after with the \
+             latest time they may have reached"
+        ),
+    }
+}
+
+/// `(device, inode)` of an open file or directory.
+fn file_id(fd: impl AsFd) -> io::Result<(u64, u64)> {
+    let st = rfs::fstat(fd)?;
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Ok((st.st_dev as u64, st.st_ino as u64))
+}
+
+/// Opens `dir` as a directory without following a symbolic link, after
+/// creating it (and its missing parents) with mode 0700 when `create`;
+/// checks its owner and mode. `None` if it does not exist and `create` is
+/// false.
+fn open_dir(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
+    if !dir.is_absolute() {
+        return Err(Error::RelativeStateDir {
+            path: dir.to_path_buf(),
+        });
+    }
+    if create {
+        create_private_dirs(dir)?;
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rfs::open(dir, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) if !create => return Ok(None),
+        Err(Errno::LOOP | Errno::NOTDIR) => {
+            let link = fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
+            let reason = if link {
+                "it is a symbolic link, and the state directory itself must not be one (its \
+                 parents may be); name the directory the link points to"
+            } else {
+                "it is not a directory"
+            };
+            return Err(Error::Untrusted {
+                path: dir.to_path_buf(),
+                reason: reason.to_string(),
+            });
+        }
+        Err(e) => return Err(Error::io("open the state directory", dir, e.into())),
+    };
+    let st = rfs::fstat(&fd).map_err(|e| Error::io("examine", dir, e.into()))?;
+    check_owner_and_mode(dir, &st, true)?;
+    Ok(Some(fd))
+}
+
+/// Creates `dir` and its missing parents, each with mode 0700 whatever the
+/// umask.
+fn create_private_dirs(dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    loop {
+        match fs::symlink_metadata(at) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                missing.push(at);
+                match at.parent() {
+                    Some(parent) => at = parent,
+                    None => break,
+                }
+            }
+            Err(e) => return Err(Error::io("create the state directory", at, e)),
+        }
+    }
+    for path in missing.into_iter().rev() {
+        match fs::DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => {
+                // The umask may have taken bits away; set them, on the
+                // directory just made (not on what a link might name).
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                rfs::open(path, flags, Mode::empty())
+                    .and_then(|fd| rfs::fchmod(fd, Mode::from_raw_mode(0o700)))
+                    .map_err(|e| Error::io("set the mode of", path, e.into()))?;
+            }
+            // Made by someone else meanwhile: checked when opened.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("create the state directory", path, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Refuses what sshd refuses for `~/.ssh`: a directory or file that
+/// another user owns, or that group or others may write.
+fn check_owner_and_mode(path: &Path, st: &rfs::Stat, is_dir: bool) -> Result<()> {
+    let euid = rustix::process::geteuid().as_raw();
+    let uid = st.st_uid;
+    let what = if is_dir { "directory" } else { "file" };
+    if uid != euid {
+        return Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the {what} belongs to uid {uid}, not to uid {euid} that runs the generator, so \
+                 another user could delete or replace the shard's state; use a state directory \
+                 of your own, or run as its owner, or give it to this user (chown -R {euid} {})",
+                path.display()
+            ),
+        });
+    }
+    #[allow(clippy::unnecessary_cast)]
+    let mode = st.st_mode as u32 & 0o7777;
+    if mode & 0o022 != 0 {
+        let fix = if is_dir { "700" } else { "600" };
+        return Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the {what} is writable by group or others (mode {mode:04o}), so another user \
+                 could delete or replace the shard's state; run: chmod {fix} {}",
+                path.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Opens `name` in the directory without following a symbolic link and
+/// without blocking (a FIFO must not hang the caller): `None` if it does
+/// not exist.
+fn open_in(dir_fd: &OwnedFd, path: &Path, name: &str, flags: OFlags) -> Result<Option<File>> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    match rfs::openat(dir_fd, name, flags, Mode::from_raw_mode(0o600)) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(Errno::NOENT) => Ok(None),
+        Err(Errno::LOOP) => Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it is a symbolic link, and idutil follows none in the state directory; \
+                 remove it (rm {})",
+                path.display()
+            ),
+        }),
+        Err(e) => Err(Error::io("open", path, e.into())),
+    }
+}
+
+/// Checks an opened file: a regular file of ours, not writable by others,
+/// no larger than [`MAX_FILE_SIZE`].
+fn check_file(file: &File, path: &Path) -> Result<rfs::Stat> {
+    let st = rfs::fstat(file).map_err(|e| Error::io("examine", path, e.into()))?;
+    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
+        return Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it is not a regular file (a FIFO, device, socket or directory), and idutil \
+                 reads and writes only regular files; remove it (rm {})",
+                path.display()
+            ),
+        });
+    }
+    check_owner_and_mode(path, &st, false)?;
+    if u64::try_from(st.st_size).unwrap_or(u64::MAX) > MAX_FILE_SIZE {
+        return Err(too_large(path));
+    }
+    Ok(st)
+}
+
+fn too_large(path: &Path) -> Error {
+    Error::Untrusted {
+        path: path.to_path_buf(),
+        reason: format!(
+            "it is larger than {} KiB, far more than idutil ever writes; move it away",
+            MAX_FILE_SIZE / 1024
+        ),
+    }
+}
+
+/// Reads at most [`MAX_FILE_SIZE`] bytes; a longer file is refused.
+fn read_capped(file: &mut File, path: &Path) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    (&mut *file)
+        .take(MAX_FILE_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", path, e))?;
+    if bytes.len() as u64 > MAX_FILE_SIZE {
+        return Err(too_large(path));
+    }
+    Ok(bytes)
 }
 
 /// Takes the exclusive lock without blocking. `inspect` holds a shared lock
@@ -484,48 +898,63 @@ fn try_lock_exclusive(file: &File) -> io::Result<()> {
 /// Removes temporary files left by writers of this shard that were killed
 /// between creating and renaming them. Only the lock holder calls this, so
 /// none of them is in use.
-fn remove_stale_temporaries(dir: &Path, shard: u32) {
+fn remove_stale_temporaries(dir_fd: &OwnedFd, shard: u32) {
     let prefix = format!(".shard-{shard}.");
-    let Ok(entries) = fs::read_dir(dir) else {
+    let Ok(entries) = rfs::Dir::read_from(dir_fd) else {
         return;
     };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
+        let name = entry.file_name().to_string_lossy();
         if name.starts_with(&prefix) && name.ends_with(".tmp") {
-            let _ = fs::remove_file(entry.path());
+            let _ = rfs::unlinkat(dir_fd, entry.file_name(), AtFlags::empty());
         }
     }
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+/// The lock file's contents: the holder's pid, and whether the shard ever
+/// had a state file in this directory (a line `state`).
+fn read_lock_file(file: &File) -> (Option<u32>, bool) {
+    let mut bytes = vec![0; 256];
+    let n = file.read_at(&mut bytes, 0).unwrap_or(0);
+    let text = String::from_utf8_lossy(&bytes[..n]);
+    let mut lines = text.lines().map(str::trim);
+    let pid = lines.next().and_then(|l| l.parse().ok());
+    (pid, lines.any(|l| l == "state"))
 }
 
-fn read_pid(file: &mut File) -> Option<u32> {
-    let mut text = String::new();
-    file.rewind().ok()?;
-    file.read_to_string(&mut text).ok()?;
-    text.trim().parse().ok()
+fn write_lock_file(file: &File, had_state: bool) -> io::Result<()> {
+    let mut text = format!("{}\n", std::process::id());
+    if had_state {
+        text.push_str("state\n");
+    }
+    file.write_all_at(text.as_bytes(), 0)?;
+    file.set_len(text.len() as u64)
 }
 
-fn load(path: &Path, shard: u32) -> Result<Option<StateFile>> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("read the state file", path, e)),
+fn load_at(dir_fd: &OwnedFd, path: &Path, shard: u32) -> Result<Option<StateFile>> {
+    let name = state_name(shard);
+    let Some(mut file) = open_in(dir_fd, path, &name, OFlags::RDONLY)? else {
+        return Ok(None);
     };
+    check_file(&file, path)?;
+    let bytes = read_capped(&mut file, path)?;
+    parse_state(&bytes, path, shard).map(Some)
+}
+
+/// A state file's bytes as a state for `shard`, or why it cannot be
+/// trusted.
+fn parse_state(bytes: &[u8], path: &Path, shard: u32) -> Result<StateFile> {
     let bad = |reason: String| Error::BadState {
         path: path.to_path_buf(),
         shard,
         reason,
     };
-    let text = String::from_utf8(bytes).map_err(|_| bad("not text".into()))?;
-    let state = StateFile::parse(&text).map_err(bad)?;
+    let text = std::str::from_utf8(bytes).map_err(|_| bad("not text".into()))?;
+    let state = StateFile::parse(text).map_err(bad)?;
     if state.shard != shard {
         return Err(bad(format!("it is for shard {}", state.shard)));
     }
-    Ok(Some(state))
+    Ok(state)
 }
 
 /// Checks a loaded state file against the layout a generator uses.
@@ -562,29 +991,80 @@ pub struct StateReport {
 
 /// Reads a shard's state and lock without disturbing a running generator.
 ///
+/// Nothing is created, no symbolic link is followed, and a FIFO or device
+/// in place of a file is refused at once rather than waited on.
+///
 /// # Errors
 ///
-/// [`Error::BadState`] if the file cannot be trusted, [`Error::Io`] if it
-/// cannot be read.
+/// [`Error::BadState`] if the file cannot be trusted (or is missing
+/// although the shard had one), [`Error::Untrusted`] if the directory or a
+/// file fails the checks described in the crate docs (*Security*),
+/// [`Error::Io`] if it cannot be read.
 pub fn inspect(dir: &Path, shard: u32) -> Result<StateReport> {
     let path = state_path(dir, shard);
-    let (locked, holder) = match OpenOptions::new().read(true).open(lock_path(dir, shard)) {
-        Ok(mut f) => match fs2::FileExt::try_lock_shared(&f) {
-            Ok(()) => {
-                let _ = fs2::FileExt::unlock(&f);
-                (false, None)
-            }
-            Err(_) => (true, read_pid(&mut f)),
-        },
-        Err(_) => (false, None),
+    let peek = peek(dir, shard)?;
+    let state = match peek.state {
+        Some(bytes) => Some(parse_state(&bytes, &path, shard)?),
+        None if peek.had_state => return Err(missing_state(&path, shard)),
+        None => None,
     };
-    let state = load(&path, shard)?;
     Ok(StateReport {
         path,
         shard,
         state,
+        holder: peek.holder.flatten(),
+        locked: peek.holder.is_some(),
+    })
+}
+
+/// A shard's files as seen from outside, without taking its lock or
+/// changing anything: through the same checks as a generator's reads (no
+/// symbolic links, regular files only, a size cap).
+struct Peek {
+    /// `Some` while a generator holds the lock, with its pid if legible.
+    holder: Option<Option<u32>>,
+    /// Whether the lock file says the shard has had a state file.
+    had_state: bool,
+    /// The state file's bytes, if there is one.
+    state: Option<Vec<u8>>,
+}
+
+fn peek(dir: &Path, shard: u32) -> Result<Peek> {
+    let Some(dir_fd) = open_dir(dir, false)? else {
+        return Ok(Peek {
+            holder: None,
+            had_state: false,
+            state: None,
+        });
+    };
+    let lock_path = lock_path(dir, shard);
+    let (holder, had_state) = match open_in(&dir_fd, &lock_path, &lock_name(shard), OFlags::RDONLY)?
+    {
+        Some(f) => {
+            check_file(&f, &lock_path)?;
+            let (pid, had_state) = read_lock_file(&f);
+            match fs2::FileExt::try_lock_shared(&f) {
+                Ok(()) => {
+                    let _ = fs2::FileExt::unlock(&f);
+                    (None, had_state)
+                }
+                Err(_) => (Some(pid), had_state),
+            }
+        }
+        None => (None, false),
+    };
+    let path = state_path(dir, shard);
+    let state = match open_in(&dir_fd, &path, &state_name(shard), OFlags::RDONLY)? {
+        Some(mut file) => {
+            check_file(&file, &path)?;
+            Some(read_capped(&mut file, &path)?)
+        }
+        None => None,
+    };
+    Ok(Peek {
         holder,
-        locked,
+        had_state,
+        state,
     })
 }
 
@@ -724,7 +1204,7 @@ impl Recovery {
     /// was made; [`Error::Io`] if the directory cannot be written.
     pub fn apply(&self) -> Result<()> {
         let store = Store::open(&self.dir, self.shard)?;
-        if read_state_bytes(&self.path)? != self.old {
+        if store.read_raw()?.map(|(bytes, _)| bytes) != self.old {
             return Err(Error::RecoveryRefused {
                 path: self.path.clone(),
                 shard: self.shard,
@@ -733,8 +1213,8 @@ impl Recovery {
                     .into(),
             });
         }
-        if let (Some(bytes), Some(kept_as)) = (&self.old, &self.kept_as) {
-            write_replacing(&self.dir, self.shard, kept_as, bytes)?;
+        if let Some(bytes) = &self.old {
+            store.keep_bad(bytes)?;
         }
         store.save(&self.new_state)
     }
@@ -769,33 +1249,15 @@ pub fn plan_recovery(
     layout: &Layout,
     options: &RecoverOptions,
 ) -> Result<Recovery> {
-    if let Some(pid) = held(dir, shard) {
+    let peek = peek(dir, shard)?;
+    if let Some(pid) = peek.holder {
         return Err(Error::Locked {
             shard,
             dir: dir.to_path_buf(),
             pid,
         });
     }
-    let path = state_path(dir, shard);
-    let old = read_state_bytes(&path)?;
-    plan_recovery_from(dir, shard, layout, options, old, wall_now())
-}
-
-/// Whether a generator holds the shard's lock (and its pid, if legible),
-/// seen without creating or changing anything: a shared lock taken for an
-/// instant, as [`inspect`] does.
-fn held(dir: &Path, shard: u32) -> Option<Option<u32>> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .open(lock_path(dir, shard))
-        .ok()?;
-    match fs2::FileExt::try_lock_shared(&file) {
-        Ok(()) => {
-            let _ = fs2::FileExt::unlock(&file);
-            None
-        }
-        Err(_) => Some(read_pid(&mut file)),
-    }
+    plan_recovery_from(dir, shard, layout, options, peek.state, wall_now())
 }
 
 /// Restarts a shard's state conservatively: [`plan_recovery`], then
@@ -813,15 +1275,6 @@ pub fn recover(
     let recovery = plan_recovery(dir, shard, layout, options)?;
     recovery.apply()?;
     Ok(recovery)
-}
-
-/// Reads a state file's bytes for recovery: `None` if there is none.
-fn read_state_bytes(path: &Path) -> Result<Option<Vec<u8>>> {
-    match fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io("read the state file", path, e)),
-    }
 }
 
 /// The recovery decision, given the old file's bytes and the clock.
@@ -1069,23 +1522,6 @@ impl Salvage {
         }
         Ok(marks)
     }
-}
-
-/// Writes `bytes` to `path` through a temporary file in `dir` and a rename,
-/// so whatever is at `path` (a symbolic link included) is replaced, never
-/// written through.
-fn write_replacing(dir: &Path, shard: u32, path: &Path, bytes: &[u8]) -> Result<()> {
-    let write_err = |e| Error::io("keep a copy of the old state as", path, e);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".shard-{shard}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(write_err)?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(write_err)?;
-    tmp.persist(path).map_err(|e| write_err(e.error))?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -1555,7 +1991,7 @@ mod tests {
             .file_type()
             .is_symlink());
         assert_eq!(fs::read_to_string(&kept).unwrap(), damaged);
-        let now = load(&path, 7).unwrap().unwrap();
+        let now = inspect(dir.path(), 7).unwrap().state.unwrap();
         assert_eq!(&now, r.new_state());
         assert_eq!(now.high_water[&0], r.resume_after);
     }

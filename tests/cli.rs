@@ -6,6 +6,8 @@
 //! standard input in a pipe; completions and the man page render.
 #![cfg(feature = "cli")]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -20,6 +22,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 fn idutil(state_dir: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("IDUTIL_STATE_DIR", state_dir)
+        .env("IDUTIL_ID_SPACE", common::space_for(state_dir))
         .env("IDUTIL_SHARD", "1")
         .env_remove("IDUTIL_REDIS_URL")
         .env_remove("RUST_BACKTRACE")
@@ -404,6 +407,7 @@ fn bad_input_exits_with_a_one_line_reason() {
 fn a_shard_in_use_is_a_runtime_error_naming_the_holder() {
     let dir = tempfile::tempdir().unwrap();
     let holder = idutil::Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(1)
         .state_dir(dir.path())
         .open()

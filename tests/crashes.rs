@@ -243,6 +243,7 @@ fn next_under_faketime(faketime: &str, offset: &str, shard: u32, dir: &Path) -> 
         .env_remove("IDUTIL_SHARD")
         .env_remove("IDUTIL_STATE_DIR")
         .env_remove("FAKETIME")
+        .env("IDUTIL_ID_SPACE", common::space_for(dir))
         .args(["--shard", &shard.to_string(), "--state-dir"])
         .arg(dir)
         .args(["next", "-n", "3"]);
@@ -282,6 +283,7 @@ fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_wor
         let mut cmd = Command::new(faketime);
         cmd.args(["-f", offset, common::bin()])
             .env_remove("FAKETIME")
+            .env("IDUTIL_ID_SPACE", common::space_for(dir.path()))
             .args(["--shard", &shard.to_string(), "--state-dir"])
             .arg(dir.path())
             .arg("state");

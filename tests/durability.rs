@@ -21,6 +21,7 @@ const CLOCKED: Layout = Layout::new_const(30, 2, 16, 5, EPOCH_2000);
 
 fn open_at(dir: &Path, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
     Generator::builder()
+        .id_space(common::space_for(dir))
         .shard(shard)
         .state_dir(dir)
         .clock(clock.clone())
@@ -35,6 +36,7 @@ fn open_layout_at(
     clock: &ManualClock,
 ) -> Generator<ManualClock> {
     Generator::builder()
+        .id_space(common::space_for(dir))
         .shard(shard)
         .state_dir(dir)
         .layout(layout)
@@ -338,17 +340,31 @@ fn clock_bits_with_every_mark_ahead_resume_after_the_lowest() {
 fn a_second_generator_for_a_shard_in_one_process_is_refused() {
     let dir = common::state_dir();
     let first = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(5)
         .state_dir(dir.path())
         .open()
         .unwrap();
     let a = first.next_id().unwrap();
 
+    // In the same ID space the per-host lock refuses it first.
     let err = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(5)
         .state_dir(dir.path())
         .open()
-        .expect_err("the shard is taken");
+        .expect_err("the shard is taken on this host");
+    assert!(
+        matches!(&err, Error::HostLocked { shard: 5, pid: Some(p), .. } if *p == std::process::id()),
+        "{err:?}"
+    );
+    // In another ID space, the directory's lock does.
+    let err = Generator::builder()
+        .id_space(format!("{}-other", common::space_for(dir.path())))
+        .shard(5)
+        .state_dir(dir.path())
+        .open()
+        .expect_err("the shard is taken in the directory");
     match &err {
         Error::Locked { shard, dir: d, pid } => {
             assert_eq!(*shard, 5);
@@ -367,6 +383,7 @@ fn a_second_generator_for_a_shard_in_one_process_is_refused() {
 
     // Another shard in the same directory is independent.
     let other = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(6)
         .state_dir(dir.path())
         .open()
@@ -377,6 +394,7 @@ fn a_second_generator_for_a_shard_in_one_process_is_refused() {
     let b = first.next_id().unwrap();
     first.close().unwrap();
     let again = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(5)
         .state_dir(dir.path())
         .open()
@@ -390,6 +408,7 @@ fn a_second_generator_for_a_shard_in_one_process_is_refused() {
 /// batch, then a few more one by one; closes cleanly.
 fn issue_system(dir: &Path, shard: u32, n: u64) -> Vec<u64> {
     let g = Generator::builder()
+        .id_space(common::space_for(dir))
         .shard(shard)
         .state_dir(dir)
         .open()
@@ -403,6 +422,7 @@ fn issue_system(dir: &Path, shard: u32, n: u64) -> Vec<u64> {
 fn assert_refused(dir: &Path, shard: u32, damaged: &[u8], kind: Damage) {
     let path = common::state_file(dir, shard);
     let err = Generator::builder()
+        .id_space(common::space_for(dir))
         .shard(shard)
         .state_dir(dir)
         .open()
@@ -474,6 +494,7 @@ fn a_state_file_for_another_layout_is_refused_both_ways() {
     let path = common::state_file(dir.path(), 1);
     let before = std::fs::read(&path).unwrap();
     let err = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(1)
         .state_dir(dir.path())
         .clock(clock.clone())
@@ -487,6 +508,7 @@ fn a_state_file_for_another_layout_is_refused_both_ways() {
     issue(&g, 10);
     g.close().unwrap();
     let err = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(2)
         .state_dir(dir.path())
         .layout(CLOCKED)

@@ -1,6 +1,8 @@
 //! Behaviour of one generator: threads, borrowing, clock rollbacks while
 //! running, the end of the range, the lead cap and batches.
 
+mod common;
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
@@ -13,6 +15,7 @@ const PER_SECOND: u64 = 65_536;
 
 fn open(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
     Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(shard)
         .state_dir(dir.path())
         .clock(clock.clone())
@@ -61,6 +64,7 @@ fn threads_share_one_strictly_increasing_sequence() {
     let dir = tempfile::tempdir().unwrap();
     let generator = Arc::new(
         Generator::builder()
+            .id_space(common::space_for(dir.path()))
             .shard(9)
             .state_dir(dir.path())
             .open()
@@ -223,6 +227,7 @@ fn the_lead_cap_stops_borrowing() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
     let g = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(3)
         .state_dir(dir.path())
         .clock(clock.clone())
@@ -261,6 +266,7 @@ fn a_rollback_does_not_count_towards_the_lead_cap() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
     let g = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(4)
         .state_dir(dir.path())
         .clock(clock.clone())
@@ -318,6 +324,7 @@ fn ids_carry_shard_and_layout() {
     let layout = Layout::new(31, 2, 14, 6, 1_600_000_000).unwrap();
     let clock = ManualClock::new(T);
     let g = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(63)
         .state_dir(dir.path())
         .layout(layout)
@@ -333,6 +340,7 @@ fn ids_carry_shard_and_layout() {
         assert!(p.seconds >= T - 1_600_000_000);
     }
     let too_big = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(64)
         .state_dir(dir.path())
         .layout(layout)
@@ -430,6 +438,7 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
     let dir = root.path().join("state");
     let clock = ManualClock::new(T);
     let g = Generator::builder()
+        .id_space(common::space_for(&dir))
         .shard(27)
         .state_dir(&dir)
         .clock(clock.clone())
@@ -438,8 +447,12 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
         .unwrap();
     let reserved = g.reserved_until();
     let before = g.next_id().unwrap();
-    // The disk goes away: no extension can be written.
-    std::fs::remove_dir_all(&dir).unwrap();
+    // No extension can be written: a directory takes the state file's name,
+    // so the rename fails. (Deleting the state directory would fence the
+    // generator for good instead.)
+    let state = dir.join("shard-27.state");
+    std::fs::remove_file(&state).unwrap();
+    std::fs::create_dir(&state).unwrap();
     clock.advance(10);
     let mut issued = vec![before];
     let err = loop {
@@ -458,8 +471,9 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
         issued.iter().all(|id| id.unix_seconds() <= reserved),
         "nothing past the durable mark {reserved}"
     );
-    // The disk comes back: the next call writes the reservation and goes on.
-    std::fs::create_dir_all(&dir).unwrap();
+    // The name is free again: the next call writes the reservation and goes
+    // on.
+    std::fs::remove_dir(&state).unwrap();
     let after = g.next_id().unwrap();
     assert!(after > *issued.last().unwrap());
     assert_eq!(after.unix_seconds(), T + 10);

@@ -12,6 +12,10 @@ fn the_one_line_api_from_first_use_to_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     std::env::set_var("IDUTIL_STATE_DIR", dir.path());
     std::env::set_var("IDUTIL_SHARD", "17");
+    // An ID space of its own, so other test processes on shard 17 are not
+    // in the way.
+    let space = format!("test-global-{}", std::process::id());
+    std::env::set_var("IDUTIL_ID_SPACE", &space);
 
     // Created lazily, from the environment, by whichever thread comes first.
     let handles: Vec<_> = (0..4)
@@ -36,9 +40,28 @@ fn the_one_line_api_from_first_use_to_shutdown() {
         IdUtil::init_with(Generator::builder().shard(1)),
         Err(Error::AlreadyInitialized)
     ));
-    // The shard is taken: another generator for it is refused.
-    let second = Generator::builder().shard(17).state_dir(dir.path()).open();
-    assert!(matches!(second, Err(Error::Locked { shard: 17, .. })));
+    // The shard is taken: another generator for it is refused, on this host
+    // whatever its state directory, and in the directory whatever its ID
+    // space.
+    let other_dir = tempfile::tempdir().unwrap();
+    let second = Generator::builder()
+        .shard(17)
+        .state_dir(other_dir.path())
+        .open();
+    let pid = std::process::id();
+    assert!(
+        matches!(second, Err(Error::HostLocked { shard: 17, pid: Some(p), .. }) if p == pid),
+        "{second:?}"
+    );
+    let third = Generator::builder()
+        .id_space(format!("{space}-other"))
+        .shard(17)
+        .state_dir(dir.path())
+        .open();
+    assert!(
+        matches!(third, Err(Error::Locked { shard: 17, .. })),
+        "{third:?}"
+    );
 
     let batch: Vec<_> = IdUtil::next_ids(1000).unwrap().collect();
     let last = IdUtil::try_next_id().unwrap();

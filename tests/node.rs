@@ -9,6 +9,8 @@
 
 mod web_example;
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -277,6 +279,7 @@ fn serde_json_ids_are_exact_in_javascript() {
     let state = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(layout.last_unix_second() - 1);
     let generator = Generator::builder()
+        .id_space(common::space_for(state.path()))
         .shard(31)
         .state_dir(state.path())
         .clock(clock)
@@ -303,6 +306,7 @@ fn command_json_ids_are_exact_in_javascript() {
         let out = Command::new(env!("CARGO_BIN_EXE_idutil"))
             .args(args)
             .env("IDUTIL_STATE_DIR", state.path())
+            .env("IDUTIL_ID_SPACE", common::space_for(state.path()))
             .env("IDUTIL_SHARD", "31")
             .output()
             .unwrap();

@@ -5,6 +5,8 @@
 //! and pass, except under `CI=true`, where its absence fails them.
 #![cfg(feature = "redis")]
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -357,6 +359,7 @@ impl ChildProc {
                 format!("{url} {ttl_ms} {} {} {mode}", shards.0, shards.1),
             )
             .env("IDUTIL_STATE_DIR", dir)
+            .env("IDUTIL_ID_SPACE", common::space_for(dir))
             .env_remove("IDUTIL_SHARD")
             .env_remove("IDUTIL_REDIS_URL")
             .stdin(Stdio::piped())
@@ -556,6 +559,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     let mut seen = HashSet::new();
 
     let a = Generator::builder()
+        .id_space(common::space_for(host_a.path()))
         .state_dir(host_a.path())
         .clock(ManualClock::new(t))
         .redis_lease(config.clone())
@@ -568,6 +572,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     assert!(a.lead() >= 2);
     // While it is held, nobody else gets the shard.
     let err = Generator::builder()
+        .id_space(common::space_for(host_b.path()))
         .state_dir(host_b.path())
         .redis_lease(config.clone())
         .open()
@@ -579,6 +584,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     record_unique(&mut seen, ids_a, "A");
 
     let b = Generator::builder()
+        .id_space(common::space_for(host_b.path()))
         .state_dir(host_b.path())
         .clock(ManualClock::new(t - 3600))
         .redis_lease(config.clone())
@@ -598,6 +604,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
 
     // A again, on its own host: its state file says less than Redis does.
     let a2 = Generator::builder()
+        .id_space(common::space_for(host_a.path()))
         .state_dir(host_a.path())
         .clock(ManualClock::new(t))
         .redis_lease(config.clone())
@@ -612,6 +619,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     // going back.
     redis::cmd("FLUSHALL").exec(&mut redis.conn()).unwrap();
     let a3 = Generator::builder()
+        .id_space(common::space_for(host_a.path()))
         .state_dir(host_a.path())
         .clock(ManualClock::new(t))
         .redis_lease(config)
@@ -658,6 +666,7 @@ fn holder_killed_with_sigkill_is_not_reused() {
     // The next holder's clock is behind: only Redis's record keeps it
     // from going back over the killed holder's IDs.
     let builder = Generator::builder()
+        .id_space(common::space_for(host_b.path()))
         .state_dir(host_b.path())
         .clock(ManualClock::new(wall_now() - 30))
         .redis_lease(config);
@@ -843,6 +852,7 @@ fn holder_cut_off_from_redis_stops_before_takeover() {
     let (host_a, host_b) = (state_dir(), state_dir());
     let a = Arc::new(
         Generator::builder()
+            .id_space(common::space_for(host_a.path()))
             .state_dir(host_a.path())
             .redis_lease(config.clone())
             .open()
@@ -874,6 +884,7 @@ fn holder_cut_off_from_redis_stops_before_takeover() {
     let (msg, fenced_at) = wait_for(&events, &mut a_ids, Some(Failure::Fenced), ttl * 2);
     assert!(msg.contains("shard 6"), "{msg}");
     let b_builder = Generator::builder()
+        .id_space(common::space_for(host_b.path()))
         .state_dir(host_b.path())
         .clock(ManualClock::new(wall_now() - 30))
         .redis_lease(LeaseConfig::new(redis.url()).ttl(ttl).shards(6..=6));
@@ -930,6 +941,7 @@ fn redis_restarted_mid_run_keeps_ids_unique() {
         .map(|h| {
             Arc::new(
                 Generator::builder()
+                    .id_space(common::space_for(h.path()))
                     .state_dir(h.path())
                     .redis_lease(config.clone())
                     .open()
@@ -993,6 +1005,7 @@ fn redis_restarted_mid_run_keeps_ids_unique() {
     redis.restart();
     let host_c = state_dir();
     let newcomer = Generator::builder()
+        .id_space(common::space_for(host_c.path()))
         .state_dir(host_c.path())
         .redis_lease(config)
         .open()
@@ -1028,6 +1041,7 @@ fn command_leases_and_shows_the_lease() {
         let mut cmd = Command::new(bin);
         cmd.args(args)
             .env("IDUTIL_STATE_DIR", dir.path())
+            .env("IDUTIL_ID_SPACE", common::space_for(dir.path()))
             .env_remove("IDUTIL_SHARD")
             .env_remove("IDUTIL_REDIS_URL");
         if env_url {
@@ -1058,6 +1072,7 @@ fn command_leases_and_shows_the_lease() {
     // A live holder shows up in `idutil state`.
     let elsewhere = state_dir();
     let holder = Generator::builder()
+        .id_space(common::space_for(elsewhere.path()))
         .state_dir(elsewhere.path())
         .redis_lease(LeaseConfig::new(url.clone()))
         .open()
@@ -1078,6 +1093,7 @@ fn command_leases_and_shows_the_lease() {
     let others: Vec<Generator> = (0..31)
         .map(|_| {
             Generator::builder()
+                .id_space(common::space_for(elsewhere.path()))
                 .state_dir(elsewhere.path())
                 .redis_lease(LeaseConfig::new(url.clone()))
                 .open()

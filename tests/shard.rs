@@ -3,6 +3,8 @@
 //! the host (the crate docs' "The shard" has the rule and its table). Host
 //! names are set for real in a private UTS namespace (`unshare --uts`).
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -12,6 +14,7 @@ fn idutil(dir: &Path, env_shard: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .env("IDUTIL_STATE_DIR", dir)
+        .env("IDUTIL_ID_SPACE", common::space_for(dir))
         .env_remove("IDUTIL_SHARD");
     if let Some(s) = env_shard {
         cmd.env("IDUTIL_SHARD", s);
@@ -86,6 +89,7 @@ fn next_on_host(dir: &Path, host: &str) -> Option<Output> {
     let out = Command::new("unshare")
         .args(["--uts", "sh", "-c", &script])
         .env("IDUTIL_STATE_DIR", dir)
+        .env("IDUTIL_ID_SPACE", common::space_for(dir))
         .env_remove("IDUTIL_SHARD")
         .output()
         .expect("run unshare");

@@ -4,6 +4,8 @@
 
 mod web_example;
 
+mod common;
+
 use idutil::Id;
 use serde_json::Value;
 use web_example::WebApp;
@@ -124,6 +126,7 @@ fn refuses_to_start_with_a_bad_shard() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(web_example::binary())
         .env("IDUTIL_STATE_DIR", dir.path())
+        .env("IDUTIL_ID_SPACE", common::space_for(dir.path()))
         .env("IDUTIL_SHARD", "99")
         .env("PORT", "0")
         .output()

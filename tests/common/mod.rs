@@ -35,6 +35,26 @@ pub fn state_dir() -> tempfile::TempDir {
         .expect("create a temporary state directory")
 }
 
+/// The ID space for generators on `dir`: one per state directory, so that
+/// tests running in parallel on the same shard number do not refuse each
+/// other through the per-host lock, while two generators on one directory
+/// still meet there.
+pub fn space_for(dir: impl AsRef<Path>) -> String {
+    use std::hash::{Hash, Hasher};
+    // `DefaultHasher::new()` has fixed keys: the same name in every process
+    // of this build, children included.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    dir.as_ref().hash(&mut h);
+    format!("test-{:016x}", h.finish())
+}
+
+/// A generator builder on `dir`, in the ID space [`space_for`] it.
+pub fn builder(dir: impl AsRef<Path>) -> idutil::Builder {
+    idutil::Generator::builder()
+        .id_space(space_for(&dir))
+        .state_dir(dir.as_ref())
+}
+
 /// The current wall-clock second.
 pub fn wall_now() -> u64 {
     SystemTime::now()
@@ -221,6 +241,7 @@ pub fn idutil(shard: u32, dir: &Path) -> Command {
     let mut cmd = Command::new(bin());
     cmd.env_remove("IDUTIL_SHARD")
         .env_remove("IDUTIL_STATE_DIR")
+        .env("IDUTIL_ID_SPACE", space_for(dir))
         .arg("--shard")
         .arg(shard.to_string())
         .arg("--state-dir")
@@ -370,6 +391,9 @@ pub fn spawn_child(name: &str, envs: &[(&str, String)]) -> Child {
     .stderr(Stdio::inherit());
     for (k, v) in envs {
         cmd.env(k, v);
+        if *k == "IDUTIL_CHILD_DIR" {
+            cmd.env("IDUTIL_ID_SPACE", space_for(v));
+        }
     }
     cmd.spawn()
         .unwrap_or_else(|e| panic!("spawn child {name}: {e}"))

@@ -92,6 +92,7 @@ impl WebApp {
     pub fn start(state_dir: &Path, shard: u32) -> WebApp {
         let mut child = Command::new(binary())
             .env("IDUTIL_STATE_DIR", state_dir)
+            .env("IDUTIL_ID_SPACE", crate::common::space_for(state_dir))
             .env("IDUTIL_SHARD", shard.to_string())
             .env("PORT", "0")
             .env("HOST", "127.0.0.1")
