@@ -11,7 +11,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -21,30 +21,6 @@ use common::{idutil, parts, unix_second, Ledger, Rng};
 const WINDOW: u64 = idutil::DEFAULT_WINDOW;
 /// IDs in one second of one shard.
 const PER_SECOND: u64 = 65_536;
-
-/// `idutil next -n N` with stdout piped and stderr captured.
-fn spawn_next(shard: u32, dir: &Path, n: u64) -> Child {
-    idutil(shard, dir)
-        .args(["next", "-n", &n.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn idutil next")
-}
-
-/// Reads `lines` lines of a running `idutil next`, kills it, and returns
-/// every complete line it printed.
-fn kill_after_lines(child: &mut Child, lines: u64) -> Vec<u64> {
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut text = String::new();
-    for _ in 0..lines {
-        reader.read_line(&mut text).expect("read idutil next");
-    }
-    common::sigkill(child);
-    text.push_str(&common::read_rest(reader));
-    common::parse_complete_ids(&text)
-}
 
 /// Seconds from the last ID of one run to the first of the next.
 fn skip(last: u64, first: u64) -> u64 {
@@ -71,8 +47,8 @@ fn sixteen_sigkills_of_the_command_mid_burst_each_cost_a_bounded_skip() {
     let mut previous: Option<Vec<u64>> = None;
     let mut skips = Vec::new();
     for round in 0..16 {
-        let mut child = spawn_next(shard, dir.path(), 100_000_000);
-        let ids = kill_after_lines(&mut child, rng.range(1, 300_000));
+        let mut child = common::spawn_next(shard, dir.path(), 100_000_000);
+        let ids = common::kill_after_lines(&mut child, rng.range(1, 300_000));
         assert!(!ids.is_empty(), "round {round} printed nothing");
         if let Some(prev) = &previous {
             let s = skip(*prev.last().unwrap(), ids[0]);
@@ -172,7 +148,7 @@ fn sigterm_sigint_and_sighup_close_cleanly_and_the_next_run_continues_in_the_sam
         let dir = common::state_dir();
         let shard = 9;
         let mut ledger = Ledger::new();
-        let mut child = spawn_next(shard, dir.path(), 100_000_000);
+        let mut child = common::spawn_next(shard, dir.path(), 100_000_000);
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut text = String::new();
         for _ in 0..200_000 {
@@ -220,7 +196,7 @@ fn a_signal_while_stdout_is_stuck_still_closes_cleanly() {
     let shard = 10;
     // Nobody reads stdout: the command blocks in a write once the pipe is
     // full, and must still stop on SIGTERM.
-    let mut child = spawn_next(shard, dir.path(), 100_000_000);
+    let mut child = common::spawn_next(shard, dir.path(), 100_000_000);
     thread::sleep(Duration::from_millis(500));
     send(&child, "TERM");
     let status = wait_within(&mut child, Duration::from_secs(10));

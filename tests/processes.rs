@@ -8,9 +8,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::thread;
 use std::time::Duration;
 
@@ -194,30 +194,6 @@ fn sigkill_at_random_moments_never_repeats() {
     ledger.assert_unique();
 }
 
-/// `idutil next -n N` with its stdout piped.
-fn spawn_next(shard: u32, dir: &Path, n: u64) -> Child {
-    idutil(shard, dir)
-        .args(["next", "-n", &n.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn idutil next")
-}
-
-/// Reads `lines` lines of a running `idutil next`, kills it, and returns
-/// every complete line it printed.
-fn kill_after_lines(child: &mut Child, lines: u64) -> Vec<u64> {
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut text = String::new();
-    for _ in 0..lines {
-        reader.read_line(&mut text).expect("read idutil next");
-    }
-    common::sigkill(child);
-    text.push_str(&common::read_rest(reader));
-    common::parse_complete_ids(&text)
-}
-
 #[test]
 fn sigkill_mid_output_of_a_huge_batch_never_repeats() {
     let dir = common::state_dir();
@@ -227,8 +203,8 @@ fn sigkill_mid_output_of_a_huge_batch_never_repeats() {
     let mut ledger = Ledger::new();
     let mut crash_mark = None;
     for round in 0..3 {
-        let mut child = spawn_next(shard, dir.path(), n);
-        let ids = kill_after_lines(&mut child, rng.range(1, 50_000));
+        let mut child = common::spawn_next(shard, dir.path(), n);
+        let ids = common::kill_after_lines(&mut child, rng.range(1, 50_000));
         assert!(!ids.is_empty());
         if let Some(mark) = crash_mark {
             assert!(unix_second(ids[0]) > mark, "round {round}");
@@ -247,8 +223,8 @@ fn sigkill_mid_output_of_a_huge_batch_never_repeats() {
 fn a_crash_right_after_a_large_borrow_resumes_after_the_reservation() {
     let dir = common::state_dir();
     let mut ledger = Ledger::new();
-    let mut child = spawn_next(5, dir.path(), 3_000_000);
-    let printed = kill_after_lines(&mut child, 1);
+    let mut child = common::spawn_next(5, dir.path(), 3_000_000);
+    let printed = common::kill_after_lines(&mut child, 1);
     ledger.record(&printed);
     let s = on_disk(dir.path(), 5);
     assert_eq!(s.last, None);

@@ -7,9 +7,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Stdio};
 
 use common::{idutil, run, unix_second, Ledger};
 use idutil::state::{self, StateFile};
@@ -36,26 +34,6 @@ fn assert_one_line(r: &common::Run, want: &str) {
     assert_eq!(msg.lines().count(), 1, "one line: {msg}");
     assert!(msg.starts_with("idutil: "), "{msg}");
     assert!(msg.contains(want), "{want:?} not in: {msg}");
-}
-
-/// `idutil next -n N` killed with SIGKILL after `lines` lines: the IDs it
-/// printed. The whole batch was reserved before the first line.
-fn crash_mid_burst(shard: u32, dir: &Path, n: u64, lines: usize) -> Vec<u64> {
-    let mut child: Child = idutil(shard, dir)
-        .args(["next", "-n", &n.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn idutil next");
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut text = String::new();
-    for _ in 0..lines {
-        reader.read_line(&mut text).expect("read idutil next");
-    }
-    common::sigkill(&mut child);
-    text.push_str(&common::read_rest(reader));
-    common::parse_complete_ids(&text)
 }
 
 /// Replaces the byte at `at` in the shard's state file.
@@ -96,7 +74,8 @@ fn recover_after_a_borrowed_ahead_crash_and_one_damaged_byte_reissues_nothing() 
         // a few thousand lines.
         let started = common::wall_now();
         ledger.record(&common::next(shard, dir.path(), 3_000_000));
-        let printed = crash_mid_burst(shard, dir.path(), 3_000_000, 3_000);
+        let mut child = common::spawn_next(shard, dir.path(), 3_000_000);
+        let printed = common::kill_after_lines(&mut child, 3_000);
         assert!(printed.len() >= 3_000, "{field}");
         ledger.record_after_all(&printed);
         let crashed = on_disk(dir.path(), shard);

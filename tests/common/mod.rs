@@ -357,6 +357,31 @@ pub fn next(shard: u32, dir: &Path, n: u64) -> Vec<u64> {
     ids
 }
 
+/// `idutil next -n N` running, its stdout and stderr piped.
+#[cfg(feature = "cli")]
+pub fn spawn_next(shard: u32, dir: &Path, n: u64) -> Child {
+    idutil(shard, dir)
+        .args(["next", "-n", &n.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn idutil next")
+}
+
+/// Reads `lines` lines of a running `idutil next`, kills it with SIGKILL,
+/// and returns every complete line it printed.
+pub fn kill_after_lines(child: &mut Child, lines: u64) -> Vec<u64> {
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    for _ in 0..lines {
+        reader.read_line(&mut text).expect("read idutil next");
+    }
+    sigkill(child);
+    text.push_str(&read_rest(reader));
+    parse_complete_ids(&text)
+}
+
 /// `idutil state --json`, parsed.
 #[cfg(feature = "cli")]
 pub fn state_json(shard: u32, dir: &Path) -> serde_json::Value {
