@@ -246,16 +246,20 @@
 //!   (`lease::LeaseConfig::shards`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod clock;
 mod error;
+mod external;
 mod generator;
 mod global;
 mod id;
 mod layout;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod lease;
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod serde;
 mod shard;
 pub mod state;
