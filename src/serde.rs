@@ -177,8 +177,8 @@ const NOT_INTEGER: &str = "a number with a fraction or an exponent";
 /// ```
 ///
 /// Schema generators cannot see through `serde(with)`; tell them with
-/// [`json_schema`] (feature `schemars`) or [`openapi_schema`] (feature
-/// `utoipa`): a string of 1 to 16 decimal digits, `^[0-9]{1,16}$`.
+/// `string::json_schema` (feature `schemars`) or `string::openapi_schema`
+/// (feature `utoipa`): a string of 1 to 16 decimal digits, `^[0-9]{1,16}$`.
 pub mod string {
     use super::{Deserializer, Id, IdVisitor, Serializer};
 
@@ -250,8 +250,8 @@ pub mod string {
     /// The same for `Option<Id>`: `None` is `null`.
     ///
     /// Combine it with `#[serde(default)]` to let the field be left out.
-    /// Its schemas, [`json_schema`] and [`openapi_schema`], also allow
-    /// `null`.
+    /// Its schemas, `option::json_schema` and `option::openapi_schema`,
+    /// also allow `null`.
     pub mod option {
         use ::serde::de::{self, Visitor};
 

@@ -328,6 +328,7 @@ fn command_json_ids_are_exact_in_javascript() {
     );
 }
 
+#[cfg(all(feature = "sqlx", feature = "serde"))]
 #[test]
 fn web_api_ids_are_exact_in_javascript_and_on_the_page() {
     let Some(node) = node() else { return };

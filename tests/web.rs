@@ -1,6 +1,9 @@
 //! The web example end to end: started as a real process on a loopback
-//! port, its page and JSON API checked over HTTP, stopped with SIGTERM, and
-//! its state file checked for the exact last ID.
+//! port, its page and JSON API checked over HTTP, its SQLite file read
+//! directly, stopped with SIGTERM, its state file checked for the exact
+//! last ID, and restarted on the same file.
+
+#![cfg(all(feature = "sqlx", feature = "serde"))]
 
 mod web_example;
 
@@ -55,6 +58,11 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
     let records: Vec<Value> = serde_json::from_str(&list.body).unwrap();
     assert_eq!(records.iter().map(id_of).collect::<Vec<_>>(), ids);
 
+    // They are in the SQLite file next to the state directory, keyed by
+    // the same IDs.
+    assert_eq!(stored(&app.database()), ids);
+    assert!(app.state_dir().is_dir());
+
     let one = app.get(&format!("/api/records/{}", ids[1]));
     assert_eq!(one.status, 200);
     assert_eq!(id_of(&serde_json::from_str(&one.body).unwrap()), ids[1]);
@@ -99,7 +107,7 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
     let (status, stderr) = app.stop();
     assert!(status.success(), "{status}; stderr: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let report = idutil::state::inspect(dir.path(), SHARD).unwrap();
+    let report = idutil::state::inspect(&WebApp::state_dir_in(dir.path()), SHARD).unwrap();
     assert!(!report.locked, "the lock was released");
     let state = report.state.expect("a state file");
     let last = *ids.last().unwrap();
@@ -109,13 +117,90 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
         "the clean close records the last ID"
     );
 
-    // A restart on the same state directory continues after it.
+    // A restart on the same state directory and database finds the
+    // records, and its new IDs are strictly larger.
     let again = WebApp::start(dir.path(), SHARD);
-    let r = again.post_json("/api/records", r#"{"text":"after restart"}"#);
-    assert_eq!(r.status, 201, "{r:?}");
-    let next = id_of(&serde_json::from_str(&r.body).unwrap());
-    assert!(next > last, "{next} after {last}");
+    let list = again.get("/api/records");
+    assert_eq!(list.status, 200, "{list:?}");
+    let records: Vec<Value> = serde_json::from_str(&list.body).unwrap();
+    assert_eq!(records.iter().map(id_of).collect::<Vec<_>>(), ids);
+    assert_eq!(records[1]["text"], "second \u{1F600}");
+    let one = again.get(&format!("/api/records/{}", ids[0]));
+    assert_eq!(one.status, 200, "{one:?}");
+    for text in ["after restart", "and another"] {
+        let r = again.post_json(
+            "/api/records",
+            &serde_json::json!({ "text": text }).to_string(),
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+        let next = id_of(&serde_json::from_str(&r.body).unwrap());
+        assert!(next > *ids.last().unwrap(), "{next} after {ids:?}");
+        ids.push(next);
+    }
     let (status, stderr) = again.stop();
+    assert!(status.success(), "{status}; stderr: {stderr}");
+    assert_eq!(stored(&WebApp::database_in(dir.path())), ids);
+}
+
+/// The IDs in the example's SQLite file, read with sqlx as `Id`s, in key
+/// order.
+fn stored(file: &std::path::Path) -> Vec<Id> {
+    assert!(file.is_file(), "{} is missing", file.display());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(file)
+            .read_only(true);
+        let db = sqlx::SqlitePool::connect_with(options).await.unwrap();
+        let ids = sqlx::query_scalar("SELECT id FROM records ORDER BY id")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+        db.close().await;
+        ids
+    })
+}
+
+#[test]
+fn lists_records_created_between_two_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = WebApp::start(dir.path(), SHARD);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = app.post_json("/api/records", &format!(r#"{{"text":"r{i}"}}"#));
+        assert_eq!(r.status, 201, "{r:?}");
+        ids.push(id_of(&serde_json::from_str(&r.body).unwrap()));
+    }
+    let (first, last) = (ids[0].unix_seconds(), ids[2].unix_seconds());
+    let listed = |query: &str| -> Vec<Id> {
+        let r = app.get(&format!("/api/records{query}"));
+        assert_eq!(r.status, 200, "{query}: {r:?}");
+        let records: Vec<Value> = serde_json::from_str(&r.body).unwrap();
+        records.iter().map(id_of).collect()
+    };
+    assert_eq!(listed(&format!("?from={first}&to={last}")), ids);
+    assert_eq!(listed(&format!("?from={first}")), ids);
+    assert_eq!(listed(&format!("?to={last}")), ids);
+    assert_eq!(listed(&format!("?to={}", first - 1)), vec![]);
+    assert_eq!(listed(&format!("?from={}", last + 1)), vec![]);
+    assert_eq!(listed("?from=946684800&to=5000000000"), ids);
+
+    for (query, why) in [
+        ("?from=946684799", "outside the IDs' time range"),
+        ("?to=5000000000000", "outside the IDs' time range"),
+        ("?from=yesterday", "from"),
+        ("?to=-1", "to"),
+    ] {
+        let r = app.get(&format!("/api/records{query}"));
+        assert_eq!(r.status, 400, "{query}: {r:?}");
+        let e: Value = serde_json::from_str(&r.body).unwrap();
+        let e = e["error"].as_str().unwrap_or_else(|| panic!("{r:?}"));
+        assert!(e.contains(why), "{query}: {e:?} lacks {why:?}");
+    }
+    let (status, stderr) = app.stop();
     assert!(status.success(), "{status}; stderr: {stderr}");
 }
 

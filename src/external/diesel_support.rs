@@ -16,6 +16,48 @@ use diesel::sql_types::BigInt;
 use crate::Id;
 
 /// Writes the ID as its `i64` value.
+///
+/// An `Id` is a table's primary key type, binds in filters and fills
+/// `Queryable` fields (here against an in-memory SQLite database):
+///
+/// ```
+/// use diesel::prelude::*;
+/// use idutil::Id;
+/// use std::time::{Duration, UNIX_EPOCH};
+///
+/// diesel::table! {
+///     records (id) {
+///         id -> BigInt,
+///         text -> Text,
+///     }
+/// }
+///
+/// #[derive(Queryable, Selectable, Insertable, Identifiable, Debug, PartialEq)]
+/// #[diesel(table_name = records)]
+/// struct Record {
+///     id: Id,
+///     text: String,
+/// }
+///
+/// let conn = &mut SqliteConnection::establish(":memory:")?;
+/// diesel::sql_query("CREATE TABLE records (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
+///     .execute(conn)?;
+/// let record = Record { id: "1452736581206048".parse()?, text: "hello".into() };
+/// diesel::insert_into(records::table).values(&record).execute(conn)?;
+///
+/// let found: Record = records::table.find(record.id).first(conn)?;
+/// assert_eq!(found, record);
+///
+/// // Everything created in that minute, on every shard.
+/// let from = UNIX_EPOCH + Duration::from_secs(1_639_403_580);
+/// let to = from + Duration::from_secs(59);
+/// let ids: Vec<Id> = records::table
+///     .filter(records::id.between(Id::min_at(from).unwrap(), Id::max_at(to).unwrap()))
+///     .select(records::id)
+///     .load(conn)?;
+/// assert_eq!(ids, [record.id]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[cfg_attr(docsrs, doc(cfg(feature = "diesel")))]
 impl<DB: Backend> ToSql<BigInt, DB> for Id
 where

@@ -15,6 +15,48 @@ use crate::Id;
 
 /// The column type of `i64`: `BIGINT` in PostgreSQL and MySQL, `INTEGER`
 /// in SQLite.
+///
+/// An `Id` binds as a parameter and fills a `FromRow` field (here against
+/// an in-memory SQLite database):
+///
+/// ```
+/// use idutil::Id;
+/// use std::time::{Duration, UNIX_EPOCH};
+///
+/// #[derive(sqlx::FromRow)]
+/// struct Record {
+///     id: Id,
+///     text: String,
+/// }
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let db = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+/// sqlx::query("CREATE TABLE records (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
+///     .execute(&db)
+///     .await?;
+/// let id: Id = "1452736581206048".parse()?; // 2021-12-13T13:53:03Z
+/// sqlx::query("INSERT INTO records (id, text) VALUES ($1, $2)")
+///     .bind(id)
+///     .bind("hello")
+///     .execute(&db)
+///     .await?;
+///
+/// // Everything created in that minute, on every shard.
+/// let from = UNIX_EPOCH + Duration::from_secs(1_639_403_580);
+/// let to = from + Duration::from_secs(59);
+/// let records: Vec<Record> =
+///     sqlx::query_as("SELECT id, text FROM records WHERE id BETWEEN $1 AND $2 ORDER BY id")
+///         .bind(Id::min_at(from).unwrap())
+///         .bind(Id::max_at(to).unwrap())
+///         .fetch_all(&db)
+///         .await?;
+/// assert_eq!(records[0].id, id);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+///
+/// With the checked macros (`query_as!`), which infer `i64` for the column,
+/// name the type in the query: `SELECT id AS "id: Id", text FROM records`.
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
 impl<DB: Database> Type<DB> for Id
 where

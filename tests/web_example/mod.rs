@@ -43,6 +43,10 @@ pub fn binary() -> &'static Path {
             (cfg!(feature = "cli"), "cli"),
             (cfg!(feature = "serde"), "serde"),
             (cfg!(feature = "redis"), "redis"),
+            (cfg!(feature = "sqlx"), "sqlx"),
+            (cfg!(feature = "diesel"), "diesel"),
+            (cfg!(feature = "schemars"), "schemars"),
+            (cfg!(feature = "utoipa"), "utoipa"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -72,6 +76,7 @@ pub fn binary() -> &'static Path {
 pub struct WebApp {
     child: Option<Child>,
     pid: u32,
+    dir: PathBuf,
     /// Where it listens, from its first line.
     pub addr: SocketAddr,
     stderr: Option<JoinHandle<String>>,
@@ -87,11 +92,12 @@ pub struct Response {
 }
 
 impl WebApp {
-    /// Starts the example with `IDUTIL_STATE_DIR=state_dir`,
-    /// `IDUTIL_SHARD=shard` and `PORT=0`, and waits for its address line.
-    pub fn start(state_dir: &Path, shard: u32) -> WebApp {
+    /// Starts the example in `dir` with `IDUTIL_STATE_DIR=dir/state` (so
+    /// its database is `dir/state-web.sqlite3`), `IDUTIL_SHARD=shard` and
+    /// `PORT=0`, and waits for its address line.
+    pub fn start(dir: &Path, shard: u32) -> WebApp {
         let mut child = Command::new(binary())
-            .env("IDUTIL_STATE_DIR", state_dir)
+            .env("IDUTIL_STATE_DIR", WebApp::state_dir_in(dir))
             .env("IDUTIL_SHARD", shard.to_string())
             .env("PORT", "0")
             .env("HOST", "127.0.0.1")
@@ -116,6 +122,7 @@ impl WebApp {
         });
         let mut app = WebApp {
             pid: child.id(),
+            dir: dir.to_path_buf(),
             child: Some(child),
             addr: "127.0.0.1:0".parse().unwrap(),
             stderr: Some(stderr),
@@ -137,6 +144,26 @@ impl WebApp {
         app.addr = addr.parse().expect("a socket address");
         assert!(app.addr.ip().is_loopback(), "{line}");
         app
+    }
+
+    /// The state directory the example uses when started in `dir`.
+    pub fn state_dir_in(dir: &Path) -> PathBuf {
+        dir.join("state")
+    }
+
+    /// Its state directory.
+    pub fn state_dir(&self) -> PathBuf {
+        WebApp::state_dir_in(&self.dir)
+    }
+
+    /// Its SQLite file, next to the state directory.
+    pub fn database(&self) -> PathBuf {
+        WebApp::database_in(&self.dir)
+    }
+
+    /// The SQLite file of the example when started in `dir`.
+    pub fn database_in(dir: &Path) -> PathBuf {
+        dir.join("state-web.sqlite3")
     }
 
     pub fn get(&self, path: &str) -> Response {
