@@ -10,10 +10,11 @@
 //! It prints one line, `listening on http://127.0.0.1:PORT`, and serves
 //! until Ctrl-C (or SIGTERM). `--port 0` (or `PORT=0`) picks a free port.
 //!
-//! Settings, all optional:
+//! Settings, all optional (`--help` lists them):
 //!
-//! - `PORT` / `--port N`: the port (default 3000).
-//! - `HOST`: the address to bind (default `127.0.0.1`, this machine only).
+//! - `--port N` / `PORT`: the port (default 3000).
+//! - `--host ADDR` / `HOST`: the address to bind (default `127.0.0.1`, this
+//!   machine only).
 //! - `IDUTIL_SHARD`, `IDUTIL_STATE_DIR`: the shard and state directory, read
 //!   by the library exactly as for any other program using it.
 //! - `RUST_LOG`: log filter (default `warn`, which shows the library's
@@ -48,7 +49,10 @@
 //! - `GET /api/records/{id}`: one record; `400` for something that is not an
 //!   ID, `404` for an ID with no record.
 //!
-//! Errors are JSON too: `{"error": "why"}`.
+//! Every error is JSON too, `{"error": "why"}`: a path that is not one of
+//! these (404), another method (405, with `Allow`), a body that is not
+//! JSON (415 without `Content-Type: application/json`, 400 for bad syntax,
+//! 422 for a missing or mistyped `text`) or not a usable text (400).
 //!
 //! The generator is opened before the server starts, so a bad shard or an
 //! unusable state directory stops the app at once with the reason, and so
@@ -64,7 +68,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path as UrlPath, Query, State};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -72,8 +76,21 @@ use idutil::{Generator, Id, IdUtil};
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool};
 
-const DEFAULT_PORT: u16 = 3000;
-const USAGE: &str = "usage: web [--port N] (env: PORT, HOST, IDUTIL_SHARD, IDUTIL_STATE_DIR)";
+/// The example web app of idutil: records keyed by IDs, kept in SQLite.
+///
+/// The shard and state directory come from IDUTIL_SHARD and
+/// IDUTIL_STATE_DIR, as for any program using idutil; the database is a
+/// file next to the state directory.
+#[derive(clap::Parser)]
+#[command(name = "web")]
+struct Args {
+    /// The port to listen on; 0 picks a free one.
+    #[arg(long, env = "PORT", default_value_t = 3000)]
+    port: u16,
+    /// The address to bind.
+    #[arg(long, env = "HOST", default_value = "127.0.0.1")]
+    host: String,
+}
 const MAX_LISTED: i64 = 10_000;
 const MAX_TEXT: usize = 280;
 
@@ -127,7 +144,24 @@ fn app(state: App) -> Router {
         .route("/", get(|| async { Html(PAGE) }))
         .route("/api/records", get(list).post(create))
         .route("/api/records/{id}", get(show))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no such page: {method} {}", uri.path()),
+    )
+}
+
+/// Axum adds the `Allow` header to this response.
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
 }
 
 fn error(status: StatusCode, reason: impl std::fmt::Display) -> Response {
@@ -271,30 +305,6 @@ async fn open_database(path: &Path) -> Result<SqlitePool, sqlx::Error> {
     Ok(db)
 }
 
-/// The port from `--port N`, else `PORT`, else 3000.
-fn port() -> Result<u16, String> {
-    let mut args = std::env::args().skip(1);
-    let mut from_args = None;
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "-h" | "--help" => return Err(USAGE.to_string()),
-            "--port" => from_args = Some(args.next().ok_or("--port needs a value")?),
-            _ => match arg.strip_prefix("--port=") {
-                Some(v) => from_args = Some(v.to_string()),
-                None => return Err(format!("unknown argument {arg:?}; {USAGE}")),
-            },
-        }
-    }
-    let (value, name) = match (from_args, std::env::var("PORT")) {
-        (Some(v), _) => (v, "--port"),
-        (None, Ok(v)) => (v, "PORT"),
-        (None, Err(_)) => return Ok(DEFAULT_PORT),
-    };
-    value
-        .parse()
-        .map_err(|_| format!("{name}={value:?} is not a port number (0 to 65535)"))
-}
-
 async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -322,14 +332,8 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let port = match port() {
-        Ok(port) => port,
-        Err(e) => {
-            eprintln!("web: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let host = std::env::var("HOST").unwrap_or_else(|_| "127.0.0.1".to_string());
+    // Bad arguments exit 2 with clap's message; --help exits 0.
+    let Args { port, host } = clap::Parser::parse();
     // Fail now, with the reason, rather than on the first request.
     let generator = match IdUtil::init() {
         Ok(generator) => generator,

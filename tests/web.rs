@@ -88,6 +88,18 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
         ),
         ("POST", "/api/records", Some(r#"{"txt":"x"}"#), 422, "text"),
         ("POST", "/api/records", Some("{not json"), 400, ""),
+        ("POST", "/api/records", Some(r#"{"text":5}"#), 422, "text"),
+        ("GET", "/nowhere", None, 404, "no such page: GET /nowhere"),
+        ("GET", "/api/records/1/x", None, 404, "no such page"),
+        ("POST", "/", None, 405, "POST is not allowed on /"),
+        ("DELETE", "/api/records", None, 405, "DELETE is not allowed"),
+        (
+            "PUT",
+            "/api/records/1",
+            Some("{}"),
+            405,
+            "PUT is not allowed",
+        ),
     ] {
         let r = app.request(method, path, body);
         assert_eq!(r.status, status, "{method} {path}: {r:?}");
@@ -95,6 +107,28 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
         let e = e["error"].as_str().unwrap_or_else(|| panic!("{r:?}"));
         assert!(e.contains(why), "{method} {path}: {e:?} lacks {why:?}");
     }
+    // Only JSON is accepted: 415 without its content type, as JSON too.
+    for content_type in [None, Some("text/plain")] {
+        let r = app.request_typed(
+            "POST",
+            "/api/records",
+            content_type,
+            Some(r#"{"text":"x"}"#),
+        );
+        assert_eq!(r.status, 415, "{content_type:?}: {r:?}");
+        assert!(r.content_type.starts_with("application/json"), "{r:?}");
+        let e: Value = serde_json::from_str(&r.body).unwrap();
+        assert!(
+            e["error"].as_str().unwrap().contains("Content-Type"),
+            "{r:?}"
+        );
+    }
+    // 405 says what is allowed.
+    let r = app.request("DELETE", "/api/records", None);
+    let allow = r
+        .header("allow")
+        .unwrap_or_else(|| panic!("no Allow: {r:?}"));
+    assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
     let long = "x".repeat(281);
     let r = app.post_json(
         "/api/records",
@@ -202,6 +236,54 @@ fn lists_records_created_between_two_times() {
     }
     let (status, stderr) = app.stop();
     assert!(status.success(), "{status}; stderr: {stderr}");
+}
+
+#[test]
+fn bad_arguments_exit_2_with_the_reason_and_help_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = std::process::Command::new(web_example::binary());
+        command
+            .args(args)
+            .env("IDUTIL_STATE_DIR", dir.path().join("state"))
+            .env("IDUTIL_SHARD", "1")
+            .env_remove("PORT")
+            .env_remove("HOST");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().unwrap()
+    };
+    for (args, env, why) in [
+        (
+            &["--port", "x"][..],
+            &[][..],
+            "invalid value 'x' for '--port <PORT>'",
+        ),
+        (&["--port", "65536"][..], &[][..], "65536"),
+        (&[][..], &[("PORT", "-1")][..], "-1"),
+        (&["--prot", "80"][..], &[][..], "--port"),
+    ] {
+        let out = run(args, env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: it must not claim to listen"
+        );
+        assert!(stderr.contains(why), "{args:?} {env:?}: {stderr}");
+    }
+    let out = run(&["--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("--port") && help.contains("[env: PORT="),
+        "{help}"
+    );
+    assert!(
+        !dir.path().join("state-web.sqlite3").exists(),
+        "no database for bad arguments"
+    );
 }
 
 #[test]

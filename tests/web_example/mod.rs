@@ -88,7 +88,19 @@ pub struct WebApp {
 pub struct Response {
     pub status: u16,
     pub content_type: String,
+    /// Every header, names in lower case.
+    pub headers: Vec<(String, String)>,
     pub body: String,
+}
+
+impl Response {
+    /// The first value of a header (`name` in lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 impl WebApp {
@@ -178,8 +190,21 @@ impl WebApp {
         self.pid
     }
 
-    /// One request on a fresh connection (`Connection: close`).
+    /// One request on a fresh connection (`Connection: close`), with
+    /// `Content-Type: application/json` when there is a body.
     pub fn request(&self, method: &str, path: &str, body: Option<&str>) -> Response {
+        let content_type = body.map(|_| "application/json");
+        self.request_typed(method, path, content_type, body)
+    }
+
+    /// One request with the given `Content-Type` (or none).
+    pub fn request_typed(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&str>,
+    ) -> Response {
         let mut stream = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT).expect("connect");
         stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
@@ -187,11 +212,11 @@ impl WebApp {
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
             self.addr
         );
+        if let Some(content_type) = content_type {
+            request.push_str(&format!("Content-Type: {content_type}\r\n"));
+        }
         if let Some(body) = body {
-            request.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            ));
+            request.push_str(&format!("Content-Length: {}\r\n", body.len()));
         }
         request.push_str("\r\n");
         request.push_str(body.unwrap_or_default());
@@ -252,9 +277,11 @@ fn parse_response(raw: &[u8]) -> Response {
         .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
     let mut content_type = String::new();
     let mut chunked = false;
+    let mut headers = Vec::new();
     for line in lines {
         let (name, value) = line.split_once(':').unwrap_or((line, ""));
         let value = value.trim();
+        headers.push((name.to_ascii_lowercase(), value.to_string()));
         if name.eq_ignore_ascii_case("content-type") {
             content_type = value.to_string();
         }
@@ -270,6 +297,7 @@ fn parse_response(raw: &[u8]) -> Response {
     Response {
         status,
         content_type,
+        headers,
         body,
     }
 }
