@@ -71,6 +71,7 @@ console.log(`ok: ${tokens.length} IDs exact`);
 /// Runs the example's page script against the live server with a minimal
 /// DOM: `node page.js BASE_URL`. Checks the rows it shows against the raw
 /// API text, then submits the form and checks the new row.
+#[cfg(all(feature = "sqlx", feature = "serde"))]
 const PAGE_JS: &str = r#"
 "use strict";
 const base = process.argv[2];
