@@ -1,71 +1,124 @@
-//! A single-binary web app whose records are keyed by `IdUtil`: a JSON API
-//! and a page whose script shows the records, IDs as exact JSON numbers.
+//! A single-binary web app whose records are keyed by idutil IDs and kept
+//! in SQLite through sqlx: a JSON API and a page whose script shows the
+//! records, IDs as exact JSON numbers.
 //!
 //! ```text
-//! cargo run --example web                  # http://127.0.0.1:3000
-//! PORT=8080 cargo run --example web        # or: cargo run --example web -- --port 8080
+//! cargo run --example web --features sqlx,serde            # http://127.0.0.1:3000
+//! PORT=8080 cargo run --example web --features sqlx,serde  # or: ... -- --port 8080
 //! ```
 //!
 //! It prints one line, `listening on http://127.0.0.1:PORT`, and serves
 //! until Ctrl-C (or SIGTERM). `--port 0` (or `PORT=0`) picks a free port.
 //!
-//! Settings, all optional:
+//! Settings, all optional (`--help` lists them):
 //!
-//! - `PORT` / `--port N`: the port (default 3000).
-//! - `HOST`: the address to bind (default `127.0.0.1`, this machine only).
+//! - `--port N` / `PORT`: the port (default 3000).
+//! - `--host ADDR` / `HOST`: the address to bind (default `127.0.0.1`, this
+//!   machine only).
 //! - `IDUTIL_SHARD`, `IDUTIL_STATE_DIR`: the shard and state directory, read
 //!   by the library exactly as for any other program using it.
 //! - `RUST_LOG`: log filter (default `warn`, which shows the library's
 //!   warnings, e.g. a shard taken from a host name without digits).
 //!
+//! The records live in a SQLite file next to the state directory, named
+//! after it: `~/.local/state/idutil-web.sqlite3` for the default
+//! `~/.local/state/idutil`, `/srv/ids/state-web.sqlite3` for
+//! `IDUTIL_STATE_DIR=/srv/ids/state`. It is created on the first run; a
+//! restart finds its records, and new IDs continue after them. Its table:
+//!
+//! ```sql
+//! CREATE TABLE records (id INTEGER PRIMARY KEY, text TEXT NOT NULL)
+//! ```
+//!
+//! The `id` column is a plain 64-bit integer: sqlx binds and reads an
+//! [`Id`] there directly (feature `sqlx`), and reading refuses a value that
+//! is not an ID. The time a record was created is its ID's second, so it
+//! needs no column of its own, and a time range is an ID range
+//! ([`Id::min_at`], [`Id::max_at`]).
+//!
 //! The API:
 //!
 //! - `GET /`: the page.
-//! - `GET /api/records`: every record, oldest first, as a JSON array of
-//!   `{"id": 1779653466524995, "text": "...", "created": 1795289701}`
-//!   (`created` is the ID's second, Unix time).
+//! - `GET /api/records`: the latest 10,000 records, oldest first, as a JSON
+//!   array of `{"id": 1779653466524995, "text": "...", "created": 1795289701}`
+//!   (`created` is the ID's second, Unix time). `?from=T&to=T` (Unix
+//!   seconds, both included, either optional) keeps those created in that
+//!   time.
 //! - `POST /api/records` with `{"text": "..."}`: creates a record; `201` and
 //!   the record.
 //! - `GET /api/records/{id}`: one record; `400` for something that is not an
 //!   ID, `404` for an ID with no record.
 //!
-//! Errors are JSON too: `{"error": "why"}`.
+//! Every error is JSON too, `{"error": "why"}`: a path that is not one of
+//! these (404), another method (405, with `Allow`), a body that is not
+//! JSON (415 without `Content-Type: application/json`, 400 for bad syntax,
+//! 422 for a missing or mistyped `text`) or not a usable text (400).
 //!
 //! The generator is opened before the server starts, so a bad shard or an
-//! unusable state directory stops the app at once with the reason. On
-//! Ctrl-C the server stops accepting connections, finishes the requests in
-//! flight, then closes the generator (`IdUtil::shutdown()`), so the state
+//! unusable state directory stops the app at once with the reason, and so
+//! does a database file that cannot be opened. On Ctrl-C the server stops
+//! accepting connections, finishes the requests in flight, closes the
+//! database, then closes the generator (`IdUtil::shutdown()`), so the state
 //! file records the exact last ID and a restart continues right after it.
-//! Records live in memory only (the latest 10,000): a real app would put the
-//! `i64` key in its database.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use idutil::{Id, IdUtil};
+use idutil::{Generator, Id, IdUtil};
 use serde::{Deserialize, Serialize};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool};
 
-const DEFAULT_PORT: u16 = 3000;
-const USAGE: &str = "usage: web [--port N] (env: PORT, HOST, IDUTIL_SHARD, IDUTIL_STATE_DIR)";
-const MAX_RECORDS: usize = 10_000;
+/// The example web app of idutil: records keyed by IDs, kept in SQLite.
+///
+/// The shard and state directory come from IDUTIL_SHARD and
+/// IDUTIL_STATE_DIR, as for any program using idutil; the database is a
+/// file next to the state directory.
+#[derive(clap::Parser)]
+#[command(name = "web")]
+struct Args {
+    /// The port to listen on; 0 picks a free one.
+    #[arg(long, env = "PORT", default_value_t = 3000)]
+    port: u16,
+    /// The address to bind.
+    #[arg(long, env = "HOST", default_value = "127.0.0.1")]
+    host: String,
+}
+const MAX_LISTED: i64 = 10_000;
 const MAX_TEXT: usize = 280;
 
-#[derive(Clone, Serialize)]
+/// A row of the `records` table.
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: Id,
+    text: String,
+}
+
+/// A record as the API writes it.
+#[derive(Serialize)]
 struct Record {
-    /// The primary key, exactly as `IdUtil` returns it: a JSON number that a
-    /// browser reads without loss.
-    id: i64,
+    /// The primary key: a JSON number that a browser reads without loss.
+    id: Id,
     text: String,
     /// The second the ID was issued in, Unix time.
     created: u64,
+}
+
+impl From<Row> for Record {
+    fn from(row: Row) -> Record {
+        Record {
+            id: row.id,
+            text: row.text,
+            created: row.id.unix_seconds(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -73,14 +126,42 @@ struct NewRecord {
     text: String,
 }
 
-type Records = Arc<Mutex<BTreeMap<i64, Record>>>;
+/// `?from=T&to=T`, Unix seconds.
+#[derive(Deserialize)]
+struct Range {
+    from: Option<u64>,
+    to: Option<u64>,
+}
 
-fn app(records: Records) -> Router {
+#[derive(Clone)]
+struct App {
+    db: SqlitePool,
+    ids: &'static Generator,
+}
+
+fn app(state: App) -> Router {
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route("/api/records", get(list).post(create))
         .route("/api/records/{id}", get(show))
-        .with_state(records)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no such page: {method} {}", uri.path()),
+    )
+}
+
+/// Axum adds the `Allow` header to this response.
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
 }
 
 fn error(status: StatusCode, reason: impl std::fmt::Display) -> Response {
@@ -88,15 +169,60 @@ fn error(status: StatusCode, reason: impl std::fmt::Display) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn list(State(records): State<Records>) -> Json<Vec<Record>> {
-    let records = records.lock().unwrap_or_else(|p| p.into_inner());
-    Json(records.values().cloned().collect())
+fn database_error(e: sqlx::Error) -> Response {
+    log::error!("database: {e}");
+    error(StatusCode::INTERNAL_SERVER_ERROR, format!("database: {e}"))
 }
 
-async fn create(
-    State(records): State<Records>,
-    body: Result<Json<NewRecord>, JsonRejection>,
-) -> Response {
+/// The ID bounding a `from` or `to` time, or why there is none.
+fn bound(
+    name: &str,
+    unix: Option<u64>,
+    at: fn(std::time::SystemTime) -> Option<Id>,
+    default: Id,
+) -> Result<Id, String> {
+    let Some(unix) = unix else {
+        return Ok(default);
+    };
+    UNIX_EPOCH
+        .checked_add(Duration::from_secs(unix))
+        .and_then(at)
+        .ok_or_else(|| {
+            format!(
+                "{name}={unix} is outside the IDs' time range \
+                 (2000-01-01T00:00:00Z to 2136-02-07T06:28:15Z)"
+            )
+        })
+}
+
+async fn list(State(app): State<App>, range: Result<Query<Range>, QueryRejection>) -> Response {
+    let Query(range) = match range {
+        Ok(range) => range,
+        Err(rejection) => return error(rejection.status(), rejection.body_text()),
+    };
+    let bounds = bound("from", range.from, Id::min_at, Id::MIN)
+        .and_then(|low| Ok((low, bound("to", range.to, Id::max_at, Id::MAX)?)));
+    let (low, high) = match bounds {
+        Ok(bounds) => bounds,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    // The newest ones in the range, then oldest first.
+    let rows: Result<Vec<Row>, _> = sqlx::query_as(
+        "SELECT id, text FROM (SELECT id, text FROM records \
+         WHERE id BETWEEN $1 AND $2 ORDER BY id DESC LIMIT $3) ORDER BY id",
+    )
+    .bind(low)
+    .bind(high)
+    .bind(MAX_LISTED)
+    .fetch_all(&app.db)
+    .await;
+    match rows {
+        Ok(rows) => Json(rows.into_iter().map(Record::from).collect::<Vec<_>>()).into_response(),
+        Err(e) => database_error(e),
+    }
+}
+
+async fn create(State(app): State<App>, body: Result<Json<NewRecord>, JsonRejection>) -> Response {
     let Json(new) = match body {
         Ok(body) => body,
         Err(rejection) => return error(rejection.status(), rejection.body_text()),
@@ -113,61 +239,70 @@ async fn create(
     }
     // `IdUtil::next_id()` would panic on the rare failure (the layout's last
     // second, a state file that cannot be written); this handler answers 503
-    // instead. Both are one atomic step: no lock, no I/O in steady state.
-    let id = match IdUtil::try_next_id() {
+    // instead. Either is one atomic step: no lock, no I/O in steady state.
+    let id = match app.ids.next_id() {
         Ok(id) => id,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
     };
-    let created = Id::try_from(id).map_or(0, Id::unix_seconds);
-    let record = Record {
+    let inserted = sqlx::query("INSERT INTO records (id, text) VALUES ($1, $2)")
+        .bind(id)
+        .bind(text)
+        .execute(&app.db)
+        .await;
+    if let Err(e) = inserted {
+        return database_error(e);
+    }
+    let record = Record::from(Row {
         id,
         text: text.to_string(),
-        created,
-    };
-    let mut records = records.lock().unwrap_or_else(|p| p.into_inner());
-    records.insert(id, record.clone());
-    while records.len() > MAX_RECORDS {
-        records.pop_first();
-    }
+    });
     (StatusCode::CREATED, Json(record)).into_response()
 }
 
-async fn show(State(records): State<Records>, Path(id): Path<String>) -> Response {
+async fn show(State(app): State<App>, UrlPath(id): UrlPath<String>) -> Response {
     // Parsing through `Id` rejects negatives, junk and values above 2^53 - 1
     // with a reason.
     let id = match id.parse::<Id>() {
-        Ok(id) => i64::from(id),
+        Ok(id) => id,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let records = records.lock().unwrap_or_else(|p| p.into_inner());
-    match records.get(&id) {
-        Some(record) => Json(record.clone()).into_response(),
-        None => error(StatusCode::NOT_FOUND, format!("no record {id}")),
+    let row: Result<Option<Row>, _> = sqlx::query_as("SELECT id, text FROM records WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&app.db)
+        .await;
+    match row {
+        Ok(Some(row)) => Json(Record::from(row)).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no record {id}")),
+        Err(e) => database_error(e),
     }
 }
 
-/// The port from `--port N`, else `PORT`, else 3000.
-fn port() -> Result<u16, String> {
-    let mut args = std::env::args().skip(1);
-    let mut from_args = None;
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "-h" | "--help" => return Err(USAGE.to_string()),
-            "--port" => from_args = Some(args.next().ok_or("--port needs a value")?),
-            _ => match arg.strip_prefix("--port=") {
-                Some(v) => from_args = Some(v.to_string()),
-                None => return Err(format!("unknown argument {arg:?}; {USAGE}")),
-            },
+/// The database file: next to the state directory, named after it.
+fn database_path(state_dir: &Path) -> Result<PathBuf, String> {
+    match (state_dir.parent(), state_dir.file_name()) {
+        (Some(parent), Some(name)) => {
+            let mut file = name.to_os_string();
+            file.push("-web.sqlite3");
+            Ok(parent.join(file))
         }
+        _ => Err(format!(
+            "no place next to the state directory {} for the database",
+            state_dir.display()
+        )),
     }
-    let (value, name) = match (from_args, std::env::var("PORT")) {
-        (Some(v), _) => (v, "--port"),
-        (None, Ok(v)) => (v, "PORT"),
-        (None, Err(_)) => return Ok(DEFAULT_PORT),
-    };
-    value
-        .parse()
-        .map_err(|_| format!("{name}={value:?} is not a port number (0 to 65535)"))
+}
+
+/// Opens (and on the first run creates) the database and its table.
+async fn open_database(path: &Path) -> Result<SqlitePool, sqlx::Error> {
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal);
+    let db = SqlitePool::connect_with(options).await?;
+    sqlx::query("CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
+        .execute(&db)
+        .await?;
+    Ok(db)
 }
 
 async fn shutdown_signal() {
@@ -197,19 +332,27 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let port = match port() {
-        Ok(port) => port,
-        Err(e) => {
-            eprintln!("web: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let host = std::env::var("HOST").unwrap_or_else(|_| "127.0.0.1".to_string());
+    // Bad arguments exit 2 with clap's message; --help exits 0.
+    let Args { port, host } = clap::Parser::parse();
     // Fail now, with the reason, rather than on the first request.
     let generator = match IdUtil::init() {
         Ok(generator) => generator,
         Err(e) => {
             eprintln!("web: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let db_path = match database_path(generator.state_dir()) {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("web: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let db = match open_database(&db_path).await {
+        Ok(db) => db,
+        Err(e) => {
+            eprintln!("web: cannot open the database {}: {e}", db_path.display());
             return ExitCode::FAILURE;
         }
     };
@@ -229,17 +372,23 @@ async fn main() -> ExitCode {
     };
     println!("listening on http://{addr}");
     log::info!(
-        "shard {} ({}), state file {}",
+        "shard {} ({}), state file {}, database {}",
         generator.shard(),
         generator.shard_source(),
-        generator.state_path().display()
+        generator.state_path().display(),
+        db_path.display()
     );
 
-    let records = Records::default();
-    let served = axum::serve(listener, app(records))
+    let state = App {
+        db: db.clone(),
+        ids: generator,
+    };
+    let served = axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown_signal())
         .await;
-    // Every request has finished: record the exact last ID.
+    // Every request has finished: close the database, then record the exact
+    // last ID.
+    db.close().await;
     let closed = IdUtil::shutdown();
     match (served, closed) {
         (Ok(()), Ok(())) => {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::SystemTime;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 use crate::layout::{Layout, Parts};
@@ -14,6 +14,11 @@ use crate::layout::{Layout, Parts};
 /// to get one otherwise is from a generator. It orders by time first (then
 /// clock value, sequence and shard), converts losslessly to `i64` and `u64`,
 /// and reads and writes as a plain decimal integer.
+///
+/// In a database it is a signed 64-bit column (`BIGINT`, SQLite's
+/// `INTEGER`): with feature `sqlx` or `diesel` it binds and reads as one
+/// directly, and [`Id::min_at`] / [`Id::max_at`] bound a range query by
+/// time.
 ///
 /// ```
 /// use idutil::Id;
@@ -29,36 +34,118 @@ use crate::layout::{Layout, Parts};
 /// # Ok::<(), idutil::Error>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[cfg_attr(
+    feature = "diesel",
+    derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow)
+)]
+#[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::BigInt))]
 #[repr(transparent)]
-pub struct Id(u64);
+// Held as the `i64` a database column stores, so that the diesel impls can
+// hand out a reference to it; always in 0 ..= 2^53 - 1.
+pub struct Id(i64);
 
 impl Id {
+    /// The smallest ID, 0.
+    pub const MIN: Id = Id(0);
+
     /// The largest ID: 2<sup>53</sup> − 1 = 9007199254740991, JavaScript's
     /// `Number.MAX_SAFE_INTEGER`.
     pub const MAX: Id = Id((1 << 53) - 1);
 
     /// The ID with this value, or `None` above [`Id::MAX`].
     pub const fn new(value: u64) -> Option<Id> {
-        if value <= Id::MAX.0 {
-            Some(Id(value))
+        if value <= Id::MAX.0 as u64 {
+            Some(Id(value as i64))
         } else {
             None
         }
     }
 
     pub(crate) const fn from_valid(value: u64) -> Id {
-        debug_assert!(value <= Id::MAX.0);
-        Id(value)
+        debug_assert!(value <= Id::MAX.0 as u64);
+        Id(value as i64)
     }
 
     /// The value as `u64`.
     pub const fn as_u64(self) -> u64 {
-        self.0
+        self.0 as u64
     }
 
     /// The value as `i64` (always non-negative).
     pub const fn as_i64(self) -> i64 {
-        self.0 as i64
+        self.0
+    }
+
+    /// The value as `i64`, by reference, for database bindings that keep a
+    /// reference to what they write.
+    #[cfg(feature = "diesel")]
+    pub(crate) const fn as_i64_ref(&self) -> &i64 {
+        &self.0
+    }
+
+    /// The smallest ID any generator can issue in the second that holds
+    /// `time` (default layout): sequence 0, shard 0. `None` before
+    /// 2000-01-01T00:00:00Z and after 2136-02-07T06:28:15Z, where no ID
+    /// can be.
+    ///
+    /// With [`Id::max_at`] it bounds a range query by time: the IDs issued
+    /// from the second of `from` to the second of `to`, both included, on
+    /// every shard, are exactly those with
+    /// `Id::min_at(from) <= id <= Id::max_at(to)`. Time is in whole
+    /// seconds, so the bounds round down to the second; a generator that
+    /// borrowed seconds (see the crate docs) gave its IDs the borrowed
+    /// second, up to its [lead](crate::Generator::lead) after the wall
+    /// clock.
+    ///
+    /// ```
+    /// use idutil::Id;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    ///
+    /// let from = UNIX_EPOCH + Duration::from_secs(1_639_403_583); // 2021-12-13T13:53:03Z
+    /// let to = from + Duration::from_secs(3600);
+    /// let (low, high) = (Id::min_at(from).unwrap(), Id::max_at(to).unwrap());
+    ///
+    /// let id: Id = "1452736581206048".parse()?; // issued at 13:53:03
+    /// assert!(low <= id && id <= high);
+    /// assert_eq!(low.unix_seconds(), 1_639_403_583);
+    /// assert_eq!(high.unix_seconds(), 1_639_407_183);
+    /// assert_eq!((low.sequence(), low.shard()), (0, 0));
+    /// assert_eq!((high.sequence(), high.shard()), (65_535, 31));
+    ///
+    /// // Before 2000 there are no IDs.
+    /// assert_eq!(Id::min_at(UNIX_EPOCH), None);
+    /// # Ok::<(), idutil::Error>(())
+    /// ```
+    ///
+    /// In SQL, the two bounds go in as parameters (with feature `sqlx` or
+    /// `diesel` the `Id`s bind directly; otherwise their `i64` values):
+    ///
+    /// ```sql
+    /// SELECT id, text FROM records WHERE id BETWEEN $1 AND $2 ORDER BY id
+    /// ```
+    ///
+    /// Where a time may fall outside the range, clamp it:
+    /// `Id::min_at(t).unwrap_or(Id::MIN)` for a start before 2000.
+    pub fn min_at(time: SystemTime) -> Option<Id> {
+        Id::second_of(time).map(|seconds| Id::from_valid(seconds << SECONDS_SHIFT))
+    }
+
+    /// The largest ID any generator can issue in the second that holds
+    /// `time` (default layout): the last sequence number on the last shard.
+    /// `None` outside the layout's range, as for [`Id::min_at`], which
+    /// shows how the two bound a range query.
+    pub fn max_at(time: SystemTime) -> Option<Id> {
+        Id::second_of(time)
+            .map(|seconds| Id::from_valid((seconds << SECONDS_SHIFT) | LOW_BITS_MASK))
+    }
+
+    /// Seconds since the default layout's epoch of the second that holds
+    /// `time`, if the layout can represent it.
+    fn second_of(time: SystemTime) -> Option<u64> {
+        let layout = Layout::DEFAULT;
+        let unix = time.duration_since(UNIX_EPOCH).ok()?.as_secs();
+        let seconds = unix.checked_sub(layout.epoch())?;
+        (seconds <= layout.max_seconds()).then_some(seconds)
     }
 
     /// The parts under the default layout.
@@ -121,6 +208,11 @@ impl FromStr for Id {
     }
 }
 
+/// Where the seconds field starts in the default layout, and the bits below
+/// it (clock value, sequence and shard) all set.
+const SECONDS_SHIFT: u32 = Layout::DEFAULT.total_bits() - Layout::DEFAULT.seconds_bits();
+const LOW_BITS_MASK: u64 = (1 << SECONDS_SHIFT) - 1;
+
 const ABOVE_MAX: &str = "above 2^53 - 1 (9007199254740991)";
 
 impl TryFrom<u64> for Id {
@@ -140,7 +232,7 @@ impl TryFrom<i64> for Id {
 
 impl From<Id> for u64 {
     fn from(id: Id) -> u64 {
-        id.0
+        id.as_u64()
     }
 }
 
@@ -193,6 +285,54 @@ mod tests {
             Id::MAX,
             "2^53 - 1 is the largest ID"
         );
+    }
+
+    #[test]
+    fn time_bounds_span_every_shard_and_sequence_of_a_second() {
+        use std::time::Duration;
+        let at = |unix: u64| UNIX_EPOCH + Duration::from_secs(unix);
+        let layout = Layout::DEFAULT;
+
+        assert_eq!(Id::min_at(at(layout.epoch())), Some(Id::MIN));
+        assert_eq!(Id::max_at(at(layout.last_unix_second())), Some(Id::MAX));
+        assert_eq!(
+            Id::max_at(at(layout.epoch())).map(Id::as_u64),
+            Some((1 << 21) - 1)
+        );
+        for outside in [
+            UNIX_EPOCH,
+            at(layout.epoch() - 1),
+            at(layout.last_unix_second() + 1),
+            UNIX_EPOCH - Duration::from_secs(1),
+            at(u64::MAX / 2),
+        ] {
+            assert_eq!(Id::min_at(outside), None, "{outside:?}");
+            assert_eq!(Id::max_at(outside), None, "{outside:?}");
+        }
+
+        let id: Id = "1452736581206048".parse().unwrap();
+        let second = at(id.unix_seconds());
+        let later_in_it = second + Duration::from_millis(999);
+        for t in [second, later_in_it] {
+            let (low, high) = (Id::min_at(t).unwrap(), Id::max_at(t).unwrap());
+            assert!(low <= id && id <= high);
+            assert_eq!(low.unix_seconds(), id.unix_seconds());
+            assert_eq!(high.unix_seconds(), id.unix_seconds());
+            assert_eq!((low.sequence(), low.shard()), (0, 0));
+            assert_eq!(
+                (high.sequence(), high.shard()),
+                (layout.max_sequence(), layout.max_shard())
+            );
+            // Adjacent seconds do not overlap and leave no gap.
+            assert_eq!(
+                Id::max_at(t - Duration::from_secs(1)).unwrap().as_u64() + 1,
+                low.as_u64()
+            );
+            assert_eq!(
+                high.as_u64() + 1,
+                Id::min_at(t + Duration::from_secs(1)).unwrap().as_u64()
+            );
+        }
     }
 
     #[test]

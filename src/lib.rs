@@ -83,6 +83,40 @@
 //! - `redis`: a shard lease from Redis, for fleets whose host names are not
 //!   unique numbers (`Builder::redis_lease`, `IDUTIL_REDIS_URL`,
 //!   `idutil --redis URL`; see *The Redis lease* below).
+//! - `sqlx`: [`Id`] is a sqlx column type (`Type`, `Encode`, `Decode`):
+//!   `BIGINT` in PostgreSQL and MySQL, `INTEGER` in SQLite, for any
+//!   driver the application enables (this crate enables none). Reading a
+//!   value that is not an ID is an error.
+//! - `diesel`: [`Id`] is a diesel `BigInt` (`AsExpression`, `FromSqlRow`,
+//!   `ToSql`, `FromSql`) on any backend, usable as a table's primary key.
+//! - `schemars`: `JsonSchema` for [`Id`], an integer of format `int64` from
+//!   0 to 9007199254740991, and `idutil::serde::string::json_schema` for
+//!   the string form (1 to 16 digits).
+//! - `utoipa`: `ToSchema` for [`Id`] (named `Id`, the same integer), and
+//!   `idutil::serde::string::openapi_schema` for the string form.
+//!
+//! # In a database
+//!
+//! An ID is a signed 64-bit integer column, `BIGINT` (SQLite: `INTEGER`), and
+//! the natural primary key: it is unique, and sorting by it sorts by time.
+//! With feature `sqlx` or `diesel` an [`Id`] binds and reads directly (their
+//! docs show both); otherwise bind [`Id::as_i64`] or the `i64` from
+//! [`IdUtil::next_id`]. Because the time is the high bits, a time range is an
+//! ID range, which the primary key's index answers without a `created`
+//! column: [`Id::min_at`] and [`Id::max_at`] give the first and last ID of a
+//! second on any shard.
+//!
+//! ```
+//! use idutil::Id;
+//! use std::time::{Duration, SystemTime};
+//!
+//! // The last hour, bound as $1 and $2 of
+//! // SELECT id, text FROM records WHERE id BETWEEN $1 AND $2 ORDER BY id
+//! let now = SystemTime::now();
+//! let from = Id::min_at(now - Duration::from_secs(3600)).unwrap();
+//! let to = Id::max_at(now).unwrap();
+//! assert!(from < to);
+//! ```
 //!
 //! # Design
 //!
@@ -477,17 +511,21 @@
 //! //!
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod clock;
 mod error;
+mod external;
 mod generator;
 mod global;
 pub mod host_lock;
 mod id;
 mod layout;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod lease;
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod serde;
 mod shard;
 pub mod state;

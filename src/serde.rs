@@ -63,6 +63,7 @@ use crate::error::Error;
 use crate::id::Id;
 
 /// Writes the ID as a number (`u64`).
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 impl Serialize for Id {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_u64(self.as_u64())
@@ -71,6 +72,7 @@ impl Serialize for Id {
 
 /// Reads a number or a string of decimal digits; see the [module
 /// docs](self) for what is rejected.
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 impl<'de> Deserialize<'de> for Id {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Id, D::Error> {
         if deserializer.is_human_readable() {
@@ -173,8 +175,53 @@ const NOT_INTEGER: &str = "a number with a fraction or an exponent";
 /// let back: User = serde_json::from_str(r#"{"id":9007199254740991}"#).unwrap();
 /// assert_eq!(back, user);
 /// ```
+///
+/// Schema generators cannot see through `serde(with)`; tell them with
+/// `string::json_schema` (feature `schemars`) or `string::openapi_schema`
+/// (feature `utoipa`): a string of 1 to 16 decimal digits, `^[0-9]{1,16}$`.
 pub mod string {
     use super::{Deserializer, Id, IdVisitor, Serializer};
+
+    /// The JSON Schema of an ID written by this adapter: a string of 1 to 16
+    /// decimal digits, `{"type": "string", "pattern": "^[0-9]{1,16}$"}`.
+    ///
+    /// ```
+    /// use idutil::Id;
+    ///
+    /// #[derive(serde::Serialize, schemars::JsonSchema)]
+    /// struct User {
+    ///     #[serde(with = "idutil::serde::string")]
+    ///     #[schemars(schema_with = "idutil::serde::string::json_schema")]
+    ///     id: Id,
+    /// }
+    ///
+    /// let schema = schemars::schema_for!(User);
+    /// assert_eq!(schema.as_value()["properties"]["id"]["pattern"], "^[0-9]{1,16}$");
+    /// ```
+    #[cfg(feature = "schemars")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "schemars")))]
+    pub fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        crate::external::schemars_support::string_schema(false)
+    }
+
+    /// The OpenAPI schema of an ID written by this adapter: a string of 1 to
+    /// 16 decimal digits, pattern `^[0-9]{1,16}$`.
+    ///
+    /// ```
+    /// use idutil::Id;
+    ///
+    /// #[derive(serde::Serialize, utoipa::ToSchema)]
+    /// struct User {
+    ///     #[serde(with = "idutil::serde::string")]
+    ///     #[schema(schema_with = idutil::serde::string::openapi_schema)]
+    ///     id: Id,
+    /// }
+    /// ```
+    #[cfg(feature = "utoipa")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
+    pub fn openapi_schema() -> utoipa::openapi::schema::Schema {
+        crate::external::utoipa_support::string_schema(false)
+    }
 
     /// Serializes `id` as a string of decimal digits.
     ///
@@ -203,10 +250,26 @@ pub mod string {
     /// The same for `Option<Id>`: `None` is `null`.
     ///
     /// Combine it with `#[serde(default)]` to let the field be left out.
+    /// Its schemas, `option::json_schema` and `option::openapi_schema`,
+    /// also allow `null`.
     pub mod option {
         use ::serde::de::{self, Visitor};
 
         use super::{Deserializer, Id, Serializer};
+
+        /// The JSON Schema: a string of 1 to 16 decimal digits, or `null`.
+        #[cfg(feature = "schemars")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "schemars")))]
+        pub fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+            crate::external::schemars_support::string_schema(true)
+        }
+
+        /// The OpenAPI schema: a string of 1 to 16 decimal digits, or `null`.
+        #[cfg(feature = "utoipa")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
+        pub fn openapi_schema() -> utoipa::openapi::schema::Schema {
+            crate::external::utoipa_support::string_schema(true)
+        }
 
         /// Serializes `Some(id)` as a string of decimal digits and `None`
         /// as nothing (`null` in JSON).

@@ -73,6 +73,7 @@ console.log(`ok: ${tokens.length} IDs exact`);
 /// Runs the example's page script against the live server with a minimal
 /// DOM: `node page.js BASE_URL`. Checks the rows it shows against the raw
 /// API text, then submits the form and checks the new row.
+#[cfg(all(feature = "sqlx", feature = "serde"))]
 const PAGE_JS: &str = r#"
 "use strict";
 const base = process.argv[2];
@@ -332,6 +333,7 @@ fn command_json_ids_are_exact_in_javascript() {
     );
 }
 
+#[cfg(all(feature = "sqlx", feature = "serde"))]
 #[test]
 fn web_api_ids_are_exact_in_javascript_and_on_the_page() {
     let Some(node) = node() else { return };

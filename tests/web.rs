@@ -1,6 +1,9 @@
 //! The web example end to end: started as a real process on a loopback
-//! port, its page and JSON API checked over HTTP, stopped with SIGTERM, and
-//! its state file checked for the exact last ID.
+//! port, its page and JSON API checked over HTTP, its SQLite file read
+//! directly, stopped with SIGTERM, its state file checked for the exact
+//! last ID, and restarted on the same file.
+
+#![cfg(all(feature = "sqlx", feature = "serde"))]
 
 mod web_example;
 
@@ -57,6 +60,11 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
     let records: Vec<Value> = serde_json::from_str(&list.body).unwrap();
     assert_eq!(records.iter().map(id_of).collect::<Vec<_>>(), ids);
 
+    // They are in the SQLite file next to the state directory, keyed by
+    // the same IDs.
+    assert_eq!(stored(&app.database()), ids);
+    assert!(app.state_dir().is_dir());
+
     let one = app.get(&format!("/api/records/{}", ids[1]));
     assert_eq!(one.status, 200);
     assert_eq!(id_of(&serde_json::from_str(&one.body).unwrap()), ids[1]);
@@ -82,6 +90,18 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
         ),
         ("POST", "/api/records", Some(r#"{"txt":"x"}"#), 422, "text"),
         ("POST", "/api/records", Some("{not json"), 400, ""),
+        ("POST", "/api/records", Some(r#"{"text":5}"#), 422, "text"),
+        ("GET", "/nowhere", None, 404, "no such page: GET /nowhere"),
+        ("GET", "/api/records/1/x", None, 404, "no such page"),
+        ("POST", "/", None, 405, "POST is not allowed on /"),
+        ("DELETE", "/api/records", None, 405, "DELETE is not allowed"),
+        (
+            "PUT",
+            "/api/records/1",
+            Some("{}"),
+            405,
+            "PUT is not allowed",
+        ),
     ] {
         let r = app.request(method, path, body);
         assert_eq!(r.status, status, "{method} {path}: {r:?}");
@@ -89,6 +109,28 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
         let e = e["error"].as_str().unwrap_or_else(|| panic!("{r:?}"));
         assert!(e.contains(why), "{method} {path}: {e:?} lacks {why:?}");
     }
+    // Only JSON is accepted: 415 without its content type, as JSON too.
+    for content_type in [None, Some("text/plain")] {
+        let r = app.request_typed(
+            "POST",
+            "/api/records",
+            content_type,
+            Some(r#"{"text":"x"}"#),
+        );
+        assert_eq!(r.status, 415, "{content_type:?}: {r:?}");
+        assert!(r.content_type.starts_with("application/json"), "{r:?}");
+        let e: Value = serde_json::from_str(&r.body).unwrap();
+        assert!(
+            e["error"].as_str().unwrap().contains("Content-Type"),
+            "{r:?}"
+        );
+    }
+    // 405 says what is allowed.
+    let r = app.request("DELETE", "/api/records", None);
+    let allow = r
+        .header("allow")
+        .unwrap_or_else(|| panic!("no Allow: {r:?}"));
+    assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
     let long = "x".repeat(281);
     let r = app.post_json(
         "/api/records",
@@ -101,7 +143,7 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
     let (status, stderr) = app.stop();
     assert!(status.success(), "{status}; stderr: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let report = idutil::state::inspect(dir.path(), SHARD).unwrap();
+    let report = idutil::state::inspect(&WebApp::state_dir_in(dir.path()), SHARD).unwrap();
     assert!(!report.locked, "the lock was released");
     let state = report.state.expect("a state file");
     let last = *ids.last().unwrap();
@@ -111,14 +153,139 @@ fn serves_records_keyed_by_ids_and_records_the_last_one_on_stop() {
         "the clean close records the last ID"
     );
 
-    // A restart on the same state directory continues after it.
+    // A restart on the same state directory and database finds the
+    // records, and its new IDs are strictly larger.
     let again = WebApp::start(dir.path(), SHARD);
-    let r = again.post_json("/api/records", r#"{"text":"after restart"}"#);
-    assert_eq!(r.status, 201, "{r:?}");
-    let next = id_of(&serde_json::from_str(&r.body).unwrap());
-    assert!(next > last, "{next} after {last}");
+    let list = again.get("/api/records");
+    assert_eq!(list.status, 200, "{list:?}");
+    let records: Vec<Value> = serde_json::from_str(&list.body).unwrap();
+    assert_eq!(records.iter().map(id_of).collect::<Vec<_>>(), ids);
+    assert_eq!(records[1]["text"], "second \u{1F600}");
+    let one = again.get(&format!("/api/records/{}", ids[0]));
+    assert_eq!(one.status, 200, "{one:?}");
+    for text in ["after restart", "and another"] {
+        let r = again.post_json(
+            "/api/records",
+            &serde_json::json!({ "text": text }).to_string(),
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+        let next = id_of(&serde_json::from_str(&r.body).unwrap());
+        assert!(next > *ids.last().unwrap(), "{next} after {ids:?}");
+        ids.push(next);
+    }
     let (status, stderr) = again.stop();
     assert!(status.success(), "{status}; stderr: {stderr}");
+    assert_eq!(stored(&WebApp::database_in(dir.path())), ids);
+}
+
+/// The IDs in the example's SQLite file, read with sqlx as `Id`s, in key
+/// order.
+fn stored(file: &std::path::Path) -> Vec<Id> {
+    assert!(file.is_file(), "{} is missing", file.display());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(file)
+            .read_only(true);
+        let db = sqlx::SqlitePool::connect_with(options).await.unwrap();
+        let ids = sqlx::query_scalar("SELECT id FROM records ORDER BY id")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+        db.close().await;
+        ids
+    })
+}
+
+#[test]
+fn lists_records_created_between_two_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = WebApp::start(dir.path(), SHARD);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = app.post_json("/api/records", &format!(r#"{{"text":"r{i}"}}"#));
+        assert_eq!(r.status, 201, "{r:?}");
+        ids.push(id_of(&serde_json::from_str(&r.body).unwrap()));
+    }
+    let (first, last) = (ids[0].unix_seconds(), ids[2].unix_seconds());
+    let listed = |query: &str| -> Vec<Id> {
+        let r = app.get(&format!("/api/records{query}"));
+        assert_eq!(r.status, 200, "{query}: {r:?}");
+        let records: Vec<Value> = serde_json::from_str(&r.body).unwrap();
+        records.iter().map(id_of).collect()
+    };
+    assert_eq!(listed(&format!("?from={first}&to={last}")), ids);
+    assert_eq!(listed(&format!("?from={first}")), ids);
+    assert_eq!(listed(&format!("?to={last}")), ids);
+    assert_eq!(listed(&format!("?to={}", first - 1)), vec![]);
+    assert_eq!(listed(&format!("?from={}", last + 1)), vec![]);
+    assert_eq!(listed("?from=946684800&to=5000000000"), ids);
+
+    for (query, why) in [
+        ("?from=946684799", "outside the IDs' time range"),
+        ("?to=5000000000000", "outside the IDs' time range"),
+        ("?from=yesterday", "from"),
+        ("?to=-1", "to"),
+    ] {
+        let r = app.get(&format!("/api/records{query}"));
+        assert_eq!(r.status, 400, "{query}: {r:?}");
+        let e: Value = serde_json::from_str(&r.body).unwrap();
+        let e = e["error"].as_str().unwrap_or_else(|| panic!("{r:?}"));
+        assert!(e.contains(why), "{query}: {e:?} lacks {why:?}");
+    }
+    let (status, stderr) = app.stop();
+    assert!(status.success(), "{status}; stderr: {stderr}");
+}
+
+#[test]
+fn bad_arguments_exit_2_with_the_reason_and_help_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = std::process::Command::new(web_example::binary());
+        command
+            .args(args)
+            .env("IDUTIL_STATE_DIR", dir.path().join("state"))
+            .env("IDUTIL_SHARD", "1")
+            .env_remove("PORT")
+            .env_remove("HOST");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().unwrap()
+    };
+    for (args, env, why) in [
+        (
+            &["--port", "x"][..],
+            &[][..],
+            "invalid value 'x' for '--port <PORT>'",
+        ),
+        (&["--port", "65536"][..], &[][..], "65536"),
+        (&[][..], &[("PORT", "-1")][..], "-1"),
+        (&["--prot", "80"][..], &[][..], "--port"),
+    ] {
+        let out = run(args, env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: it must not claim to listen"
+        );
+        assert!(stderr.contains(why), "{args:?} {env:?}: {stderr}");
+    }
+    let out = run(&["--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("--port") && help.contains("[env: PORT="),
+        "{help}"
+    );
+    assert!(
+        !dir.path().join("state-web.sqlite3").exists(),
+        "no database for bad arguments"
+    );
 }
 
 #[test]

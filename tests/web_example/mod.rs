@@ -43,6 +43,10 @@ pub fn binary() -> &'static Path {
             (cfg!(feature = "cli"), "cli"),
             (cfg!(feature = "serde"), "serde"),
             (cfg!(feature = "redis"), "redis"),
+            (cfg!(feature = "sqlx"), "sqlx"),
+            (cfg!(feature = "diesel"), "diesel"),
+            (cfg!(feature = "schemars"), "schemars"),
+            (cfg!(feature = "utoipa"), "utoipa"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -72,6 +76,7 @@ pub fn binary() -> &'static Path {
 pub struct WebApp {
     child: Option<Child>,
     pid: u32,
+    dir: PathBuf,
     /// Where it listens, from its first line.
     pub addr: SocketAddr,
     stderr: Option<JoinHandle<String>>,
@@ -83,16 +88,32 @@ pub struct WebApp {
 pub struct Response {
     pub status: u16,
     pub content_type: String,
+    /// Every header, names in lower case.
+    pub headers: Vec<(String, String)>,
     pub body: String,
 }
 
+impl Response {
+    /// The first value of a header (`name` in lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 impl WebApp {
-    /// Starts the example with `IDUTIL_STATE_DIR=state_dir`,
-    /// `IDUTIL_SHARD=shard` and `PORT=0`, and waits for its address line.
-    pub fn start(state_dir: &Path, shard: u32) -> WebApp {
+    /// Starts the example in `dir` with `IDUTIL_STATE_DIR=dir/state` (so
+    /// its database is `dir/state-web.sqlite3`), `IDUTIL_SHARD=shard` and
+    /// `PORT=0`, and waits for its address line.
+    pub fn start(dir: &Path, shard: u32) -> WebApp {
         let mut child = Command::new(binary())
-            .env("IDUTIL_STATE_DIR", state_dir)
-            .env("IDUTIL_ID_SPACE", crate::common::space_for(state_dir))
+            .env("IDUTIL_STATE_DIR", WebApp::state_dir_in(dir))
+            .env(
+                "IDUTIL_ID_SPACE",
+                crate::common::space_for(WebApp::state_dir_in(dir)),
+            )
             .env("IDUTIL_SHARD", shard.to_string())
             .env("PORT", "0")
             .env("HOST", "127.0.0.1")
@@ -117,6 +138,7 @@ impl WebApp {
         });
         let mut app = WebApp {
             pid: child.id(),
+            dir: dir.to_path_buf(),
             child: Some(child),
             addr: "127.0.0.1:0".parse().unwrap(),
             stderr: Some(stderr),
@@ -140,6 +162,26 @@ impl WebApp {
         app
     }
 
+    /// The state directory the example uses when started in `dir`.
+    pub fn state_dir_in(dir: &Path) -> PathBuf {
+        dir.join("state")
+    }
+
+    /// Its state directory.
+    pub fn state_dir(&self) -> PathBuf {
+        WebApp::state_dir_in(&self.dir)
+    }
+
+    /// Its SQLite file, next to the state directory.
+    pub fn database(&self) -> PathBuf {
+        WebApp::database_in(&self.dir)
+    }
+
+    /// The SQLite file of the example when started in `dir`.
+    pub fn database_in(dir: &Path) -> PathBuf {
+        dir.join("state-web.sqlite3")
+    }
+
     pub fn get(&self, path: &str) -> Response {
         self.request("GET", path, None)
     }
@@ -152,8 +194,21 @@ impl WebApp {
         self.pid
     }
 
-    /// One request on a fresh connection (`Connection: close`).
+    /// One request on a fresh connection (`Connection: close`), with
+    /// `Content-Type: application/json` when there is a body.
     pub fn request(&self, method: &str, path: &str, body: Option<&str>) -> Response {
+        let content_type = body.map(|_| "application/json");
+        self.request_typed(method, path, content_type, body)
+    }
+
+    /// One request with the given `Content-Type` (or none).
+    pub fn request_typed(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&str>,
+    ) -> Response {
         let mut stream = TcpStream::connect_timeout(&self.addr, IO_TIMEOUT).expect("connect");
         stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
@@ -161,11 +216,11 @@ impl WebApp {
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
             self.addr
         );
+        if let Some(content_type) = content_type {
+            request.push_str(&format!("Content-Type: {content_type}\r\n"));
+        }
         if let Some(body) = body {
-            request.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            ));
+            request.push_str(&format!("Content-Length: {}\r\n", body.len()));
         }
         request.push_str("\r\n");
         request.push_str(body.unwrap_or_default());
@@ -226,9 +281,11 @@ fn parse_response(raw: &[u8]) -> Response {
         .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
     let mut content_type = String::new();
     let mut chunked = false;
+    let mut headers = Vec::new();
     for line in lines {
         let (name, value) = line.split_once(':').unwrap_or((line, ""));
         let value = value.trim();
+        headers.push((name.to_ascii_lowercase(), value.to_string()));
         if name.eq_ignore_ascii_case("content-type") {
             content_type = value.to_string();
         }
@@ -244,6 +301,7 @@ fn parse_response(raw: &[u8]) -> Response {
     Response {
         status,
         content_type,
+        headers,
         body,
     }
 }
