@@ -262,6 +262,12 @@ impl<C: Clock> Builder<C> {
     /// run ahead of the highest wall-clock second seen, by borrowing.
     /// [`Generator::next_id`] waits for the clock at the cap;
     /// [`Generator::try_next_id`] returns [`Error::LeadCapReached`].
+    ///
+    /// The lead counts from the highest wall-clock second ever seen, so
+    /// after the clock steps back (an NTP correction, a VM restore) a
+    /// capped generator that has used its lead waits until the clock
+    /// catches up again: an hour's step back can stop issuing for an hour.
+    /// Without a cap it borrows instead, and IDs keep coming.
     pub fn max_lead(mut self, max_lead: Duration) -> Self {
         self.max_lead = Some(whole_seconds(max_lead));
         self
@@ -307,6 +313,21 @@ impl<C: Clock> Builder<C> {
             if let Some(config) = config {
                 return self.open_leased(&config);
             }
+        }
+        // A lease that was asked for is never silently turned off.
+        #[cfg(not(feature = "redis"))]
+        if let Some(url) = std::env::var_os("IDUTIL_REDIS_URL") {
+            return Err(Error::InvalidEnv {
+                var: "IDUTIL_REDIS_URL",
+                // A URL may hold a password.
+                value: if url.is_empty() {
+                    String::new()
+                } else {
+                    "***".into()
+                },
+                reason: "set, but this build of idutil has no Redis lease (feature `redis`); \
+                         unset it, or build with the `redis` feature",
+            });
         }
         let (shard, source) = shard::resolve_shard(self.shard, &self.layout)?;
         let dir = state::state_dir(self.state_dir.as_deref())?;
@@ -451,8 +472,11 @@ pub(crate) fn plan(
                 .min_by_key(|&step| mark(value_after(step)))
                 .unwrap_or(1)
         });
+        // The bumped id must itself be bumpable through every clock value,
+        // as every state file's must: what this run writes is read again.
         clock_id = clock_id
             .checked_add(step)
+            .filter(|id| id.checked_add(values).is_some())
             .ok_or("clock_id is too large to be bumped")?;
     }
     let file = StateFile {
@@ -1015,7 +1039,7 @@ impl<C: Clock> Inner<C> {
         let mut limit = soft.max(floor.min(cold.reserved));
         limit = limit.min(self.layout.max_seconds());
         if let Some(max_lead) = self.max_lead {
-            limit = limit.min(cold.seen_max + max_lead);
+            limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }
         self.limit.store(limit, Relaxed);
     }
@@ -1063,7 +1087,9 @@ impl<C: Clock> Inner<C> {
                 }
                 Err(e @ Error::Fenced { .. }) => {
                     drop(cold);
-                    return Err(self.stop_fenced(e));
+                    let e = self.stop_fenced(e);
+                    self.outwait_reservation();
+                    return Err(e);
                 }
                 Err(e) => {
                     log::warn!("shard {}: {e}", self.shard);
@@ -1092,7 +1118,9 @@ impl<C: Clock> Inner<C> {
         drop(cold);
         let saved = store.save(&file);
         if let Err(e @ Error::Fenced { .. }) = saved {
-            return Err(self.stop_fenced(e));
+            let e = self.stop_fenced(e);
+            self.outwait_reservation();
+            return Err(e);
         }
         #[cfg(feature = "redis")]
         if let Some(lease) = &self.lease {
@@ -1121,6 +1149,35 @@ impl<C: Clock> Inner<C> {
             lease.finish(None, self.layout.epoch() + cold.seen_max);
         }
         e
+    }
+
+    /// A fenced generator keeps its shard (the host lock, held by the store
+    /// this thread owns) until the wall clock passes every second it
+    /// reserved. A generator that then starts over on this host, in a state
+    /// directory recreated where the old one was, starts after every ID
+    /// this one may have issued. The wait is bounded by the reservation's
+    /// length in real time, whatever the clock does.
+    #[cold]
+    fn outwait_reservation(&self) {
+        let reserved = self.layout.epoch() + self.lock().reserved;
+        let wait = reserved.saturating_add(1).saturating_sub(self.clock.now());
+        if wait == 0 {
+            return;
+        }
+        log::warn!(
+            "shard {}: keeping the shard for up to {wait} s, until the wall clock passes \
+             every second this generator reserved, so that no generator on this host \
+             issues its IDs again",
+            self.shard
+        );
+        let deadline = Instant::now() + Duration::from_secs(wait);
+        while self.clock.now() <= reserved {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            thread::sleep(left.min(Duration::from_millis(100)));
+        }
     }
 
     /// Why a closed generator does not issue: [`Error::Fenced`] if it
@@ -1388,10 +1445,17 @@ mod tests {
         let prev = file(u64::MAX - 1, T, &[(2, T + 5), (3, T + 5)], None, l);
         let err = plan(Some(prev), &l, 1, T - 3600).unwrap_err();
         assert!(err.contains("clock_id"), "{err}");
+        // A bumped id must leave room for every clock value, as the reader
+        // requires of every file: what this run writes is read again.
         let prev = file(u64::MAX - 2, T, &[(1, T + 5), (2, T + 5)], None, l);
+        let err = plan(Some(prev), &l, 1, T - 3600).unwrap_err();
+        assert!(err.contains("clock_id"), "{err}");
+        let prev = file(u64::MAX - 10, T, &[(1, T + 5), (2, T + 5)], None, l);
+        let bumped = plan(Some(prev), &l, 1, T - 3600).unwrap().file;
         assert_eq!(
-            plan(Some(prev), &l, 1, T - 3600).unwrap().file.clock_id,
-            u64::MAX
+            bumped.clock_id,
+            u64::MAX - 8,
+            "two steps on, to unused value 3"
         );
         // Without a rollback nothing is bumped.
         let prev = file(u64::MAX, T, &[(3, T + 5)], None, l);

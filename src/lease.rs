@@ -236,15 +236,34 @@ impl LeaseConfig {
 
 /// Hides the password of a `redis://user:password@host` URL.
 fn redact(url: &str) -> String {
+    // `unix://` URLs carry the password in the query: `?pass=...`.
+    let (url, query) = match url.split_once('?') {
+        Some((url, query)) => {
+            let shown: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _))
+                        if key.eq_ignore_ascii_case("pass")
+                            || key.eq_ignore_ascii_case("password") =>
+                    {
+                        format!("{key}=***")
+                    }
+                    _ => pair.to_string(),
+                })
+                .collect();
+            (url, format!("?{}", shown.join("&")))
+        }
+        None => (url, String::new()),
+    };
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+        return format!("{url}{query}");
     };
     let Some((auth, host)) = rest.rsplit_once('@') else {
-        return url.to_string();
+        return format!("{url}{query}");
     };
     match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => format!("{scheme}://***@{host}"),
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}{query}"),
+        None => format!("{scheme}://***@{host}{query}"),
     }
 }
 
@@ -691,7 +710,8 @@ fn all_digits(text: &str) -> bool {
 /// A Unix second within `layout`'s range, written with digits only.
 fn parse_second(text: &str, layout: &Layout) -> std::result::Result<u64, String> {
     let (first, last) = (layout.epoch(), layout.last_unix_second());
-    if !all_digits(text) {
+    // At most 16 digits, as the scripts check while a shard is held.
+    if !all_digits(text) || text.len() > 16 {
         return Err(format!(
             "= {} is not a whole number of Unix seconds (digits only)",
             shown(text)
@@ -1199,8 +1219,8 @@ impl Lease {
         match result {
             Ok(1) => {}
             Ok(0) => log::warn!(
-                "the Redis lease on shard {} was no longer held at close; the shard's \
-                 high-water second in Redis still covers every ID issued",
+                "the Redis lease on shard {} was no longer held at close, so the exact last \
+                 ID was not recorded in Redis",
                 self.shard
             ),
             Ok(trouble) => log::warn!(
@@ -1545,6 +1565,7 @@ mod tests {
         let before_epoch = (l.epoch() - 1).to_string();
         for bad in [
             "99999999999999999999",
+            "00000000000000001795999999",
             "1795999999.0",
             "",
             " 1700000000",
@@ -1657,6 +1678,14 @@ mod tests {
         assert_eq!(redact("redis://:s3cret@h:6379/0"), "redis://:***@h:6379/0");
         assert_eq!(redact("redis://u:s3cret@h/"), "redis://u:***@h/");
         assert_eq!(redact("redis://h:6379/"), "redis://h:6379/");
+        assert_eq!(
+            redact("unix:///run/redis.sock?db=2&pass=s3cret"),
+            "unix:///run/redis.sock?db=2&pass=***"
+        );
+        assert_eq!(
+            redact("redis+unix:///r.sock?password=s3cret"),
+            "redis+unix:///r.sock?password=***"
+        );
         let shown = format!("{:?}", LeaseConfig::new("redis://u:s3cret@h/"));
         assert!(!shown.contains("s3cret"), "{shown}");
     }

@@ -118,7 +118,8 @@ enum Command {
         json: bool,
         /// Never run more than this far ahead of the wall clock (seconds, or
         /// a duration such as 90s, 5m, 1h): once there, wait for the clock,
-        /// so IDs come out at 65,536 per second
+        /// so IDs come out at 65,536 per second. After the clock steps back,
+        /// it waits until the clock catches up
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         max_lead: Option<Duration>,
     },
@@ -486,14 +487,20 @@ impl Interrupted {
     }
 }
 
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = match self.0 {
+impl Interrupted {
+    fn name(&self) -> &'static str {
+        match self.0 {
             SIGTERM => "SIGTERM",
             SIGINT => "SIGINT",
             SIGHUP => "SIGHUP",
             _ => "a signal",
-        };
+        }
+    }
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.name();
         write!(
             f,
             "stopped by {name}: the IDs printed are complete lines, the exact last ID \
@@ -528,9 +535,12 @@ fn next(
     if let Some(lease) = common.lease() {
         builder = builder.redis_lease(lease);
     }
+    // Caught from before the generator opens: a signal during the opening
+    // waits in `signals` and stops the run before its first ID, with a
+    // clean close.
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     let generator = builder.open()?;
     let signal = AtomicI32::new(0);
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     let signals_handle = signals.handle();
     let (done, finished) = mpsc::channel::<()>();
     let issued = thread::scope(|scope| {
@@ -539,9 +549,15 @@ fn next(
             if let Some(sig) = signals.forever().next() {
                 signal.store(sig, SeqCst);
                 if finished.recv_timeout(STOP_GRACE) == Err(RecvTimeoutError::Timeout) {
-                    // Still stuck: every ID taken so far counts as issued.
+                    // Still stuck in a write nobody reads: every ID taken so
+                    // far counts as issued, and the output may end mid-line.
                     let saved = generator.close();
-                    eprintln!("idutil: {}", Interrupted(sig));
+                    eprintln!(
+                        "idutil: stopped by {} while stuck writing the output, which may end \
+                         in a cut line; every ID taken is saved as issued, and the next run \
+                         continues after them",
+                        Interrupted(sig).name()
+                    );
                     if let Err(e) = saved {
                         eprintln!("idutil: error: {}", one_line(&e.to_string()));
                     }

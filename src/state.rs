@@ -74,13 +74,7 @@ pub const STATE_VERSION: u32 = 1;
 /// `IDUTIL_STATE_DIR` is set but empty; [`Error::RelativeStateDir`] if the
 /// directory given or set is not an absolute path.
 pub fn state_dir(explicit: Option<&Path>) -> Result<PathBuf> {
-    let absolute = |dir: PathBuf| {
-        if dir.is_absolute() {
-            Ok(dir)
-        } else {
-            Err(Error::RelativeStateDir { path: dir })
-        }
-    };
+    let absolute = |dir: PathBuf| cleaned(&dir);
     if let Some(dir) = explicit {
         return absolute(dir.to_path_buf());
     }
@@ -104,6 +98,55 @@ pub fn state_dir(explicit: Option<&Path>) -> Result<PathBuf> {
         Some(home) if home.is_absolute() => Ok(home.join(".local/state/idutil")),
         _ => Err(Error::NoStateDir),
     }
+}
+
+/// `dir` as an absolute path without `.` components or trailing slashes
+/// (`/state/link/.` and `/state/link/` would let a symbolic link pass for
+/// the directory itself) and without `..` (which may climb out of where a
+/// link points).
+fn cleaned(dir: &Path) -> Result<PathBuf> {
+    if !dir.is_absolute() {
+        return Err(Error::RelativeStateDir {
+            path: dir.to_path_buf(),
+        });
+    }
+    if dir
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(Error::Untrusted {
+            path: dir.to_path_buf(),
+            reason: "it contains \"..\"; name the directory without it".to_string(),
+        });
+    }
+    Ok(dir.components().collect())
+}
+
+/// Refuses a state directory that someone else could move or replace:
+/// every directory above it must belong to this user or to root, and be
+/// writable by no one else unless its sticky bit is set (as `/tmp`'s is).
+fn check_ancestors(dir: &Path) -> Result<()> {
+    let euid = rustix::process::geteuid().as_raw();
+    for parent in dir.ancestors().skip(1) {
+        let meta = fs::metadata(parent).map_err(|e| Error::io("examine", parent, e))?;
+        let mode = meta.mode() & 0o7777;
+        let owner_ok = meta.uid() == euid || meta.uid() == 0;
+        let shared = mode & 0o022 != 0 && mode & 0o1000 == 0;
+        if !owner_ok || shared {
+            return Err(Error::Untrusted {
+                path: dir.to_path_buf(),
+                reason: format!(
+                    "the directory above it, {}, belongs to uid {} with mode {mode:04o}, so \
+                     another user could move the state directory away and a new one would \
+                     start over; keep the state directory under directories owned by you or \
+                     root and writable by no one else (or sticky, like /tmp)",
+                    parent.display(),
+                    meta.uid()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Path of a shard's state file in `dir`.
@@ -442,6 +485,7 @@ impl Store {
     /// Creates the directory if needed (mode 0700), checks it, and takes
     /// the shard's lock in it.
     pub(crate) fn open(dir: &Path, shard: u32) -> Result<Store> {
+        let dir = &cleaned(dir)?;
         let dir_fd = open_dir(dir, true)?.ok_or_else(|| {
             Error::io(
                 "open the state directory",
@@ -714,11 +758,7 @@ fn file_id(fd: impl AsFd) -> io::Result<(u64, u64)> {
 /// checks its owner and mode. `None` if it does not exist and `create` is
 /// false.
 fn open_dir(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
-    if !dir.is_absolute() {
-        return Err(Error::RelativeStateDir {
-            path: dir.to_path_buf(),
-        });
-    }
+    let dir = &cleaned(dir)?;
     if create {
         create_private_dirs(dir)?;
     }
@@ -743,6 +783,7 @@ fn open_dir(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
     };
     let st = rfs::fstat(&fd).map_err(|e| Error::io("examine", dir, e.into()))?;
     check_owner_and_mode(dir, &st, true)?;
+    check_ancestors(dir)?;
     Ok(Some(fd))
 }
 
@@ -850,6 +891,18 @@ fn check_file(file: &File, path: &Path) -> Result<rfs::Stat> {
         });
     }
     check_owner_and_mode(path, &st, false)?;
+    if st.st_nlink != 1 {
+        // Writing it would write every other name it has.
+        return Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it has {} names (hard links), and idutil writes only files of its own; \
+                 remove it (rm {})",
+                st.st_nlink,
+                path.display()
+            ),
+        });
+    }
     if u64::try_from(st.st_size).unwrap_or(u64::MAX) > MAX_FILE_SIZE {
         return Err(too_large(path));
     }
@@ -1393,11 +1446,13 @@ fn plan_recovery_from(
                 options.window
             ))
         })?;
+    // Every clock value resumes after the same second, so any clock id is
+    // safe; one that cannot be bumped further starts again from 1.
     let clock_id = old_clock_id
         .unwrap_or(0)
         .checked_add(1)
         .filter(|id| id.checked_add(u64::from(layout.clock_values())).is_some())
-        .ok_or_else(|| refuse("the clock id cannot be bumped any further".into()))?;
+        .unwrap_or(1);
     let seen = now.clamp(layout.epoch(), resume_after);
     let new_state = StateFile {
         layout: *layout,
@@ -1945,9 +2000,14 @@ mod tests {
         let damaged = good.replace("version = 1", "version = 1\n\0");
         let r = plan_for(Some(&damaged), &RecoverOptions::new()).unwrap();
         assert_eq!(r.clock_id, 4);
-        let max = damaged.replace("clock_id = 3", &format!("clock_id = {}", u64::MAX));
-        let err = plan_for(Some(&max), &RecoverOptions::new()).unwrap_err();
-        assert!(err.contains("clock id cannot be bumped"), "{err}");
+        // One that cannot be bumped further starts again from 1: every
+        // clock value resumes after the same second.
+        for id in [u64::MAX, u64::MAX - 1] {
+            let max = damaged.replace("clock_id = 3", &format!("clock_id = {id}"));
+            let r = plan_for(Some(&max), &RecoverOptions::new()).unwrap();
+            assert_eq!(r.clock_id, 1);
+            r.new_state().check().unwrap();
+        }
         // An illegible clock id restarts the count at 1.
         let gone = damaged.replace("clock_id = 3", "clock_id = ?");
         assert_eq!(

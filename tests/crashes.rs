@@ -191,6 +191,39 @@ fn sigterm_sigint_and_sighup_close_cleanly_and_the_next_run_continues_in_the_sam
 }
 
 #[test]
+fn signals_while_the_command_opens_never_cost_a_skip() {
+    let dir = common::state_dir();
+    let shard = 13;
+    let mut rng = Rng::from_env_or_time("signals_while_the_command_opens");
+    let mut ledger = Ledger::new();
+    for round in 0..40 {
+        let mut child = common::spawn_next(shard, dir.path(), 1);
+        thread::sleep(Duration::from_micros(rng.range(0, 4000)));
+        send(&child, ["TERM", "INT", "HUP"][round % 3]);
+        let status = wait_within(&mut child, Duration::from_secs(10));
+        let printed = common::parse_complete_ids(&common::read_rest(child.stdout.take().unwrap()));
+        // Killed before the handlers were in place (nothing opened yet),
+        // finished first, or stopped cleanly: never a crash.
+        assert!(
+            status
+                .code()
+                .is_none_or(|c| [0, 129, 130, 143].contains(&c)),
+            "round {round}: {status:?}"
+        );
+        ledger.record_after_all(&printed);
+    }
+    // A crash leaves a reservation behind, and forty of them would have
+    // pushed the shard minutes ahead; clean closes leave it at the clock.
+    let ids = common::next(shard, dir.path(), 1);
+    ledger.record_after_all(&ids);
+    let ahead = unix_second(ids[0]).saturating_sub(common::wall_now());
+    assert!(
+        ahead <= WINDOW + 1,
+        "{ahead} s ahead after 40 early signals"
+    );
+}
+
+#[test]
 fn a_signal_while_stdout_is_stuck_still_closes_cleanly() {
     let dir = common::state_dir();
     let shard = 10;
@@ -312,6 +345,12 @@ fn next_warns_when_a_run_ends_far_ahead_and_max_lead_waits_for_the_clock() {
         began.elapsed()
     );
     assert_eq!(r.stderr, "", "no lead warning under the cap");
+    // A cap too large to matter is no cap (it once wrapped and spun).
+    let huge = common::output_within(
+        idutil(shard, dir.path()).args(["next", "-n", "100", "--max-lead", "18446744073709551615"]),
+        Duration::from_secs(20),
+    );
+    assert!(huge.status.success(), "{huge:?}");
     for bad in ["-1", "soon", "", "5 parsecs"] {
         common::run(idutil(shard, dir.path()).args(["next", "--max-lead", bad]))
             .expect_code(2, bad);

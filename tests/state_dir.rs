@@ -210,6 +210,45 @@ fn deleting_the_state_dir_fences_the_holder_which_never_writes_into_the_new_one(
 }
 
 #[test]
+fn a_successor_on_a_recreated_dir_never_reissues_what_a_fenced_holder_issued() {
+    let parent = private_dir();
+    let dir = parent.path().join("state");
+    let shard = 14;
+    // A holder that follows the clock: it issues in the current second.
+    let mut holder = common::idutil(shard, &dir)
+        .args(["next", "-n", "100000000", "--max-lead", "1s"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = holder.stdout.take().unwrap();
+    let reader = thread::spawn(move || common::read_rest(out));
+    thread::sleep(Duration::from_millis(1500));
+    fs::remove_dir_all(&dir).unwrap();
+    // The successor starts over in a new directory at the same path as soon
+    // as the host lets it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let successor = loop {
+        let r = common::run(common::idutil(shard, &dir).args(["next", "-n", "100000"]));
+        if r.code == Some(0) {
+            break common::parse_ids(&r.stdout);
+        }
+        assert!(r.stderr.contains("in use"), "{}", r.stderr);
+        assert!(Instant::now() < deadline, "the shard never came free");
+        thread::sleep(Duration::from_millis(200));
+    };
+    let status = holder.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "the holder fences itself");
+    let fenced = common::parse_complete_ids(&reader.join().unwrap());
+    assert!(!fenced.is_empty());
+    let mut all = fenced.clone();
+    all.extend(&successor);
+    common::assert_unique_set(&all);
+    assert!(successor[0] > *fenced.last().unwrap());
+}
+
+#[test]
 fn a_fenced_generator_stops_for_good_and_writes_nothing_more() {
     let dir = private_dir();
     let clock = ManualClock::new(1_700_000_000);
@@ -343,6 +382,67 @@ fn a_symlinked_lock_file_is_refused_and_its_target_untouched() {
         "a symlinked state dir",
     );
     assert!(err.contains("symbolic link"), "{err}");
+    // Nor may a trailing slash or dot smuggle the link through.
+    for spelled in [
+        format!("{}/", link.display()),
+        format!("{}/.", link.display()),
+    ] {
+        let err = refused(
+            common::idutil(5, Path::new(&spelled)).arg("next"),
+            "a symlinked state dir with a trailing slash or dot",
+        );
+        assert!(err.contains("symbolic link"), "{spelled}: {err}");
+    }
+    assert!(!dir.path().join("shard-5.lock").exists());
+}
+
+#[test]
+fn a_hard_linked_lock_file_is_refused_and_its_other_name_untouched() {
+    let dir = private_dir();
+    let victim = dir.path().join("precious");
+    fs::write(&victim, "precious\n").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::hard_link(&victim, dir.path().join("shard-3.lock")).unwrap();
+    let err = refused(
+        common::idutil(3, dir.path()).arg("next"),
+        "a hard-linked lock file",
+    );
+    assert!(err.contains("hard link"), "{err}");
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
+#[test]
+fn a_state_dir_under_a_directory_another_user_controls_is_refused() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to hand a directory to another user");
+        return;
+    }
+    let outer = common::state_dir();
+    let parent = outer.path().join("theirs");
+    fs::create_dir(&parent).unwrap();
+    fs::set_permissions(&parent, fs::Permissions::from_mode(0o755)).unwrap();
+    let chown = Command::new("chown")
+        .args(["nobody"])
+        .arg(&parent)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    // Whoever owns the parent could move the state directory away, and a
+    // new one would start over: refused, however private the dir itself.
+    let dir = parent.join("state");
+    let err = refused(
+        common::idutil(3, &dir).arg("next"),
+        "a state dir under another user's directory",
+    );
+    assert!(err.contains("directory above it"), "{err}");
+    // A sticky, world-writable parent (like /tmp) is fine.
+    fs::set_permissions(&parent, fs::Permissions::from_mode(0o1777)).unwrap();
+    Command::new("chown")
+        .arg("root")
+        .arg(&parent)
+        .status()
+        .unwrap();
+    common::next(3, &dir, 3);
 }
 
 #[test]
