@@ -14,7 +14,7 @@
 //!
 //! ```text
 //! # idutil state file for shard 7. ...
-//! version = 1
+//! version = 2
 //! layout = seconds:32 clock:0 sequence:16 shard:5 epoch:946684800
 //! shard = 7
 //! clock_id = 0
@@ -22,12 +22,16 @@
 //! seen_last_run = 1763751234
 //! high_water = 0:1763751239
 //! last = 1763751236 17
+//! checksum = 5d1c0e0a
 //! end
 //! ```
 //!
 //! `high_water` lists, per clock value, the highest second an ID may have
 //! been issued in; `last` (present only after a clean close) is the exact
-//! last second and sequence issued. `end` marks a complete file.
+//! last second and sequence issued. `checksum` is the CRC-32 of every byte
+//! before its line, so a changed digit that leaves the values plausible is
+//! still caught. `end` marks a complete file. Version 1 files (the same
+//! fields, no checksum) are still read.
 //!
 //! Every value is checked when the file is read, and a file that breaks any
 //! rule is refused ([`Error::BadState`]), never repaired: every second lies
@@ -40,7 +44,10 @@
 //!
 //! A file that cannot be trusted is restarted with [`recover`] (the command
 //! `idutil state recover`), which resumes after everything the old file
-//! still says for certain, and refuses when it cannot know.
+//! still says for certain, and refuses when it cannot know. In a version 2
+//! file whose checksum fails nothing is certain (the changed byte may be a
+//! digit of the mark); in a version 1 file, a legible mark is certain only
+//! if no legible second of the file lies above it.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -62,7 +69,11 @@ use crate::layout::Layout;
 pub const STATE_DIR_ENV: &str = "IDUTIL_STATE_DIR";
 
 /// The version of the state file format this crate reads and writes.
-pub const STATE_VERSION: u32 = 1;
+pub const STATE_VERSION: u32 = 2;
+
+/// The oldest state file format this crate still reads: version 1, the same
+/// fields without a checksum.
+const OLDEST_VERSION: u32 = 1;
 
 /// Chooses the state directory: `explicit` if given, else
 /// `IDUTIL_STATE_DIR`, else `$XDG_STATE_HOME/idutil`, else
@@ -212,7 +223,8 @@ impl StateFile {
         if let Some((sec, seq)) = self.last {
             out.push_str(&format!("last = {sec} {seq}\n"));
         }
-        out.push_str("end\n");
+        let checksum = crc32fast::hash(out.as_bytes());
+        out.push_str(&format!("checksum = {checksum:08x}\nend\n"));
         out
     }
 
@@ -224,8 +236,11 @@ impl StateFile {
     fn parse(text: &str) -> std::result::Result<StateFile, String> {
         let mut fields: BTreeMap<&str, (usize, &str)> = BTreeMap::new();
         let mut ended = false;
-        for (i, line) in text.lines().enumerate() {
-            let n = i + 1;
+        let mut summed = None;
+        let mut at = 0;
+        for (i, line) in text.split_inclusive('\n').enumerate() {
+            let (n, start) = (i + 1, at);
+            at += line.len();
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -236,6 +251,15 @@ impl StateFile {
             if line == "end" {
                 ended = true;
                 continue;
+            }
+            if summed.is_some() {
+                return Err(format!("line {n} comes after the checksum"));
+            }
+            if line
+                .split_once('=')
+                .is_some_and(|(k, _)| k.trim() == "checksum")
+            {
+                summed = Some(&text[..start]);
             }
             let Some((key, value)) = line.split_once('=') else {
                 return Err(format!("line {n} is malformed"));
@@ -251,13 +275,29 @@ impl StateFile {
             return Err("the file is empty".into());
         }
         let (n, version) = fields.remove("version").ok_or("no version line")?;
-        if version != STATE_VERSION.to_string() {
-            return Err(format!(
-                "line {n} holds an unknown version (this idutil reads version {STATE_VERSION})"
-            ));
-        }
+        let version = match version.parse::<u32>() {
+            Ok(v)
+                if (OLDEST_VERSION..=STATE_VERSION).contains(&v)
+                    && version.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                v
+            }
+            _ => {
+                return Err(format!(
+                    "line {n} holds an unknown version (this idutil reads versions \
+                     {OLDEST_VERSION} to {STATE_VERSION})"
+                ))
+            }
+        };
         if !ended {
             return Err("truncated: no end marker".into());
+        }
+        let checksum = fields.remove("checksum");
+        match (version, checksum) {
+            (1, Some((n, _))) => return Err(format!("line {n} has an unknown field")),
+            (1, None) => {}
+            (_, None) => return Err("no checksum line".into()),
+            (_, Some(_)) => {}
         }
         let mut take = |key: &str| fields.remove(key).ok_or(format!("no {key} line"));
         let layout = parse_layout(take("layout")?)?;
@@ -290,6 +330,16 @@ impl StateFile {
             last,
         };
         state.check()?;
+        // Last, so a field that is wrong in itself is named. Version 1
+        // files have none and are checked field by field only.
+        if let (Some((n, value)), Some(summed)) = (checksum, summed) {
+            if value != format!("{:08x}", crc32fast::hash(summed.as_bytes())) {
+                return Err(format!(
+                    "the checksum (line {n}) does not match the contents: the file was damaged \
+                     or edited"
+                ));
+            }
+        }
         Ok(state)
     }
 
@@ -368,7 +418,8 @@ impl StateFile {
 }
 
 /// The fields of a state file, in the order they are written.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 9] = [
+    "checksum",
     "version",
     "layout",
     "shard",
@@ -1520,12 +1571,24 @@ impl Salvage {
             values("high_water").as_slice(),
         ) {
             ([], _) => Err("no legible version line".to_string()),
-            ([v], _) if *v != STATE_VERSION.to_string() => Err(format!(
-                "an unknown version; this idutil reads version {STATE_VERSION}"
+            ([v], _) if !["1", "2"].contains(v) => Err(format!(
+                "an unknown version; this idutil reads versions {OLDEST_VERSION} to \
+                 {STATE_VERSION}"
             )),
             ([_], []) => Err("no complete high_water line".to_string()),
             ([_], [marks]) => Salvage::marks(marks, &plausible),
             _ => Err("a field appears twice".to_string()),
+        };
+        // A checksum that fails says some byte changed, and it may be one of
+        // the mark's digits: nothing in the file is certain then.
+        let marks = match (Salvage::checksum(text), values("version").as_slice()) {
+            (Some(false), _) => {
+                Err("the file's checksum does not match, so none of its fields is certain".into())
+            }
+            (None, ["2"]) => {
+                Err("its checksum line is gone, so none of its fields is certain".into())
+            }
+            _ => marks,
         };
         let one = |key: &str| match values(key).as_slice() {
             [v] => Some(*v),
@@ -1544,11 +1607,40 @@ impl Salvage {
                 .and_then(plausible)
                 .map(|s| ("the last issued ID", s)),
         );
+        // A mark below a second the file records as seen or issued is not
+        // what a generator writes: a changed digit, perhaps.
+        let marks = marks.and_then(|m| {
+            let highest = m.iter().copied().max().unwrap_or(0);
+            match seconds.iter().find(|(_, s)| *s > highest) {
+                Some((what, _)) => Err(format!(
+                    "the high-water marks are below {what}, which a generator never writes"
+                )),
+                None => Ok(m),
+            }
+        });
         Salvage {
             marks,
             seconds,
             clock_id: one("clock_id").and_then(|v| v.parse().ok()),
         }
+    }
+
+    /// Whether the file's checksum line matches what comes before it;
+    /// `None` if it has no complete checksum line.
+    fn checksum(text: &str) -> Option<bool> {
+        let mut at = 0;
+        for line in text.split_inclusive('\n') {
+            let start = at;
+            at += line.len();
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            if key.trim() == "checksum" && line.ends_with('\n') {
+                let sum = crc32fast::hash(&text.as_bytes()[..start]);
+                return Some(value.trim() == format!("{sum:08x}"));
+            }
+        }
+        None
     }
 
     fn marks(
@@ -1614,7 +1706,7 @@ mod tests {
             ("garbage", "line 1 is malformed"),
             (truncated, "truncated"),
             (
-                &good.replace("version = 1", "version = 2"),
+                &good.replace("version = 2", "version = 3"),
                 "unknown version",
             ),
             (&good.replace("clock_id = 3", "clock_id = x"), "clock_id"),
@@ -1794,7 +1886,7 @@ mod tests {
         let texts = [
             format!("{secret}\n"),
             format!("password = {secret}\n"),
-            good.replace("version = 1", &format!("version = {secret}")),
+            good.replace("version = 2", &format!("version = {secret}")),
             good.replace("shard = 7", &format!("shard = {secret}")),
             good.replace("clock_id = 3", &format!("clock_id = {secret}")),
             good.replace("0:1763751239", &format!("0:{secret}")),
@@ -1824,6 +1916,41 @@ mod tests {
             .map_err(|e| e.to_string())
     }
 
+    /// A state file as idutil wrote it before files carried a checksum:
+    /// the case where a damaged file's legible fields are all there is.
+    fn unsummed(text: &str) -> String {
+        text.lines()
+            .filter(|l| !l.starts_with("checksum ="))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+            .replace("version = 2", "version = 1")
+    }
+
+    #[test]
+    fn a_checksum_catches_a_changed_digit_and_makes_nothing_certain() {
+        let good = borrowed().render();
+        assert!(StateFile::parse(&good).is_ok());
+        assert!(StateFile::parse(&unsummed(&good)).is_ok(), "older files");
+        // One digit of the mark lowered: still a consistent file, but not
+        // the one written.
+        let edited = good.replace(&format!("0:{}", NOW + 3_000), &format!("0:{}", NOW + 1_000));
+        let err = StateFile::parse(&edited).unwrap_err();
+        assert!(err.contains("checksum"), "{err}");
+        // So recovery cannot trust the mark, nor any other field.
+        let err = plan_for(Some(&edited), &RecoverOptions::new()).unwrap_err();
+        assert!(err.contains("checksum") && err.contains("--after"), "{err}");
+        let r = plan_for(Some(&edited), &RecoverOptions::new().after(NOW + 5_000)).unwrap();
+        assert!(r.resume_after >= NOW + 5_000);
+        // Without a checksum, a mark below what the file says was seen is
+        // not certain either.
+        let seen = unsummed(&good).replace(
+            &format!("seen_max = {NOW}"),
+            &format!("seen_max = {}", NOW + 4_000),
+        );
+        let err = plan_for(Some(&seen), &RecoverOptions::new()).unwrap_err();
+        assert!(err.contains("below"), "{err}");
+    }
+
     /// A crashed, borrowed-ahead state: the mark is far past the clock.
     fn borrowed() -> StateFile {
         StateFile {
@@ -1837,7 +1964,7 @@ mod tests {
 
     #[test]
     fn recovery_refuses_without_a_certain_mark_unless_a_time_is_vouched_for() {
-        let good = borrowed().render();
+        let good = unsummed(&borrowed().render());
         let truncated_in_mark = &good[..good.find("high_water = ").unwrap() + 17];
         let truncated_before = &good[..good.find("high_water").unwrap()];
         let cases: Vec<(Option<String>, &str)> = vec![
@@ -1899,7 +2026,7 @@ mod tests {
 
     #[test]
     fn recovery_resumes_after_every_legible_second_plus_the_window() {
-        let good = borrowed().render();
+        let good = unsummed(&borrowed().render());
         let mark = NOW + 3_000;
         // A damaged line elsewhere: the mark is certain and wins.
         let damaged = good.replace(&format!("seen_max = {NOW}"), "\0\0\0\0");
@@ -1910,11 +2037,14 @@ mod tests {
         assert_eq!(r.clock_id, 4, "bumped from 3");
         assert_eq!(r.new_state().high_water[&0], r.resume_after);
 
-        // A last ID above the (damaged, lower) mark: the last ID wins.
+        // A last ID above the mark: a generator never writes that, so the
+        // mark is not certain; a vouched-for time is needed.
         let above = good.replace("end\n", &format!("last = {} 5\nend\n", mark + 50));
-        let r = plan_for(Some(&above), &RecoverOptions::new()).unwrap();
+        let err = plan_for(Some(&above), &RecoverOptions::new()).unwrap_err();
+        assert!(err.contains("below the last issued ID"), "{err}");
+        let r = plan_for(Some(&above), &RecoverOptions::new().after(mark + 50)).unwrap();
         assert!(matches!(r.found, OldState::Damaged { .. }));
-        assert_eq!((r.latest, r.latest_from), (mark + 50, "the last issued ID"));
+        assert_eq!(r.latest, mark + 50);
 
         // `last = 0 0`: refused by a generator, ignored as evidence here.
         let zero = good.replace("end\n", "last = 0 0\nend\n");
@@ -1996,7 +2126,7 @@ mod tests {
 
     #[test]
     fn recovery_bumps_the_clock_id_with_checked_arithmetic() {
-        let good = borrowed().render();
+        let good = unsummed(&borrowed().render());
         let damaged = good.replace("version = 1", "version = 1\n\0");
         let r = plan_for(Some(&damaged), &RecoverOptions::new()).unwrap();
         assert_eq!(r.clock_id, 4);
@@ -2022,9 +2152,7 @@ mod tests {
     fn recovery_writes_a_valid_state_and_keeps_the_old_bytes_through_a_link() {
         let dir = tempfile::tempdir().unwrap();
         let path = state_path(dir.path(), 7);
-        let damaged = borrowed()
-            .render()
-            .replace("version = 1", "version = 1\n\0");
+        let damaged = unsummed(&borrowed().render()).replace("version = 1", "version = 1\n\0");
         fs::write(&path, &damaged).unwrap();
         // Whatever sits at the copy's path is replaced, not written through.
         let target = dir.path().join("precious");

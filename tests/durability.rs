@@ -522,15 +522,45 @@ fn a_state_file_for_another_layout_is_refused_both_ways() {
 fn recover_resumes_after_a_far_borrow_in_a_damaged_file() {
     let dir = common::state_dir();
 
-    // The high-water line survives the damage: recover resumes after it.
+    // A damaged line fails the checksum: no field, the mark included, is
+    // certain any more, so a vouched-for time is needed.
     let mut ledger = Ledger::new();
     ledger.record(&issue_system(dir.path(), 1, 3_000_000));
     let far = common::unix_second(ledger.max().unwrap());
     assert!(far >= common::wall_now() + 40, "borrowed about 45 s ahead");
-    Damage::Corrupt.apply(&common::state_file(dir.path(), 1));
-    let r = state::recover(dir.path(), 1, &Layout::DEFAULT, &RecoverOptions::new()).unwrap();
+    let path = common::state_file(dir.path(), 1);
+    Damage::Corrupt.apply(&path);
+    let err = state::recover(dir.path(), 1, &Layout::DEFAULT, &RecoverOptions::new())
+        .expect_err("a failed checksum leaves nothing certain");
+    assert!(err.to_string().contains("checksum"), "{err}");
+    let r = state::recover(
+        dir.path(),
+        1,
+        &Layout::DEFAULT,
+        &RecoverOptions::new().after(far),
+    )
+    .unwrap();
     assert!(r.resume_after >= far, "{} < {far}", r.resume_after);
     ledger.record_after_all(&issue_system(dir.path(), 1, 100));
+
+    // A version 1 file (written before files had a checksum) whose
+    // high-water line survives the damage: recover resumes after it.
+    let mut ledger = Ledger::new();
+    ledger.record(&issue_system(dir.path(), 3, 3_000_000));
+    let far = common::unix_second(ledger.max().unwrap());
+    let path = common::state_file(dir.path(), 3);
+    let v1: String = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("checksum ="))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replace("version = 2", "version = 1");
+    std::fs::write(&path, v1).unwrap();
+    Damage::Corrupt.apply(&path);
+    let r = state::recover(dir.path(), 3, &Layout::DEFAULT, &RecoverOptions::new()).unwrap();
+    assert!(r.resume_after >= far, "{} < {far}", r.resume_after);
+    ledger.record_after_all(&issue_system(dir.path(), 3, 100));
 
     // The numbers are gone: refused, until `after` covers the borrow.
     let mut ledger = Ledger::new();

@@ -60,14 +60,15 @@ fn state_bytes(dir: &Path, shard: u32) -> Vec<u8> {
 #[test]
 fn recover_after_a_borrowed_ahead_crash_and_one_damaged_byte_reissues_nothing() {
     let dir = common::state_dir();
-    // Where the byte goes: a field name outside the high-water line (the
-    // mark stays certain), or a digit of the mark itself (it does not).
-    let damages: [(&str, usize, u8, bool); 3] = [
-        ("seen_max", 2, b'X', true),
-        ("clock_id", 0, 0, true),
-        ("high_water = 0:", 17, b'x', false),
+    // Where the byte goes: a field name outside the high-water line, or a
+    // digit of the mark itself. Either way the checksum fails, so no field
+    // is certain, the mark included: the operator must vouch for a time.
+    let damages: [(&str, usize, u8); 3] = [
+        ("seen_max", 2, b'X'),
+        ("clock_id", 0, 0),
+        ("high_water = 0:", 17, b'x'),
     ];
-    for (i, (field, within, byte, certain)) in damages.into_iter().enumerate() {
+    for (i, (field, within, byte)) in damages.into_iter().enumerate() {
         let shard = 1 + i as u32;
         let mut ledger = Ledger::new();
         // About 45 s borrowed ahead of the clock, then a run killed after
@@ -89,20 +90,12 @@ fn recover_after_a_borrowed_ahead_crash_and_one_damaged_byte_reissues_nothing() 
             .expect_code(1, "next on a damaged file");
         assert_one_line(&r, "idutil state recover");
 
-        if certain {
-            let r = recover(shard, dir.path(), &[], 0);
-            assert!(
-                r.stdout.contains(&format!("({mark}), the high-water mark")),
-                "{field}: {}",
-                r.stdout
-            );
-        } else {
-            let r = recover(shard, dir.path(), &[], 1);
-            assert_one_line(&r, "--after TIME");
-            assert_eq!(state_bytes(dir.path(), shard), damaged, "{field}");
-            // The operator vouches for the mark seen before the damage.
-            recover(shard, dir.path(), &["--after", &mark.to_string()], 0);
-        }
+        let r = recover(shard, dir.path(), &[], 1);
+        assert_one_line(&r, "--after TIME");
+        assert!(r.stderr.contains("checksum"), "{field}: {}", r.stderr);
+        assert_eq!(state_bytes(dir.path(), shard), damaged, "{field}");
+        // The operator vouches for the mark seen before the damage.
+        recover(shard, dir.path(), &["--after", &mark.to_string()], 0);
         let kept = dir.path().join(format!("shard-{shard}.state.bad"));
         assert_eq!(std::fs::read(kept).unwrap(), damaged, "{field}: copy kept");
         let after = on_disk(dir.path(), shard);
@@ -234,10 +227,11 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
     };
     let before = listing();
     let mark = on_disk_text_mark(&damaged);
-    let r = recover(shard, dir.path(), &["--dry-run"], 0);
+    let vouched = mark.to_string();
+    let r = recover(shard, dir.path(), &["--dry-run", "--after", &vouched], 0);
     for want in [
         "found:        the state file is damaged".to_string(),
-        format!("({mark}), the high-water mark"),
+        format!("({mark}), the time vouched for"),
         "resume after: ".to_string(),
         format!("({})", mark + DEFAULT_WINDOW),
         "dry run: nothing was changed".to_string(),
@@ -258,8 +252,10 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
     assert_eq!(listing(), before);
 
     // The real run prints the same plan, then what it did.
-    let r = recover(shard, dir.path(), &[], 0);
-    assert!(r.stdout.contains(&format!("({mark}), the high-water mark")));
+    let r = recover(shard, dir.path(), &["--after", &vouched], 0);
+    assert!(r
+        .stdout
+        .contains(&format!("({mark}), the time vouched for")));
     assert!(r.stdout.contains("\nrecovered "), "{}", r.stdout);
 }
 

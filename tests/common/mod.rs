@@ -532,9 +532,16 @@ impl Damage {
     /// recovery needs no time vouched for.
     pub fn keeps_the_mark(self) -> bool {
         match self {
-            Damage::Corrupt | Damage::NonUtf8 | Damage::WrongLayout => true,
-            // Cut short, an unknown format, or another shard's marks.
-            Damage::Truncated | Damage::WrongVersion | Damage::WrongShard | Damage::Empty => false,
+            // A sound file, only for another layout.
+            Damage::WrongLayout => true,
+            // A changed byte fails the checksum, so no field is certain;
+            // cut short, an unknown format, or another shard's marks.
+            Damage::Corrupt
+            | Damage::NonUtf8
+            | Damage::Truncated
+            | Damage::WrongVersion
+            | Damage::WrongShard
+            | Damage::Empty => false,
         }
     }
 
@@ -560,14 +567,19 @@ impl Damage {
                 let at = good.find("high_water = ").expect("high_water line") + 17;
                 good.as_bytes()[..at].to_vec()
             }
-            Damage::WrongVersion => replace_once("version = 1\n", "version = 99\n"),
+            Damage::WrongVersion => replace_once("version = 2\n", "version = 99\n"),
             // Sound for its own layout (one clock bit taken from the
             // seconds), so only the layout is wrong.
-            Damage::WrongLayout => replace_once("seconds:32 clock:0", "seconds:31 clock:1"),
+            Damage::WrongLayout => {
+                reseal(&replace_once("seconds:32 clock:0", "seconds:31 clock:1"))
+            }
             Damage::WrongShard => {
                 let line = line_of("shard =");
                 let shard: u32 = line["shard =".len()..].trim().parse().expect("shard");
-                replace_once(&format!("{line}\n"), &format!("shard = {}\n", shard + 1))
+                reseal(&replace_once(
+                    &format!("{line}\n"),
+                    &format!("shard = {}\n", shard + 1),
+                ))
             }
             Damage::NonUtf8 => {
                 let mut b = good.into_bytes();
@@ -579,6 +591,15 @@ impl Damage {
         std::fs::write(path, &bytes).expect("write the damaged state file");
         bytes
     }
+}
+
+/// A state file's text with its checksum line made to match again, as a
+/// sound file written that way would have it.
+pub fn reseal(text: &[u8]) -> Vec<u8> {
+    let text = std::str::from_utf8(text).expect("a state file is text");
+    let at = text.find("checksum = ").expect("a checksum line");
+    let sum = crc32fast::hash(&text.as_bytes()[..at]);
+    format!("{}checksum = {sum:08x}\nend\n", &text[..at]).into_bytes()
 }
 
 // ---------------------------------------------------------------------------
