@@ -455,10 +455,14 @@
 //!   too, whatever the umask; lock, state and temporary files are created
 //!   0600.
 //! - The state directory itself must not be a symbolic link (its parents
-//!   may be). It, and every file the generator opens in it, must belong to
-//!   the effective user and must not be writable by group or others;
-//!   otherwise [`Error::Untrusted`], with the `chmod` or `chown` that fixes
-//!   it.
+//!   may be; a trailing `/` or `/.` does not hide a link). It, and every
+//!   file the generator opens in it, must belong to the effective user and
+//!   must not be writable by group or others; every directory above it
+//!   must belong to that user or to root and be writable by no one else
+//!   unless it is sticky (like `/tmp`), since whoever may rename entries
+//!   there could move the state away. Files must have a single name (no
+//!   hard links: writing one would write its other names). Otherwise
+//!   [`Error::Untrusted`], with the `chmod` or `chown` that fixes it.
 //! - Files in the directory are opened relative to the directory's
 //!   descriptor, without following symbolic links and without blocking,
 //!   and must be regular files of at most 64 KiB: a symbolic link, a FIFO, a
@@ -484,10 +488,15 @@
 //! and every later call returns [`Error::Fenced`]. Writes go through the
 //! directory's descriptor, so a generator never writes into a directory
 //! someone recreated at the same path. IDs issued before the fence are
-//! within the reservation the old state file recorded; a new generator on
-//! a recreated, empty directory knows nothing of them, so deleting a live
-//! generator's state directory can still cost duplicates of IDs issued
-//! ahead of the clock. Do not.
+//! within the reservation the old state file recorded, and a new generator
+//! on a recreated, empty directory knows nothing of them, starting at the
+//! clock. So a fenced generator keeps its shard on the host (see below)
+//! until the wall clock has passed every second it reserved; closing or
+//! dropping it waits for that (a few seconds for a generator that follows
+//! the clock, as long as it had borrowed ahead otherwise). A fenced process
+//! killed with SIGKILL before then gives the shard up early, and a
+//! generator that starts over in the recreated directory can then issue
+//! its last IDs again: do not delete a live generator's state.
 //!
 //! **One shard, one generator per host.** Besides the lock file, a
 //! generator holds its shard on the host through a Linux abstract-namespace
