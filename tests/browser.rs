@@ -53,11 +53,11 @@ fn the_page_shows_and_sends_back_the_servers_exact_ids() {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("{why}, and CI=true requires the browser test");
             }
-            eprintln!(
+            common::skipped(format_args!(
                 "\n*** SKIPPED: {why}, so the page was NOT checked in a browser. \
                  Install Debian's chromium-headless-shell and run \
                  `npm ci --prefix tests/browser`. ***\n"
-            );
+            ));
             return;
         }
     };

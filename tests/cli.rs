@@ -762,7 +762,9 @@ fn decode_from_a_terminal_asks_for_ids_instead_of_waiting() {
         .stdin(Stdio::null())
         .output()
     else {
-        eprintln!("SKIPPED: no `script` command to give idutil a terminal");
+        common::skipped(format_args!(
+            "SKIPPED: no `script` command to give idutil a terminal"
+        ));
         return;
     };
     let output = text(&out.stdout);

@@ -6,6 +6,7 @@
 
 #![cfg(feature = "diesel")]
 
+mod common;
 mod postgres;
 
 use std::time::{Duration, UNIX_EPOCH};

@@ -82,7 +82,7 @@ fn next_on_host(dir: &Path, host: &str) -> Option<Output> {
     if !probe.is_ok_and(|o| o.status.success()) {
         let msg = "unshare --uts is not available (needs root or user namespaces)";
         assert!(std::env::var("CI").is_err(), "{msg}");
-        eprintln!("SKIPPED host-name shard tests: {msg}");
+        common::skipped(format_args!("SKIPPED host-name shard tests: {msg}"));
         return None;
     }
     let script = format!("hostname {host} && exec {BIN} next");

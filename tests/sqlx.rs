@@ -7,6 +7,7 @@
 
 #![cfg(feature = "sqlx")]
 
+mod common;
 mod postgres;
 
 use std::collections::BTreeSet;

@@ -414,7 +414,9 @@ fn a_hard_linked_lock_file_is_refused_and_its_other_name_untouched() {
 #[test]
 fn a_state_dir_under_a_directory_another_user_controls_is_refused() {
     if !is_root() {
-        eprintln!("SKIPPED: needs root to hand a directory to another user");
+        common::skipped(format_args!(
+            "SKIPPED: needs root to hand a directory to another user"
+        ));
         return;
     }
     let outer = common::state_dir();
@@ -584,10 +586,10 @@ fn a_dir_or_file_writable_by_others_is_refused_with_the_fix() {
 #[test]
 fn a_dir_owned_by_another_user_is_refused_with_the_fix() {
     if !is_root() {
-        eprintln!(
+        common::skipped(format_args!(
             "SKIPPED a_dir_owned_by_another_user_is_refused_with_the_fix: \
              needs root to give a directory to another user"
-        );
+        ));
         return;
     }
     let dir = private_dir();
@@ -619,7 +621,9 @@ fn a_dir_owned_by_another_user_is_refused_with_the_fix() {
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let setpriv = Command::new("setpriv").arg("--version").output();
     if setpriv.is_err() {
-        eprintln!("SKIPPED the setpriv part: no setpriv on this machine");
+        common::skipped(format_args!(
+            "SKIPPED the setpriv part: no setpriv on this machine"
+        ));
         return;
     }
     let bin_copy = common::state_dir();

@@ -55,6 +55,14 @@ pub fn builder(dir: impl AsRef<Path>) -> idutil::Builder {
         .state_dir(dir.as_ref())
 }
 
+/// Says that a test skipped what it could not run, on stderr past libtest's
+/// capture (which hides `eprintln!` of a passing test), so a plain
+/// `cargo test` shows it.
+pub fn skipped(message: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
+
 /// The current wall-clock second.
 pub fn wall_now() -> u64 {
     SystemTime::now()
@@ -264,12 +272,12 @@ pub fn faketime() -> Option<&'static str> {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("faketime is not on PATH; CI must install it (apt-get install faketime)");
     }
-    eprintln!(
+    skipped(format_args!(
         "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
          !!! SKIPPED: faketime is not on PATH, so the clock rollback of the\n\
          !!! real binary is NOT tested. Install it: apt-get install faketime\n\
          !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-    );
+    ));
     None
 }
 

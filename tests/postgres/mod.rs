@@ -40,12 +40,12 @@ impl Postgres {
                      and CI=true requires the PostgreSQL tests"
                 );
             }
-            eprintln!(
+            crate::common::skipped(format_args!(
                 "\n*** SKIPPED: PostgreSQL (initdb, postgres) was not found on the PATH \
                  or under /usr/lib/postgresql/*/bin, so IDs were NOT checked against a \
                  real PostgreSQL server. Install Debian's `postgresql` package (as \
                  .ci/run does) to run this test. ***\n"
-            );
+            ));
             return None;
         };
         Some(Postgres::start_with(&bin))
