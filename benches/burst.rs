@@ -14,6 +14,12 @@
 //! rounds run further and further ahead of the clock, as a long-lived
 //! service's would.
 //!
+//! Beside the wall time, the process's CPU time per ID over the round
+//! (every thread: the callers, the clock threads, the reservation thread):
+//! on a 2-core machine that other work shares, wall time also counts the
+//! time other processes held the cores, CPU time does not, but it does not
+//! count waiting on the disk either.
+//!
 //! Each contender gets one untimed warm-up round (page faults, the clock
 //! threads starting), then the timed rounds rotate the order, so each runs
 //! first, second and third equally often. The closures are called directly,
@@ -55,10 +61,33 @@ const IDS_PER_ROUND: u64 = 4_000_000;
 const BATCH: u64 = 1_000_000;
 const BATCHES_PER_ROUND: u64 = 16;
 
-/// Runs `threads` threads that together call `next` `total` times; the
-/// wall time per call, in nanoseconds, from the release of a barrier to
-/// the last thread's end.
-fn round(threads: usize, total: u64, next: impl Fn() -> u64 + Sync) -> f64 {
+/// CPU time used by the whole process so far, every thread counted (the
+/// callers, the clock threads and the reservation thread), in nanoseconds.
+fn process_cpu() -> u128 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` only writes the `timespec` it is given.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    if r != 0 {
+        return 0;
+    }
+    t.tv_sec as u128 * 1_000_000_000 + t.tv_nsec as u128
+}
+
+/// A round's cost per ID, in nanoseconds.
+#[derive(Clone, Copy)]
+struct Cost {
+    /// Wall time from the release of a barrier to the last thread's end.
+    wall: f64,
+    /// CPU time of the whole process meanwhile: what the round took from
+    /// the machine's cores, whatever else ran on them.
+    cpu: f64,
+}
+
+/// Runs `threads` threads that together call `next` `total` times.
+fn round(threads: usize, total: u64, next: impl Fn() -> u64 + Sync) -> Cost {
     let per_thread = total / threads as u64;
     let start = Barrier::new(threads + 1);
     let next = &next;
@@ -76,13 +105,18 @@ fn round(threads: usize, total: u64, next: impl Fn() -> u64 + Sync) -> f64 {
             })
             .collect();
         start.wait();
+        let cpu = process_cpu();
         let began = Instant::now();
         for w in workers {
             black_box(w.join().expect("a bench thread"));
         }
-        began.elapsed()
+        (began.elapsed(), process_cpu() - cpu)
     });
-    elapsed.as_nanos() as f64 / (per_thread * threads as u64) as f64
+    let ids = (per_thread * threads as u64) as f64;
+    Cost {
+        wall: elapsed.0.as_nanos() as f64 / ids,
+        cpu: elapsed.1 as f64 / ids,
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -113,7 +147,7 @@ fn open(shard: u32, dir: &tempfile::TempDir) -> Generator {
 }
 
 /// One round of `which` (0 `IdUtil`, 1 a fresh `Generator`, 2 ferroid).
-fn contender(which: usize, threads: usize, ids: u64) -> f64 {
+fn contender(which: usize, threads: usize, ids: u64) -> Cost {
     match which {
         0 => round(threads, ids, || IdUtil::next_id() as u64),
         1 => {
@@ -173,8 +207,8 @@ fn main() {
     println!("load average at start: {}", load_average());
     println!("sustained burst: {ids} IDs per round, 1 warm-up + {rounds} rounds, order rotating");
     println!(
-        "{:<8} {:<28} {:>12} {:>20} {:>16}",
-        "threads", "generator", "median ns/ID", "range ns/ID", "ratio to ferroid"
+        "{:<8} {:<26} {:>9} {:>13} {:>6} {:>9} {:>6}",
+        "threads", "generator", "wall ns/ID", "range", "ratio", "CPU ns/ID", "ratio"
     );
     let names = [
         "idutil IdUtil::next_id",
@@ -188,20 +222,25 @@ fn main() {
         for which in 0..3 {
             contender(which, threads, ids);
         }
-        let mut times: [Vec<f64>; 3] = Default::default();
+        let mut walls: [Vec<f64>; 3] = Default::default();
+        let mut cpus: [Vec<f64>; 3] = Default::default();
         for r in 0..rounds {
             for k in 0..3 {
                 let which = (r + k) % 3;
-                times[which].push(contender(which, threads, ids));
+                let cost = contender(which, threads, ids);
+                walls[which].push(cost.wall);
+                cpus[which].push(cost.cpu);
             }
         }
-        let ferroid_median = median(&mut times[2].clone());
-        for (name, t) in names.iter().zip(times.iter_mut()) {
-            let m = median(t);
+        let ferroid_wall = median(&mut walls[2].clone());
+        let ferroid_cpu = median(&mut cpus[2].clone());
+        for ((name, w), c) in names.iter().zip(walls.iter_mut()).zip(cpus.iter_mut()) {
+            let (mw, mc) = (median(w), median(c));
             println!(
-                "{threads:<8} {name:<28} {m:>12.2} {:>20} {:>16.2}",
-                format!("{:.2}–{:.2}", t[0], t[t.len() - 1]),
-                m / ferroid_median
+                "{threads:<8} {name:<26} {mw:>9.2} {:>13} {:>6.2} {mc:>9.2} {:>6.2}",
+                format!("{:.2}–{:.2}", w[0], w[w.len() - 1]),
+                mw / ferroid_wall,
+                mc / ferroid_cpu
             );
         }
     }
