@@ -82,17 +82,16 @@ pub struct Generator<C: Clock = SystemClock> {
     extender: Mutex<Option<JoinHandle<Result<()>>>>,
 }
 
-/// Keeps the contended cursor on a cache line of its own.
-#[repr(align(64))]
-struct Padded(AtomicU64);
+/// Keeps what it holds on cache lines of its own (two: Intel's adjacent
+/// line prefetcher fetches lines in pairs), so that writes to one part of
+/// a generator do not evict another from the other cores' caches.
+#[repr(align(128))]
+struct Padded<T>(T);
 
-struct Inner<C> {
-    /// The next counter value to hand out: `(second << sequence_bits) |
-    /// sequence`, seconds since the layout epoch, plus the [`CLOSED`] and
-    /// [`FENCED`] flags.
-    /// Incrementing past the last sequence number carries into the next
-    /// second: that is borrowing.
-    cursor: Padded,
+/// What the hot path reads besides the cursor: written only by the slow
+/// path and the reservation thread, when the limit or the clock changes,
+/// never on every ID.
+struct Hot<C> {
     /// The highest second the hot path may issue without asking the slow
     /// path. Never above the durably reserved second.
     limit: AtomicU64,
@@ -102,6 +101,16 @@ struct Inner<C> {
     layout: Layout,
     sequence_bits: u32,
     base: u64,
+}
+
+struct Inner<C> {
+    /// The next counter value to hand out: `(second << sequence_bits) |
+    /// sequence`, seconds since the layout epoch, plus the [`CLOSED`] and
+    /// [`FENCED`] flags.
+    /// Incrementing past the last sequence number carries into the next
+    /// second: that is borrowing.
+    cursor: Padded<AtomicU64>,
+    hot: Padded<Hot<C>>,
     shard: u32,
     shard_source: ShardSource,
     clock_id: u64,
@@ -113,7 +122,9 @@ struct Inner<C> {
     /// The Redis lease the shard came from, if it did.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     lease: Leased,
-    cold: Mutex<Cold>,
+    /// Apart from the hot fields: locking writes the mutex, and everything
+    /// in `Cold` is written under it.
+    cold: Padded<Mutex<Cold>>,
     /// Signals the extender (new request, closing) and waiters (reservation
     /// done or failed).
     changed: Condvar,
@@ -582,11 +593,14 @@ impl<C: Clock> Generator<C> {
 
         let inner = Arc::new(Inner {
             cursor: Padded(AtomicU64::new(start)),
-            limit: AtomicU64::new(0),
-            last_now: AtomicU64::new(now_unix),
-            layout,
-            sequence_bits: layout.sequence_bits(),
-            base: layout.base(value, shard),
+            hot: Padded(Hot {
+                limit: AtomicU64::new(0),
+                last_now: AtomicU64::new(now_unix),
+                clock: b.clock,
+                layout,
+                sequence_bits: layout.sequence_bits(),
+                base: layout.base(value, shard),
+            }),
             shard,
             shard_source: source,
             clock_id: file.clock_id,
@@ -596,8 +610,7 @@ impl<C: Clock> Generator<C> {
             path: store.path().to_path_buf(),
             dir: store.dir().to_path_buf(),
             lease,
-            clock: b.clock,
-            cold: Mutex::new(Cold {
+            cold: Padded(Mutex::new(Cold {
                 seen_max: file.seen_max.saturating_sub(epoch),
                 seen_run: now,
                 in_rollback: false,
@@ -615,7 +628,7 @@ impl<C: Clock> Generator<C> {
                 fenced: None,
                 closing: false,
                 file,
-            }),
+            })),
             changed: Condvar::new(),
         });
         inner.publish_limit(&inner.lock(), 0);
@@ -707,7 +720,12 @@ impl<C: Clock> Generator<C> {
             ));
         }
         let first = if n == 0 { 0 } else { self.inner.take(n, wait)? };
-        Ok(IdBatch::new(first, n, self.inner.layout, self.inner.base))
+        Ok(IdBatch::new(
+            first,
+            n,
+            self.inner.hot.0.layout,
+            self.inner.hot.0.base,
+        ))
     }
 
     /// Seconds the generator's current second is ahead of the highest
@@ -715,7 +733,7 @@ impl<C: Clock> Generator<C> {
     /// rollback does not count.
     pub fn lead(&self) -> u64 {
         let cursor = self.inner.cursor.0.load(Relaxed) & !FLAGS;
-        let current = cursor.saturating_sub(1) >> self.inner.sequence_bits;
+        let current = cursor.saturating_sub(1) >> self.inner.hot.0.sequence_bits;
         current.saturating_sub(self.inner.lock().seen_max)
     }
 
@@ -731,7 +749,7 @@ impl<C: Clock> Generator<C> {
 
     /// The layout.
     pub fn layout(&self) -> Layout {
-        self.inner.layout
+        self.inner.hot.0.layout
     }
 
     /// The persistent clock id.
@@ -758,7 +776,7 @@ impl<C: Clock> Generator<C> {
     /// The highest second (Unix seconds) durably reserved: no ID is issued
     /// past it until the state file says so.
     pub fn reserved_until(&self) -> u64 {
-        self.inner.lock().reserved + self.inner.layout.epoch()
+        self.inner.lock().reserved + self.inner.hot.0.layout.epoch()
     }
 
     /// Stops issuing, records the exact last ID in the state file and
@@ -784,7 +802,7 @@ impl<C: Clock> Generator<C> {
         {
             let mut cold = self.inner.lock();
             cold.closing = true;
-            self.inner.limit.store(0, Relaxed);
+            self.inner.hot.0.limit.store(0, Relaxed);
             self.inner.changed.notify_all();
         }
         handle.join().unwrap_or_else(|_| {
@@ -809,7 +827,7 @@ impl<C: Clock> std::fmt::Debug for Generator<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Generator")
             .field("shard", &self.inner.shard)
-            .field("layout", &self.inner.layout)
+            .field("layout", &self.inner.hot.0.layout)
             .field("clock_id", &self.inner.clock_id)
             .field("state_path", &self.inner.path)
             .finish_non_exhaustive()
@@ -819,24 +837,24 @@ impl<C: Clock> std::fmt::Debug for Generator<C> {
 impl<C: Clock> Inner<C> {
     fn lock(&self) -> MutexGuard<'_, Cold> {
         // Nothing under this lock can be left half-done by a panic.
-        self.cold.lock().unwrap_or_else(|p| p.into_inner())
+        self.cold.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     #[inline]
     fn id(&self, counter: u64) -> Id {
-        Id::from_valid(self.layout.pack(counter, self.base))
+        Id::from_valid(self.hot.0.layout.pack(counter, self.hot.0.base))
     }
 
     /// Hands out `n >= 1` consecutive counter values; returns the first.
     #[inline]
     fn take(&self, n: u64, wait: bool) -> Result<u64> {
-        if self.clock.now() != self.last_now.load(Relaxed) {
+        if self.hot.0.clock.now() != self.hot.0.last_now.load(Relaxed) {
             self.tick();
         }
         let mut cur = self.cursor.0.load(Relaxed);
         loop {
-            let last_second = (cur + (n - 1)) >> self.sequence_bits;
-            if last_second > self.limit.load(Relaxed) {
+            let last_second = (cur + (n - 1)) >> self.hot.0.sequence_bits;
+            if last_second > self.hot.0.limit.load(Relaxed) {
                 self.slow(last_second, wait)?;
                 cur = self.cursor.0.load(Relaxed);
                 continue;
@@ -859,12 +877,12 @@ impl<C: Clock> Inner<C> {
         let mut cold = self.lock();
         // Read the clock under the lock: a reading taken before another
         // thread acted on a newer one would otherwise look like a rollback.
-        let now_unix = self.clock.now();
-        if self.last_now.load(Relaxed) == now_unix {
+        let now_unix = self.hot.0.clock.now();
+        if self.hot.0.last_now.load(Relaxed) == now_unix {
             return;
         }
-        self.last_now.store(now_unix, Relaxed);
-        let Some(now) = self.layout.seconds_of(now_unix) else {
+        self.hot.0.last_now.store(now_unix, Relaxed);
+        let Some(now) = self.hot.0.layout.seconds_of(now_unix) else {
             // Neither issued on nor recorded: a clock this wrong says
             // nothing about which IDs are free.
             self.cursor.0.fetch_or(CLOCK_OUT, Relaxed);
@@ -873,8 +891,8 @@ impl<C: Clock> Inner<C> {
                     "{} on shard {}; issuing stops until the clock is within the layout's range",
                     Error::ClockOutOfRange {
                         unix_second: now_unix,
-                        first: self.layout.epoch(),
-                        last: self.layout.last_unix_second(),
+                        first: self.hot.0.layout.epoch(),
+                        last: self.hot.0.layout.last_unix_second(),
                     },
                     self.shard
                 );
@@ -900,8 +918,11 @@ impl<C: Clock> Inner<C> {
             cold.seen_run = now;
         }
         cold.seen_max = cold.seen_max.max(now);
-        let cursor = self.cursor.0.fetch_max(now << self.sequence_bits, Relaxed);
-        let second = (cursor >> self.sequence_bits).max(now);
+        let cursor = self
+            .cursor
+            .0
+            .fetch_max(now << self.hot.0.sequence_bits, Relaxed);
+        let second = (cursor >> self.hot.0.sequence_bits).max(now);
         if second > cold.trigger && cursor & FLAGS == 0 {
             self.request(&mut cold, second);
         }
@@ -924,14 +945,14 @@ impl<C: Clock> Inner<C> {
             }
             if flags & CLOCK_OUT != 0 {
                 return Err(Error::ClockOutOfRange {
-                    unix_second: self.last_now.load(Relaxed),
-                    first: self.layout.epoch(),
-                    last: self.layout.last_unix_second(),
+                    unix_second: self.hot.0.last_now.load(Relaxed),
+                    first: self.hot.0.layout.epoch(),
+                    last: self.hot.0.layout.last_unix_second(),
                 });
             }
-            if second > self.layout.max_seconds() {
+            if second > self.hot.0.layout.max_seconds() {
                 return Err(Error::EndOfRange {
-                    last_unix_second: self.layout.last_unix_second(),
+                    last_unix_second: self.hot.0.layout.last_unix_second(),
                 });
             }
             if let Some(max_lead) = self.max_lead {
@@ -942,7 +963,7 @@ impl<C: Clock> Inner<C> {
                     }
                     drop(cold);
                     thread::sleep(LEAD_POLL);
-                    if self.clock.now() != self.last_now.load(Relaxed) {
+                    if self.hot.0.clock.now() != self.hot.0.last_now.load(Relaxed) {
                         self.tick();
                     }
                     cold = self.lock();
@@ -980,7 +1001,9 @@ impl<C: Clock> Inner<C> {
     /// such skips, never a doubling.
     fn request(&self, cold: &mut Cold, second: u64) {
         let ahead = self.window.saturating_add(self.headroom(cold));
-        let target = second.saturating_add(ahead).min(self.layout.max_seconds());
+        let target = second
+            .saturating_add(ahead)
+            .min(self.hot.0.layout.max_seconds());
         if target > cold.wanted {
             cold.wanted = target;
             cold.failure = None;
@@ -1019,7 +1042,7 @@ impl<C: Clock> Inner<C> {
             cold.recent.max(early)
         };
         units
-            .div_ceil(u64::from(self.layout.max_sequence()) + 1)
+            .div_ceil(u64::from(self.hot.0.layout.max_sequence()) + 1)
             .min(MAX_HEADROOM_SECONDS)
     }
 
@@ -1037,22 +1060,31 @@ impl<C: Clock> Inner<C> {
             cold.trigger
         };
         let mut limit = soft.max(floor.min(cold.reserved));
-        limit = limit.min(self.layout.max_seconds());
+        limit = limit.min(self.hot.0.layout.max_seconds());
         if let Some(max_lead) = self.max_lead {
             limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }
-        self.limit.store(limit, Relaxed);
+        self.hot.0.limit.store(limit, Relaxed);
     }
 
     /// The reservation thread: the only writer of the state file while the
     /// generator runs, so writes never overtake each other.
     fn extend_until_closed(&self, store: Store) -> Result<()> {
-        let epoch = self.layout.epoch();
+        let epoch = self.hot.0.layout.epoch();
         let mut cold = self.lock();
         while !cold.closing {
             if cold.wanted <= cold.reserved {
                 cold = self.changed.wait(cold).unwrap_or_else(|p| p.into_inner());
                 continue;
+            }
+            // A request waits here while the write before it lands; a
+            // burst moves on meanwhile. Asking again from where it is now
+            // (the same rule, at a later second and rate) keeps a burst
+            // that outruns the disk from waiting on one write after
+            // another while its reservation grows.
+            let at = (self.cursor.0.load(Relaxed) & !FLAGS) >> self.hot.0.sequence_bits;
+            if at > cold.seen_max {
+                self.request(&mut cold, at);
             }
             let target = cold.wanted;
             let mut file = cold.file.clone();
@@ -1074,7 +1106,7 @@ impl<C: Clock> Inner<C> {
                 Ok(()) => {
                     cold.reserved = cold.reserved.max(target);
                     cold.file = file;
-                    let at = (self.cursor.0.load(Relaxed) & !FLAGS) >> self.sequence_bits;
+                    let at = (self.cursor.0.load(Relaxed) & !FLAGS) >> self.hot.0.sequence_bits;
                     cold.trigger = if at > cold.seen_max {
                         // Borrowing: ask again once half the room is used,
                         // so the other half, a window plus about an eighth
@@ -1108,8 +1140,8 @@ impl<C: Clock> Inner<C> {
         file.seen_max = epoch + cold.seen_max;
         file.seen_last_run = epoch + cold.seen_run;
         if let Some(last) = next.checked_sub(1) {
-            let second = last >> self.sequence_bits;
-            let sequence = (last & u64::from(self.layout.max_sequence())) as u32;
+            let second = last >> self.hot.0.sequence_bits;
+            let sequence = (last & u64::from(self.hot.0.layout.max_sequence())) as u32;
             file.last = Some((epoch + second, sequence));
             let mark = file.high_water.entry(self.clock_value).or_insert(0);
             *mark = (*mark).max(epoch + second);
@@ -1141,12 +1173,12 @@ impl<C: Clock> Inner<C> {
             cold.fenced = Some(reason.clone());
         }
         cold.closing = true;
-        self.limit.store(0, Relaxed);
+        self.hot.0.limit.store(0, Relaxed);
         self.changed.notify_all();
         // Every ID issued is below a reservation Redis already has.
         #[cfg(feature = "redis")]
         if let Some(lease) = &self.lease {
-            lease.finish(None, self.layout.epoch() + cold.seen_max);
+            lease.finish(None, self.hot.0.layout.epoch() + cold.seen_max);
         }
         e
     }
@@ -1159,8 +1191,10 @@ impl<C: Clock> Inner<C> {
     /// length in real time, whatever the clock does.
     #[cold]
     fn outwait_reservation(&self) {
-        let reserved = self.layout.epoch() + self.lock().reserved;
-        let wait = reserved.saturating_add(1).saturating_sub(self.clock.now());
+        let reserved = self.hot.0.layout.epoch() + self.lock().reserved;
+        let wait = reserved
+            .saturating_add(1)
+            .saturating_sub(self.hot.0.clock.now());
         if wait == 0 {
             return;
         }
@@ -1171,7 +1205,7 @@ impl<C: Clock> Inner<C> {
             self.shard
         );
         let deadline = Instant::now() + Duration::from_secs(wait);
-        while self.clock.now() <= reserved {
+        while self.hot.0.clock.now() <= reserved {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
