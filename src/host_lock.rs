@@ -116,7 +116,21 @@ impl HostLock {
         let name = socket_name(id_space, shard);
         let io_err = |e| Error::io("bind the per-host lock", name.as_ref(), e);
         let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(io_err)?;
-        match UnixListener::bind_addr(&addr) {
+        // A socket closed a moment ago can linger while another thread of
+        // its process is between fork and exec (the child holds a copy of
+        // every descriptor until exec closes it): retry briefly before
+        // calling the shard held.
+        let mut bound = UnixListener::bind_addr(&addr);
+        for _ in 0..20 {
+            match &bound {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    bound = UnixListener::bind_addr(&addr);
+                }
+                _ => break,
+            }
+        }
+        match bound {
             Ok(listener) => {
                 // Probes connect to learn the pid; they are accepted and
                 // dropped without blocking so the backlog never fills.
