@@ -421,16 +421,10 @@ pub(crate) fn plan(
     now: u64,
 ) -> std::result::Result<Plan, String> {
     let epoch = layout.epoch();
-    let s = layout.sequence_bits();
     // Clamped one past the range, so an absurd clock or mark cannot
     // overflow the counter: it just reaches the end of the range.
-    let end = (layout.max_seconds() + 1) << s;
-    let at = |unix_second: u64| {
-        unix_second
-            .saturating_sub(epoch)
-            .min(layout.max_seconds() + 1)
-            << s
-    };
+    let end = layout.counter_end();
+    let at = |unix_second: u64| layout.counter_at(unix_second);
     let now_counter = at(now);
     let in_range = now <= layout.last_unix_second();
     let reading = now.clamp(epoch, layout.last_unix_second());
@@ -772,12 +766,7 @@ impl<C: Clock> Generator<C> {
     /// generator just starts a little further ahead. [`Error::Fenced`] if
     /// the generator fenced itself (then nothing is written).
     pub fn close(&self) -> Result<()> {
-        let Some(handle) = self
-            .extender
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        else {
+        let Some(handle) = crate::sync::lock(&self.extender).take() else {
             return Ok(());
         };
         self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
@@ -819,7 +808,7 @@ impl<C: Clock> std::fmt::Debug for Generator<C> {
 impl<C: Clock> Inner<C> {
     fn lock(&self) -> MutexGuard<'_, Cold> {
         // Nothing under this lock can be left half-done by a panic.
-        self.cold.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.cold)
     }
 
     #[inline]

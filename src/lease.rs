@@ -624,11 +624,7 @@ impl Record {
     pub(crate) fn resume_at(&self, layout: &Layout) -> u64 {
         // Clamped one past the range: an absurd record ends the range
         // rather than wrapping the counter.
-        let at = |unix: u64| {
-            unix.saturating_sub(layout.epoch())
-                .min(layout.max_seconds() + 1)
-                << layout.sequence_bits()
-        };
+        let at = |unix: u64| layout.counter_at(unix);
         match (self.last, self.high_water) {
             (Some((sec, seq)), _) => at(sec) + u64::from(seq) + 1,
             (None, Some(hw)) => at(hw.saturating_add(1)),
@@ -791,7 +787,7 @@ struct RenewState {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, RenewState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// Stops the generator for good: `e` is why, and the renewal thread
@@ -809,7 +805,7 @@ impl Shared {
     }
 
     fn set_fence(&self, on: bool) {
-        if let Some(hook) = &*self.hook.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(hook) = &*crate::sync::lock(&self.hook) {
             hook(on);
         }
     }
@@ -1003,7 +999,7 @@ impl Lease {
             .map_err(|e| LeaseError::InvalidConfig {
                 reason: format!("cannot start the renewal thread: {e}"),
             })?;
-        *lease.renewer.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        *crate::sync::lock(&lease.renewer) = Some(handle);
         Ok(lease)
     }
 
@@ -1045,7 +1041,7 @@ impl Lease {
                 .to_string(),
         };
         let ready_at = granted_at + config.ttl;
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = crate::sync::lock(&self.conn);
         let mut held_at = granted_at;
         loop {
             let now = Instant::now();
@@ -1117,7 +1113,7 @@ impl Lease {
     pub(crate) fn set_hook(&self, hook: FenceHook) {
         let state = self.shared.lock();
         let fenced = state.fenced.is_some();
-        *self.shared.hook.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+        *crate::sync::lock(&self.shared.hook) = Some(hook);
         if fenced {
             self.shared.set_fence(true);
         }
@@ -1140,7 +1136,7 @@ impl Lease {
     /// is issued. A record found gone or garbled stops the generator for
     /// good; it is never re-created or overwritten.
     pub(crate) fn raise(&self, high_water: u64, seen: u64) -> Result<()> {
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = crate::sync::lock(&self.conn);
         let done: i64 = with_conn(&self.client, &mut slot, self.config.op_timeout(), |c| {
             RAISE
                 .key(self.config.lease_key(self.shard))
@@ -1195,7 +1191,7 @@ impl Lease {
     pub(crate) fn finish(&self, last: Option<(u64, u32)>, seen: u64) {
         self.finished.store(true, Relaxed);
         self.stop_renewing();
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = crate::sync::lock(&self.conn);
         let result: redis::RedisResult<i64> = with_conn(
             &self.client,
             &mut slot,
@@ -1240,11 +1236,7 @@ impl Lease {
     fn stop_renewing(&self) {
         self.shared.lock().stop = true;
         self.shared.changed.notify_all();
-        let handle = self
-            .renewer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let handle = crate::sync::lock(&self.renewer).take();
         if let Some(handle) = handle {
             if handle.thread().id() != thread::current().id() {
                 let _ = handle.join();
@@ -1328,12 +1320,7 @@ impl Renewer {
                     } else {
                         wake.saturating_duration_since(now)
                     };
-                    state = self
-                        .shared
-                        .changed
-                        .wait_timeout(state, wait)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
+                    state = crate::sync::wait_timeout(&self.shared.changed, state, wait);
                 }
             }
             let sent = Instant::now();

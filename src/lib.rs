@@ -529,6 +529,7 @@ pub mod lease;
 pub mod serde;
 mod shard;
 pub mod state;
+mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
