@@ -514,6 +514,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod clock;
+mod durable;
 mod error;
 mod external;
 mod generator;

@@ -13,11 +13,9 @@ use super::renewal::{RenewState, Renewer, Shared};
 use super::scripts::*;
 use super::{millis, new_token, with_conn, LeaseConfig, LeaseError};
 use crate::clock::Clock;
+use crate::durable::FenceHook;
 use crate::error::Result;
 use crate::layout::Layout;
-
-/// Sets or clears the fence on the generator.
-pub(crate) type FenceHook = Box<dyn Fn(bool) + Send + Sync>;
 
 /// A held lease: the shard, the renewal thread and the connection for
 /// writing the high-water second.

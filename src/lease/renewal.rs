@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection};
 
-use super::holder::FenceHook;
 use super::scripts::*;
 use super::{millis, with_conn, LeaseConfig, LeaseError};
+use crate::durable::FenceHook;
 
 pub(super) struct Shared {
     pub(super) state: Mutex<RenewState>,
