@@ -115,7 +115,7 @@ impl IdUtil {
     }
 
     fn init_inner(builder: Option<Builder>) -> Result<&'static Generator> {
-        let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = crate::sync::lock(&INIT);
         if let Some(g) = GLOBAL.get() {
             return match builder {
                 Some(_) => Err(Error::AlreadyInitialized),

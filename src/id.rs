@@ -213,7 +213,9 @@ impl FromStr for Id {
 const SECONDS_SHIFT: u32 = Layout::DEFAULT.total_bits() - Layout::DEFAULT.seconds_bits();
 const LOW_BITS_MASK: u64 = (1 << SECONDS_SHIFT) - 1;
 
-const ABOVE_MAX: &str = "above 2^53 - 1 (9007199254740991)";
+/// Why a number is not an ID: the one wording of the 2^53 bound, in every
+/// message that rejects a number above [`Id::MAX`].
+pub(crate) const ABOVE_MAX: &str = "above 2^53 - 1 (9007199254740991)";
 
 impl TryFrom<u64> for Id {
     type Error = Error;
@@ -245,6 +247,11 @@ impl From<Id> for i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bound_text_names_the_largest_id() {
+        assert!(ABOVE_MAX.contains(&Id::MAX.to_string()));
+    }
 
     #[test]
     fn test_vector() {

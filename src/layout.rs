@@ -333,6 +333,23 @@ impl Layout {
         ((clock as u64) << (self.sequence_bits() + self.shard_bits())) | shard as u64
     }
 
+    /// The generator counter `(seconds << sequence_bits) | 0` of the first
+    /// ID in `unix_second`. Clamped one past the range: a second before the
+    /// epoch counts as the epoch, and an absurd second (a wild clock, a
+    /// damaged record) reaches the end of the range instead of wrapping.
+    #[inline]
+    pub(crate) const fn counter_at(&self, unix_second: u64) -> u64 {
+        let seconds = unix_second.saturating_sub(self.epoch);
+        let past = self.max_seconds() + 1;
+        (if seconds < past { seconds } else { past }) << self.sequence_bits()
+    }
+
+    /// The counter one past the layout's last second: the end of the range.
+    #[inline]
+    pub(crate) const fn counter_end(&self) -> u64 {
+        (self.max_seconds() + 1) << self.sequence_bits()
+    }
+
     /// Builds an ID from a generator counter `(seconds << sequence_bits) |
     /// sequence` and the [`base`](Self::base) bits. The caller guarantees the
     /// counter's seconds fit the layout.

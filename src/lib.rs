@@ -523,6 +523,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod clock;
+mod durable;
 mod error;
 mod external;
 mod generator;
@@ -538,6 +539,7 @@ pub mod lease;
 pub mod serde;
 mod shard;
 pub mod state;
+mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};

@@ -61,6 +61,7 @@ use ::serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::id::Id;
+use crate::id::ABOVE_MAX;
 
 /// Writes the ID as a number (`u64`).
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
@@ -149,7 +150,6 @@ impl Visitor<'_> for IdVisitor {
     }
 }
 
-const ABOVE_MAX: &str = "above 2^53 - 1 (9007199254740991)";
 const NOT_INTEGER: &str = "a number with a fraction or an exponent";
 
 /// Writes an [`Id`] as a string of decimal digits, for

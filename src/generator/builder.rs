@@ -1,0 +1,284 @@
+//! Configuring a generator ([`Builder`]) and opening it: taking the shard,
+//! planning the restart and reserving the first window.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::hot::{Cold, Hot, Inner, Padded};
+use super::plan::{cover_seen, plan, Plan};
+use super::{Generator, DEFAULT_WINDOW, FENCED};
+use crate::clock::{Clock, SystemClock};
+use crate::durable::{self, Durable};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::shard::ShardSource;
+use crate::state;
+
+/// Configures and opens a [`Generator`].
+///
+/// Every setting has a default: the shard from `IDUTIL_SHARD` or the host
+/// name, the state directory from `IDUTIL_STATE_DIR` or the platform's
+/// state directory, the ID space from `IDUTIL_ID_SPACE` or `default`,
+/// [`Layout::DEFAULT`], the [`SystemClock`], a reservation window of 5
+/// seconds and no lead cap.
+#[derive(Clone, Debug)]
+pub struct Builder<C: Clock = SystemClock> {
+    shard: Option<u32>,
+    state_dir: Option<PathBuf>,
+    id_space: Option<String>,
+    layout: Layout,
+    clock: C,
+    window: u64,
+    max_lead: Option<u64>,
+    /// The state file's companions: with the feature `redis`, the lease.
+    pub(crate) durable: durable::Settings,
+}
+
+impl Default for Builder<SystemClock> {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder<SystemClock> {
+    /// A builder with every setting at its default.
+    pub fn new() -> Self {
+        Builder {
+            shard: None,
+            state_dir: None,
+            id_space: None,
+            layout: Layout::DEFAULT,
+            clock: SystemClock,
+            window: DEFAULT_WINDOW,
+            max_lead: None,
+            durable: durable::Settings::default(),
+        }
+    }
+}
+
+impl<C: Clock> Builder<C> {
+    /// Uses this shard instead of `IDUTIL_SHARD` or the host name.
+    pub fn shard(mut self, shard: u32) -> Self {
+        self.shard = Some(shard);
+        self
+    }
+
+    /// Keeps the state file in `dir` instead of `IDUTIL_STATE_DIR` or the
+    /// platform's state directory.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Names the ID space instead of `IDUTIL_ID_SPACE` (default
+    /// `default`): 1 to 64 characters of `A-Z a-z 0-9 . _ -`, checked by
+    /// [`open`](Builder::open).
+    ///
+    /// On a host, one generator at a time may hold a shard of an ID space,
+    /// whatever its state directory. Generators whose IDs go into the same
+    /// table must share an ID space (the default puts every generator on a
+    /// host in one); independent ID spaces, such as two apps with separate
+    /// databases, may use the same shard numbers. See the crate docs,
+    /// *Security*.
+    pub fn id_space(mut self, name: impl Into<String>) -> Self {
+        self.id_space = Some(name.into());
+        self
+    }
+
+    /// Uses this layout.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Reads time from `clock` instead of the system clock.
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<C2> {
+        Builder {
+            shard: self.shard,
+            state_dir: self.state_dir,
+            id_space: self.id_space,
+            layout: self.layout,
+            clock,
+            window: self.window,
+            max_lead: self.max_lead,
+            durable: self.durable,
+        }
+    }
+
+    /// How far ahead the state file reserves seconds (rounded up to whole
+    /// seconds, at least 1; default 5). A larger window means fewer writes;
+    /// after a crash the next generator starts up to this far ahead, plus
+    /// the headroom of a burst (see the crate docs, *What a crash costs*).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = whole_seconds(window).max(1);
+        self
+    }
+
+    /// Caps the lead: how far (in whole seconds) the generator's second may
+    /// run ahead of the highest wall-clock second seen, by borrowing.
+    /// [`Generator::next_id`] waits for the clock at the cap;
+    /// [`Generator::try_next_id`] returns [`Error::LeadCapReached`].
+    ///
+    /// The lead counts from the highest wall-clock second ever seen, so
+    /// after the clock steps back (an NTP correction, a VM restore) a
+    /// capped generator that has used its lead waits until the clock
+    /// catches up again: an hour's step back can stop issuing for an hour.
+    /// Without a cap it borrows instead, and IDs keep coming.
+    pub fn max_lead(mut self, max_lead: Duration) -> Self {
+        self.max_lead = Some(whole_seconds(max_lead));
+        self
+    }
+
+    /// Takes the shard's lock, reads its state and reserves the first
+    /// window durably.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ShardOutOfRange`], [`Error::InvalidEnv`] or
+    /// [`Error::UnusableHostname`] for a bad shard,
+    /// [`Error::InvalidIdSpace`] for a bad ID space name,
+    /// [`Error::Locked`] if another generator holds the shard in the state
+    /// directory, [`Error::HostLocked`] if one on this host holds it in the
+    /// same ID space, [`Error::RelativeStateDir`] or [`Error::Untrusted`] if
+    /// the state directory or a file in it fails the checks in the crate
+    /// docs (*Security*),
+    /// [`Error::BadState`] if the state file cannot be trusted,
+    /// [`Error::Io`] if the state directory cannot be used; with a Redis
+    /// lease, `Error::Lease` if no shard is free, Redis cannot be reached or
+    /// the shard's record in Redis cannot be trusted, and
+    /// [`Error::InvalidEnv`] if `IDUTIL_REDIS_URL` is set but blank.
+    pub fn open(self) -> Result<Generator<C>> {
+        let (durable, shard, source) = durable::open(&durable::Request {
+            settings: &self.durable,
+            shard: self.shard,
+            state_dir: self.state_dir.as_deref(),
+            id_space: self.id_space.as_deref(),
+            layout: &self.layout,
+            clock: &self.clock,
+        })?;
+        Generator::start(self, durable, shard, source)
+    }
+}
+
+fn whole_seconds(d: Duration) -> u64 {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+}
+
+impl<C: Clock> Generator<C> {
+    fn start(b: Builder<C>, durable: Durable, shard: u32, source: ShardSource) -> Result<Self> {
+        let layout = b.layout;
+        let epoch = layout.epoch();
+        let now_unix = b.clock.now();
+        if layout.seconds_of(now_unix).is_none() {
+            // Refused before anything is read or written: a later run must
+            // not mistake such a reading for issued IDs.
+            return Err(Error::ClockOutOfRange {
+                unix_second: now_unix,
+                first: epoch,
+                last: layout.last_unix_second(),
+            });
+        }
+        let prev = durable.load()?;
+        if let Some(prev) = &prev {
+            state::check_layout(durable.path(), prev, &layout)?;
+        }
+        let Plan {
+            mut file,
+            mut start,
+            rollback,
+        } = plan(prev, &layout, shard, now_unix).map_err(|reason| Error::BadState {
+            path: durable.path().to_path_buf(),
+            shard,
+            reason,
+        })?;
+        if let Some(back) = rollback {
+            log::warn!(
+                "the wall clock is {back} s behind the last run of shard {shard} \
+                 (state file {}); clock id bumped to {}, IDs continue after everything \
+                 issued before",
+                durable.path().display(),
+                file.clock_id
+            );
+        }
+        // Redis's record covers every holder of the shard, this host's
+        // state file only this host: resume after the later of the two.
+        start = durable.resume(&layout, start, &mut file);
+        let now = now_unix.saturating_sub(epoch);
+        let start_sec = start >> layout.sequence_bits();
+        let reserved = start_sec.saturating_add(b.window).min(layout.max_seconds());
+        let value = file.clock_value();
+        let mark = file.high_water.get(&value).copied().unwrap_or(0);
+        file.high_water.insert(value, mark.max(epoch + reserved));
+        cover_seen(&mut file);
+        durable.reserve(&file, epoch + reserved)?;
+
+        let inner = Arc::new(Inner {
+            cursor: Padded(AtomicU64::new(start)),
+            hot: Padded(Hot {
+                limit: AtomicU64::new(0),
+                last_now: AtomicU64::new(now_unix),
+                clock: b.clock,
+                layout,
+                sequence_bits: layout.sequence_bits(),
+                base: layout.base(value, shard),
+            }),
+            shard,
+            shard_source: source,
+            clock_id: file.clock_id,
+            clock_value: value,
+            window: b.window,
+            max_lead: b.max_lead,
+            path: durable.path().to_path_buf(),
+            dir: durable.dir().to_path_buf(),
+            fence: durable.fence(),
+            cold: Padded(Mutex::new(Cold {
+                seen_max: file.seen_max.saturating_sub(epoch),
+                seen_run: now,
+                in_rollback: false,
+                reserved,
+                wanted: reserved,
+                // The first new second (by the clock or by borrowing) asks
+                // for the next window: a burst right after opening then has
+                // the whole first window to outrun the write.
+                trigger: start_sec,
+                rate_from: start,
+                rate_since: Instant::now(),
+                recent: 0,
+                warned_out_of_range: false,
+                failure: None,
+                fenced: None,
+                closing: false,
+                file,
+            })),
+            changed: Condvar::new(),
+        });
+        inner.publish_limit(&inner.lock(), 0);
+        let weak = Arc::downgrade(&inner);
+        inner.fence.on_change(Box::new(move |on| {
+            if let Some(inner) = weak.upgrade() {
+                if on {
+                    inner.cursor.0.fetch_or(FENCED, Relaxed);
+                } else {
+                    inner.cursor.0.fetch_and(!FENCED, Relaxed);
+                }
+            }
+        }));
+        let worker = Arc::clone(&inner);
+        let extender = thread::Builder::new()
+            .name(format!("idutil-shard-{shard}"))
+            .spawn(move || worker.extend_until_closed(durable))
+            .map_err(|e| {
+                // Nothing was issued: give the lease back (and stop its
+                // renewal thread) before the generator goes away.
+                inner.fence.give_up(0);
+                Error::io("start the reservation thread for", &inner.path, e)
+            })?;
+        Ok(Generator {
+            inner,
+            extender: Mutex::new(Some(extender)),
+        })
+    }
+}

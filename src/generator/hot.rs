@@ -1,0 +1,285 @@
+//! The hot path: the generator's shared state, and how a call takes IDs
+//! from the cursor (`take`), follows the clock (`tick`) and falls back to
+//! the slow path at the limit (`slow`).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread;
+use std::time::Instant;
+
+use super::{CLOCK_OUT, CLOSED, FENCED, FLAGS, LEAD_POLL};
+use crate::clock::Clock;
+use crate::durable::Fence;
+use crate::error::{Error, Result};
+use crate::id::Id;
+use crate::layout::Layout;
+use crate::shard::ShardSource;
+use crate::state::StateFile;
+
+/// Keeps what it holds on cache lines of its own (two: Intel's adjacent
+/// line prefetcher fetches lines in pairs), so that writes to one part of
+/// a generator do not evict another from the other cores' caches.
+#[repr(align(128))]
+pub(super) struct Padded<T>(pub(super) T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// What the hot path reads besides the cursor: written only by the slow
+/// path and the reservation thread, when the limit or the clock changes,
+/// never on every ID.
+pub(super) struct Hot<C> {
+    /// The highest second the hot path may issue without asking the slow
+    /// path. Never above the durably reserved second.
+    pub(super) limit: AtomicU64,
+    /// The clock reading last acted on (Unix seconds).
+    pub(super) last_now: AtomicU64,
+    pub(super) clock: C,
+    pub(super) layout: Layout,
+    pub(super) sequence_bits: u32,
+    pub(super) base: u64,
+}
+
+pub(super) struct Inner<C> {
+    /// The next counter value to hand out: `(second << sequence_bits) |
+    /// sequence`, seconds since the layout epoch, plus the [`CLOSED`] and
+    /// [`FENCED`] flags.
+    /// Incrementing past the last sequence number carries into the next
+    /// second: that is borrowing.
+    pub(super) cursor: Padded<AtomicU64>,
+    pub(super) hot: Padded<Hot<C>>,
+    pub(super) shard: u32,
+    pub(super) shard_source: ShardSource,
+    pub(super) clock_id: u64,
+    pub(super) clock_value: u32,
+    pub(super) window: u64,
+    pub(super) max_lead: Option<u64>,
+    pub(super) path: PathBuf,
+    pub(super) dir: PathBuf,
+    /// Why issuing is fenced, and giving the shard back (see
+    /// [`durable`](crate::durable)).
+    pub(super) fence: Fence,
+    /// Apart from the hot fields: locking writes the mutex, and everything
+    /// in `Cold` is written under it.
+    pub(super) cold: Padded<Mutex<Cold>>,
+    /// Signals the extender (new request, closing) and waiters (reservation
+    /// done or failed).
+    pub(super) changed: Condvar,
+}
+
+/// Everything off the hot path, behind one mutex. Seconds are relative to
+/// the layout epoch.
+pub(super) struct Cold {
+    /// Highest wall-clock second seen by any run on this shard: the base of
+    /// the lead, so a clock rollback never counts as lead.
+    pub(super) seen_max: u64,
+    /// Highest wall-clock second this run has seen.
+    pub(super) seen_run: u64,
+    pub(super) in_rollback: bool,
+    /// Durable: no ID past this second until the state file says so.
+    pub(super) reserved: u64,
+    /// Requested reservation; above `reserved` while a write is under way.
+    pub(super) wanted: u64,
+    /// Passing this second asks for the next extension.
+    pub(super) trigger: u64,
+    /// The rate sample: the cursor (without flags) at `rate_since`.
+    pub(super) rate_from: u64,
+    pub(super) rate_since: Instant,
+    /// Counter values issued in the last whole sample, scaled to
+    /// [`HEADROOM`].
+    pub(super) recent: u64,
+    /// Whether a clock reading outside the layout's range was logged.
+    pub(super) warned_out_of_range: bool,
+    pub(super) failure: Option<Error>,
+    /// Why the generator fenced itself ([`Error::Fenced`]): it issues and
+    /// writes nothing more.
+    pub(super) fenced: Option<String>,
+    pub(super) closing: bool,
+    /// The state as last written, the template for the next write.
+    pub(super) file: StateFile,
+}
+
+impl<C: Clock> Inner<C> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Cold> {
+        // Nothing under this lock can be left half-done by a panic.
+        crate::sync::lock(&self.cold)
+    }
+
+    #[inline]
+    pub(super) fn id(&self, counter: u64) -> Id {
+        Id::from_valid(self.hot.layout.pack(counter, self.hot.base))
+    }
+
+    /// Hands out `n >= 1` consecutive counter values; returns the first.
+    #[inline]
+    pub(super) fn take(&self, n: u64, wait: bool) -> Result<u64> {
+        if self.hot.clock.now() != self.hot.last_now.load(Relaxed) {
+            self.tick();
+        }
+        let mut cur = self.cursor.0.load(Relaxed);
+        loop {
+            let last_second = (cur + (n - 1)) >> self.hot.sequence_bits;
+            if last_second > self.hot.limit.load(Relaxed) {
+                self.slow(last_second, wait)?;
+                cur = self.cursor.0.load(Relaxed);
+                continue;
+            }
+            match self
+                .cursor
+                .0
+                .compare_exchange_weak(cur, cur + n, Relaxed, Relaxed)
+            {
+                Ok(_) => return Ok(cur),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// A new clock reading: note rollbacks, move the cursor up to the clock,
+    /// ask for more reservation when it is due.
+    #[cold]
+    pub(super) fn tick(&self) {
+        let mut cold = self.lock();
+        // Read the clock under the lock: a reading taken before another
+        // thread acted on a newer one would otherwise look like a rollback.
+        let now_unix = self.hot.clock.now();
+        if self.hot.last_now.load(Relaxed) == now_unix {
+            return;
+        }
+        self.hot.last_now.store(now_unix, Relaxed);
+        let Some(now) = self.hot.layout.seconds_of(now_unix) else {
+            // Neither issued on nor recorded: a clock this wrong says
+            // nothing about which IDs are free.
+            self.cursor.0.fetch_or(CLOCK_OUT, Relaxed);
+            if !cold.warned_out_of_range {
+                log::warn!(
+                    "{} on shard {}; issuing stops until the clock is within the layout's range",
+                    Error::ClockOutOfRange {
+                        unix_second: now_unix,
+                        first: self.hot.layout.epoch(),
+                        last: self.hot.layout.last_unix_second(),
+                    },
+                    self.shard
+                );
+                cold.warned_out_of_range = true;
+            }
+            return;
+        };
+        if self.cursor.0.fetch_and(!CLOCK_OUT, Relaxed) & CLOCK_OUT != 0 {
+            cold.warned_out_of_range = false;
+        }
+        if now < cold.seen_run {
+            if !cold.in_rollback {
+                log::warn!(
+                    "the wall clock went back {} s on shard {}; IDs continue after the last \
+                     second used, ahead of the clock, until it catches up",
+                    cold.seen_run - now,
+                    self.shard
+                );
+                cold.in_rollback = true;
+            }
+        } else {
+            cold.in_rollback = false;
+            cold.seen_run = now;
+        }
+        cold.seen_max = cold.seen_max.max(now);
+        let cursor = self
+            .cursor
+            .0
+            .fetch_max(now << self.hot.sequence_bits, Relaxed);
+        let second = (cursor >> self.hot.sequence_bits).max(now);
+        if second > cold.trigger && cursor & FLAGS == 0 {
+            self.request(&mut cold, second);
+        }
+        self.publish_limit(&cold, 0);
+    }
+
+    /// The hot path found `second` above the limit: raise the limit, wait,
+    /// or say why not. `Ok` means "try again".
+    #[cold]
+    pub(super) fn slow(&self, second: u64, wait: bool) -> Result<()> {
+        let mut cold = self.lock();
+        loop {
+            let flags = self.cursor.0.load(Relaxed) & FLAGS;
+            // `close` sets the flag before `closing`: either means closed.
+            if cold.closing || flags & CLOSED != 0 {
+                return Err(self.closed_error(&cold));
+            }
+            if flags & FENCED != 0 {
+                return Err(self.fenced_error());
+            }
+            if flags & CLOCK_OUT != 0 {
+                return Err(Error::ClockOutOfRange {
+                    unix_second: self.hot.last_now.load(Relaxed),
+                    first: self.hot.layout.epoch(),
+                    last: self.hot.layout.last_unix_second(),
+                });
+            }
+            if second > self.hot.layout.max_seconds() {
+                return Err(Error::EndOfRange {
+                    last_unix_second: self.hot.layout.last_unix_second(),
+                });
+            }
+            if let Some(max_lead) = self.max_lead {
+                let lead = second.saturating_sub(cold.seen_max);
+                if lead > max_lead {
+                    if !wait {
+                        return Err(Error::LeadCapReached { lead, max_lead });
+                    }
+                    drop(cold);
+                    thread::sleep(LEAD_POLL);
+                    if self.hot.clock.now() != self.hot.last_now.load(Relaxed) {
+                        self.tick();
+                    }
+                    cold = self.lock();
+                    continue;
+                }
+            }
+            if second > cold.reserved {
+                self.request(&mut cold, second);
+                cold = self
+                    .changed
+                    .wait_while(cold, |c| {
+                        c.reserved < second && c.failure.is_none() && !c.closing
+                    })
+                    .unwrap_or_else(|p| p.into_inner());
+                if let Some(e) = cold.failure.take() {
+                    return Err(e);
+                }
+                continue;
+            }
+            if second > cold.trigger {
+                self.request(&mut cold, second);
+            }
+            // Past the trigger with nothing more to ask for (the end of the
+            // range, or a reservation already far ahead): the durable mark
+            // is the limit, or this would loop.
+            self.publish_limit(&cold, second);
+            return Ok(());
+        }
+    }
+
+    /// Why a closed generator does not issue: [`Error::Fenced`] if it
+    /// fenced itself, else [`Error::Closed`].
+    pub(super) fn closed_error(&self, cold: &Cold) -> Error {
+        match &cold.fenced {
+            Some(reason) => Error::Fenced {
+                shard: self.shard,
+                reason: reason.clone(),
+            },
+            None => Error::Closed,
+        }
+    }
+
+    /// Why a fenced generator does not issue.
+    #[cold]
+    fn fenced_error(&self) -> Error {
+        self.fence.error()
+    }
+}

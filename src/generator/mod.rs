@@ -1,0 +1,265 @@
+//! Where IDs are issued: the [`Generator`] and its public face. The hot
+//! path lives in `hot`, the reservation of seconds ahead in `reserve`,
+//! opening in `builder`, the restart maths in `plan`, batches in `batch`.
+
+mod batch;
+mod builder;
+mod hot;
+mod plan;
+mod reserve;
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use batch::IdBatch;
+pub use builder::Builder;
+use hot::Inner;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::id::Id;
+use crate::layout::Layout;
+use crate::shard::ShardSource;
+
+/// Set in the cursor once the generator is closed: every later
+/// compare-and-swap fails and the slow path reports [`Error::Closed`].
+const CLOSED: u64 = 1 << 63;
+/// Set in the cursor while the Redis lease is not known to be held: every
+/// compare-and-swap fails and the slow path reports why.
+const FENCED: u64 = 1 << 62;
+/// Set in the cursor while the clock reads outside the layout's range:
+/// every compare-and-swap fails and the slow path reports
+/// [`Error::ClockOutOfRange`] until the clock is sane again.
+const CLOCK_OUT: u64 = 1 << 61;
+/// Flags that are not part of the counter.
+const FLAGS: u64 = CLOSED | FENCED | CLOCK_OUT;
+/// Largest batch; keeps `cursor + n` far from overflow.
+const MAX_BATCH: u64 = 1 << 40;
+/// Default reservation window, in seconds.
+pub const DEFAULT_WINDOW: u64 = 5;
+/// How often a call waiting on the lead cap looks at the clock again.
+const LEAD_POLL: Duration = Duration::from_millis(5);
+/// How much issuing, at the recent rate, a reservation covers beyond the
+/// window: the time a reservation write has to land before a burst
+/// reaches it. A write takes about half a millisecond on an ordinary disk,
+/// and tens on a slow network disk; a quarter second outruns both. It is
+/// also what a crash can cost on top of the window (see the crate docs,
+/// `# Design`).
+pub const HEADROOM: Duration = Duration::from_millis(250);
+/// The most headroom a reservation adds to the window, in seconds of
+/// counter, whatever the rate: what a crash can cost at most on top of the
+/// window. Only absurd rates reach it (an hour of borrowed seconds in a
+/// quarter second); they then write the state a little more often.
+pub const MAX_HEADROOM_SECONDS: u64 = 3600;
+/// The shortest time over which a rate is extrapolated, so that a single
+/// large batch is not read as an enormous rate.
+const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
+
+/// An ID generator for one shard: thread-safe, lock-free on the hot path,
+/// backed by a locked state file.
+///
+/// Share one per process (`&Generator`, `Arc<Generator>` or a `static`);
+/// all threads draw from the same sequence. Open it with
+/// [`Generator::builder`]; [`IdUtil`](crate::IdUtil) keeps a process-wide
+/// one for you.
+///
+/// Closing (explicitly with [`close`](Generator::close), or by dropping it)
+/// records the exact last ID, so the next generator for the shard continues
+/// right after it; without a clean close it continues after the reserved
+/// high-water second.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
+/// # std::env::set_var("IDUTIL_ID_SPACE", "doc-generator"); // its own, beside other tests
+/// use idutil::Generator;
+///
+/// let generator = Generator::builder().shard(3).state_dir(dir.path()).open()?;
+/// let a = generator.next_id()?;
+/// let b = generator.next_id()?;
+/// assert!(b > a);
+/// assert_eq!(b.shard(), 3);
+/// let batch: Vec<_> = generator.next_ids(1000)?.collect();
+/// assert!(batch[0] > b && batch.windows(2).all(|w| w[0] < w[1]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Generator<C: Clock = SystemClock> {
+    inner: Arc<Inner<C>>,
+    extender: Mutex<Option<JoinHandle<Result<()>>>>,
+}
+
+impl Generator<SystemClock> {
+    /// A builder with every setting at its default.
+    pub fn builder() -> Builder<SystemClock> {
+        Builder::new()
+    }
+}
+
+impl<C: Clock> Generator<C> {
+    /// The next ID. Waits if the lead cap is reached, or (rarely, when IDs
+    /// are drawn faster than the state file can reserve seconds) for the
+    /// reservation to be written.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EndOfRange`] past the layout's last second,
+    /// [`Error::Closed`] after [`close`](Generator::close), [`Error::Io`] if
+    /// a needed reservation cannot be written.
+    #[inline]
+    pub fn next_id(&self) -> Result<Id> {
+        self.inner.take(1, true).map(|v| self.inner.id(v))
+    }
+
+    /// Like [`next_id`](Generator::next_id), but never waits for the clock:
+    /// at the lead cap it returns [`Error::LeadCapReached`].
+    ///
+    /// # Errors
+    ///
+    /// As [`next_id`](Generator::next_id), plus [`Error::LeadCapReached`].
+    #[inline]
+    pub fn try_next_id(&self) -> Result<Id> {
+        self.inner.take(1, false).map(|v| self.inner.id(v))
+    }
+
+    /// Reserves `n` consecutive IDs at once: one atomic step however large
+    /// `n` is (up to 2<sup>40</sup>). The batch may span several seconds
+    /// (borrowed ones included); it holds no memory per ID.
+    ///
+    /// # Errors
+    ///
+    /// As [`next_id`](Generator::next_id); [`Error::InvalidId`] if `n` is
+    /// above 2<sup>40</sup>.
+    pub fn next_ids(&self, n: u64) -> Result<IdBatch> {
+        self.batch(n, true)
+    }
+
+    /// Like [`next_ids`](Generator::next_ids), but never waits for the
+    /// clock: if the batch would pass the lead cap it returns
+    /// [`Error::LeadCapReached`] and takes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`next_ids`](Generator::next_ids), plus [`Error::LeadCapReached`].
+    pub fn try_next_ids(&self, n: u64) -> Result<IdBatch> {
+        self.batch(n, false)
+    }
+
+    fn batch(&self, n: u64, wait: bool) -> Result<IdBatch> {
+        if n > MAX_BATCH {
+            return Err(Error::invalid_id(
+                n.to_string(),
+                "batch larger than 2^40 IDs",
+            ));
+        }
+        let first = if n == 0 { 0 } else { self.inner.take(n, wait)? };
+        Ok(IdBatch::new(
+            first,
+            n,
+            self.inner.hot.layout,
+            self.inner.hot.base,
+        ))
+    }
+
+    /// Seconds the generator's current second is ahead of the highest
+    /// wall-clock second it has seen: how far it has borrowed. A clock
+    /// rollback does not count.
+    pub fn lead(&self) -> u64 {
+        let cursor = self.inner.cursor.0.load(Relaxed) & !FLAGS;
+        let current = cursor.saturating_sub(1) >> self.inner.hot.sequence_bits;
+        current.saturating_sub(self.inner.lock().seen_max)
+    }
+
+    /// The shard.
+    pub fn shard(&self) -> u32 {
+        self.inner.shard
+    }
+
+    /// Where the shard came from.
+    pub fn shard_source(&self) -> &ShardSource {
+        &self.inner.shard_source
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> Layout {
+        self.inner.hot.layout
+    }
+
+    /// The persistent clock id.
+    pub fn clock_id(&self) -> u64 {
+        self.inner.clock_id
+    }
+
+    /// The clock value IDs carry (`clock_id` modulo the layout's clock
+    /// values; 0 without clock bits).
+    pub fn clock_value(&self) -> u32 {
+        self.inner.clock_value
+    }
+
+    /// The state file.
+    pub fn state_path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The highest second (Unix seconds) durably reserved: no ID is issued
+    /// past it until the state file says so.
+    pub fn reserved_until(&self) -> u64 {
+        self.inner.lock().reserved + self.inner.hot.layout.epoch()
+    }
+
+    /// Stops issuing, records the exact last ID in the state file and
+    /// releases the shard. Later calls return [`Error::Closed`]. Closing
+    /// twice is harmless; dropping the generator closes it too.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the final state cannot be written. The state file
+    /// then still holds the reservation, so nothing is re-issued; the next
+    /// generator just starts a little further ahead. [`Error::Fenced`] if
+    /// the generator fenced itself (then nothing is written).
+    pub fn close(&self) -> Result<()> {
+        let Some(handle) = crate::sync::lock(&self.extender).take() else {
+            return Ok(());
+        };
+        self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
+        {
+            let mut cold = self.inner.lock();
+            cold.closing = true;
+            self.inner.hot.limit.store(0, Relaxed);
+            self.inner.changed.notify_all();
+        }
+        handle.join().unwrap_or_else(|_| {
+            Err(Error::io(
+                "close",
+                &self.inner.path,
+                io::Error::other("the reservation thread panicked"),
+            ))
+        })
+    }
+}
+
+impl<C: Clock> Drop for Generator<C> {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::warn!("closing the generator of shard {}: {e}", self.inner.shard);
+        }
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for Generator<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generator")
+            .field("shard", &self.inner.shard)
+            .field("layout", &self.inner.hot.layout)
+            .field("clock_id", &self.inner.clock_id)
+            .field("state_path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,224 @@
+//! The reservation: how far ahead to reserve (`request`, `headroom`), the
+//! limit the hot path may run to (`publish_limit`), and the thread that
+//! writes each reservation and the clean close (`extend_until_closed`).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::hot::{Cold, Inner};
+use super::plan::cover_seen;
+use super::{CLOSED, FLAGS, HEADROOM, MAX_HEADROOM_SECONDS, MIN_RATE_SPAN};
+use crate::clock::Clock;
+use crate::durable::Durable;
+use crate::error::{Error, Result};
+
+impl<C: Clock> Inner<C> {
+    /// Asks the extender to reserve past `second`: a window ahead, plus
+    /// [`HEADROOM`] of issuing at the recent rate. The reservation never
+    /// depends on the lead, so a restart after a crash, which starts after
+    /// the reservation, skips at most that much: N crashes in a row cost N
+    /// such skips, never a doubling.
+    pub(super) fn request(&self, cold: &mut Cold, second: u64) {
+        let ahead = self.window.saturating_add(self.headroom(cold));
+        let target = second
+            .saturating_add(ahead)
+            .min(self.hot.layout.max_seconds());
+        if target > cold.wanted {
+            cold.wanted = target;
+            cold.failure = None;
+            self.changed.notify_all();
+        }
+    }
+
+    /// Seconds of counter the generator issues in [`HEADROOM`] at its
+    /// recent rate: the last whole sample's (a sample spans one to two
+    /// headrooms), or, early in a burst, the current sample's extrapolated,
+    /// but at most twice what the current sample has issued so far. Either
+    /// way it is at most twice what was really issued in the last two
+    /// headrooms.
+    fn headroom(&self, cold: &mut Cold) -> u64 {
+        let now = Instant::now();
+        let cursor = self.cursor.0.load(Relaxed) & !FLAGS;
+        let issued = cursor.saturating_sub(cold.rate_from);
+        let elapsed = now.saturating_duration_since(cold.rate_since);
+        let scale = |span: Duration| -> u64 {
+            let scaled = u128::from(issued) * HEADROOM.as_nanos() / span.as_nanos().max(1);
+            u64::try_from(scaled).unwrap_or(u64::MAX)
+        };
+        let units = if elapsed >= HEADROOM {
+            // A sample much older than the headroom says nothing about the
+            // last quarter second: start a new one from nothing.
+            cold.recent = if elapsed < 2 * HEADROOM {
+                scale(elapsed)
+            } else {
+                0
+            };
+            cold.rate_from = cursor;
+            cold.rate_since = now;
+            cold.recent
+        } else {
+            let early = scale(elapsed.max(MIN_RATE_SPAN)).min(issued.saturating_mul(2));
+            cold.recent.max(early)
+        };
+        units
+            .div_ceil(u64::from(self.hot.layout.max_sequence()) + 1)
+            .min(MAX_HEADROOM_SECONDS)
+    }
+
+    /// Recomputes the hot path's limit from the cold state, letting
+    /// through at least `floor` where the reservation covers it.
+    pub(super) fn publish_limit(&self, cold: &Cold, floor: u64) {
+        if cold.closing {
+            return;
+        }
+        // While a write is under way, run up to the durable mark rather
+        // than through the slow path.
+        let soft = if cold.wanted > cold.reserved {
+            cold.reserved
+        } else {
+            cold.trigger
+        };
+        let mut limit = soft.max(floor.min(cold.reserved));
+        limit = limit.min(self.hot.layout.max_seconds());
+        if let Some(max_lead) = self.max_lead {
+            limit = limit.min(cold.seen_max.saturating_add(max_lead));
+        }
+        self.hot.limit.store(limit, Relaxed);
+    }
+
+    /// The reservation thread: the only writer of the state file while the
+    /// generator runs, so writes never overtake each other.
+    pub(super) fn extend_until_closed(&self, durable: Durable) -> Result<()> {
+        let epoch = self.hot.layout.epoch();
+        let mut cold = self.lock();
+        while !cold.closing {
+            if cold.wanted <= cold.reserved {
+                cold = self.changed.wait(cold).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            // A request waits here while the write before it lands; a
+            // burst moves on meanwhile. Asking again from where it is now
+            // (the same rule, at a later second and rate) keeps a burst
+            // that outruns the disk from waiting on one write after
+            // another while its reservation grows.
+            let at = (self.cursor.0.load(Relaxed) & !FLAGS) >> self.hot.sequence_bits;
+            if at > cold.seen_max {
+                self.request(&mut cold, at);
+            }
+            let target = cold.wanted;
+            let mut file = cold.file.clone();
+            let mark = file.high_water.entry(self.clock_value).or_insert(0);
+            *mark = (*mark).max(epoch + target);
+            file.seen_max = epoch + cold.seen_max;
+            file.seen_last_run = epoch + cold.seen_run;
+            cover_seen(&mut file);
+            drop(cold);
+            // The reservation counts only once Redis has it too.
+            let saved = durable.reserve(&file, epoch + target);
+            cold = self.lock();
+            match saved {
+                Ok(()) => {
+                    cold.reserved = cold.reserved.max(target);
+                    cold.file = file;
+                    let at = (self.cursor.0.load(Relaxed) & !FLAGS) >> self.hot.sequence_bits;
+                    cold.trigger = if at > cold.seen_max {
+                        // Borrowing: ask again once half the room is used,
+                        // so the other half, a window plus about an eighth
+                        // of a second of issuing, is left to outrun the
+                        // next write.
+                        at + cold.reserved.saturating_sub(at) / 2
+                    } else {
+                        cold.reserved.saturating_sub(self.window / 2)
+                    };
+                }
+                Err(e @ Error::Fenced { .. }) => {
+                    drop(cold);
+                    let e = self.stop_fenced(e);
+                    self.outwait_reservation();
+                    return Err(e);
+                }
+                Err(e) => {
+                    log::warn!("shard {}: {e}", self.shard);
+                    // Handed to the one call that waits for this write.
+                    cold.failure = Some(e);
+                    cold.wanted = cold.reserved;
+                }
+            }
+            self.publish_limit(&cold, 0);
+            self.changed.notify_all();
+        }
+        // Clean close: every value below the cursor may have been issued,
+        // none at or above it was.
+        let next = self.cursor.0.load(Relaxed) & !FLAGS;
+        let mut file = cold.file.clone();
+        file.seen_max = epoch + cold.seen_max;
+        file.seen_last_run = epoch + cold.seen_run;
+        if let Some(last) = next.checked_sub(1) {
+            let second = last >> self.hot.sequence_bits;
+            let sequence = (last & u64::from(self.hot.layout.max_sequence())) as u32;
+            file.last = Some((epoch + second, sequence));
+            let mark = file.high_water.entry(self.clock_value).or_insert(0);
+            *mark = (*mark).max(epoch + second);
+        }
+        cover_seen(&mut file);
+        drop(cold);
+        let saved = durable.close(&file);
+        if let Err(e @ Error::Fenced { .. }) = saved {
+            let e = self.stop_fenced(e);
+            self.outwait_reservation();
+            return Err(e);
+        }
+        saved
+    }
+
+    /// The state directory or lock file gave way under the generator:
+    /// stop issuing for good, write nothing more, and answer every later
+    /// call with `e`.
+    #[cold]
+    fn stop_fenced(&self, e: Error) -> Error {
+        log::warn!("{e}");
+        self.cursor.0.fetch_or(CLOSED, Relaxed);
+        let mut cold = self.lock();
+        if let Error::Fenced { reason, .. } = &e {
+            cold.fenced = Some(reason.clone());
+        }
+        cold.closing = true;
+        self.hot.limit.store(0, Relaxed);
+        self.changed.notify_all();
+        // Every ID issued is below a reservation Redis already has.
+        self.fence.give_up(self.hot.layout.epoch() + cold.seen_max);
+        e
+    }
+
+    /// A fenced generator keeps its shard (the host lock, held by the store
+    /// this thread owns) until the wall clock passes every second it
+    /// reserved. A generator that then starts over on this host, in a state
+    /// directory recreated where the old one was, starts after every ID
+    /// this one may have issued. The wait is bounded by the reservation's
+    /// length in real time, whatever the clock does.
+    #[cold]
+    fn outwait_reservation(&self) {
+        let reserved = self.hot.layout.epoch() + self.lock().reserved;
+        let wait = reserved
+            .saturating_add(1)
+            .saturating_sub(self.hot.clock.now());
+        if wait == 0 {
+            return;
+        }
+        log::warn!(
+            "shard {}: keeping the shard for up to {wait} s, until the wall clock passes \
+             every second this generator reserved, so that no generator on this host \
+             issues its IDs again",
+            self.shard
+        );
+        let deadline = Instant::now() + Duration::from_secs(wait);
+        while self.hot.clock.now() <= reserved {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            thread::sleep(left.min(Duration::from_millis(100)));
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Reading a shard's state and lock from outside, without disturbing a
+//! running generator.
+
+use super::{format::*, paths::*};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::OFlags;
+
+use crate::error::Result;
+
+/// What `idutil state` shows: the state file as it is on disk, read without
+/// taking the lock, and who holds the lock.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct StateReport {
+    /// The state file's path.
+    pub path: PathBuf,
+    /// The shard.
+    pub shard: u32,
+    /// The file's contents; `None` if there is no state file yet.
+    pub state: Option<StateFile>,
+    /// The pid of the live generator holding the shard, if one does.
+    pub holder: Option<u32>,
+    /// Whether some process holds the lock (the pid may be unreadable).
+    pub locked: bool,
+}
+
+/// Reads a shard's state and lock without disturbing a running generator.
+///
+/// Nothing is created, no symbolic link is followed, and a FIFO or device
+/// in place of a file is refused at once rather than waited on.
+///
+/// # Errors
+///
+/// [`Error::BadState`](crate::Error::BadState) if the file cannot be trusted (or is missing
+/// although the shard had one), [`Error::Untrusted`](crate::Error::Untrusted) if the directory or a
+/// file fails the checks described in the crate docs (*Security*),
+/// [`Error::Io`](crate::Error::Io) if it cannot be read.
+pub fn inspect(dir: &Path, shard: u32) -> Result<StateReport> {
+    let path = state_path(dir, shard);
+    let peek = peek(dir, shard)?;
+    let state = match peek.state {
+        Some(bytes) => Some(parse_state(&bytes, &path, shard)?),
+        None if peek.had_state => return Err(missing_state(&path, shard)),
+        None => None,
+    };
+    Ok(StateReport {
+        path,
+        shard,
+        state,
+        holder: peek.holder.flatten(),
+        locked: peek.holder.is_some(),
+    })
+}
+
+/// A shard's files as seen from outside, without taking its lock or
+/// changing anything: through the same checks as a generator's reads (no
+/// symbolic links, regular files only, a size cap).
+pub(super) struct Peek {
+    /// `Some` while a generator holds the lock, with its pid if legible.
+    pub(super) holder: Option<Option<u32>>,
+    /// Whether the lock file says the shard has had a state file.
+    pub(super) had_state: bool,
+    /// The state file's bytes, if there is one.
+    pub(super) state: Option<Vec<u8>>,
+}
+
+pub(super) fn peek(dir: &Path, shard: u32) -> Result<Peek> {
+    let Some(dir_fd) = open_dir(dir, false)? else {
+        return Ok(Peek {
+            holder: None,
+            had_state: false,
+            state: None,
+        });
+    };
+    let lock_path = lock_path(dir, shard);
+    let (holder, had_state) = match open_in(&dir_fd, &lock_path, &lock_name(shard), OFlags::RDONLY)?
+    {
+        Some(f) => {
+            check_file(&f, &lock_path)?;
+            let (pid, had_state) = read_lock_file(&f);
+            match fs2::FileExt::try_lock_shared(&f) {
+                Ok(()) => {
+                    let _ = fs2::FileExt::unlock(&f);
+                    (None, had_state)
+                }
+                Err(_) => (Some(pid), had_state),
+            }
+        }
+        None => (None, false),
+    };
+    let path = state_path(dir, shard);
+    let state = match open_in(&dir_fd, &path, &state_name(shard), OFlags::RDONLY)? {
+        Some(mut file) => {
+            check_file(&file, &path)?;
+            Some(read_capped(&mut file, &path)?)
+        }
+        None => None,
+    };
+    Ok(Peek {
+        holder,
+        had_state,
+        state,
+    })
+}

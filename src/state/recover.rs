@@ -1,0 +1,510 @@
+//! Restarting a shard whose state file cannot be trusted: what is still
+//! certain (`Salvage`), the plan (`Recovery`) and writing it.
+
+use super::*;
+use super::{format::*, inspect::*, paths::*, store::*};
+
+use std::path::{Path, PathBuf};
+
+use crate::clock::wall_now;
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+
+/// What [`plan_recovery`] found where the state file should be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OldState {
+    /// There is no state file.
+    Missing,
+    /// A state file a generator can use as it is (replaced only when
+    /// forced, [`RecoverOptions::force`]).
+    Healthy,
+    /// A sound state file written for another layout.
+    OtherLayout(Layout),
+    /// A state file that cannot be trusted as a whole.
+    Damaged {
+        /// What is wrong with it (never a quote of its contents).
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for OldState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OldState::Missing => write!(f, "there is no state file"),
+            OldState::Healthy => write!(f, "the state file is healthy"),
+            OldState::OtherLayout(layout) => write!(
+                f,
+                "the state file was written for layout {}",
+                layout.fingerprint()
+            ),
+            OldState::Damaged { reason } => write!(f, "the state file is damaged: {reason}"),
+        }
+    }
+}
+
+/// Settings for [`plan_recovery`] and [`recover`].
+///
+/// ```
+/// use idutil::state::RecoverOptions;
+///
+/// // No ID of the shard is later than 2030-01-01T00:00:00Z.
+/// let options = RecoverOptions::new().after(1_893_456_000);
+/// # let _ = options;
+/// ```
+#[derive(Clone, Debug)]
+pub struct RecoverOptions {
+    after: Option<u64>,
+    force: bool,
+    window: u64,
+}
+
+impl Default for RecoverOptions {
+    fn default() -> Self {
+        RecoverOptions::new()
+    }
+}
+
+impl RecoverOptions {
+    /// No vouched-for time, no forcing, the default reservation window.
+    pub fn new() -> Self {
+        RecoverOptions {
+            after: None,
+            force: false,
+            window: crate::generator::DEFAULT_WINDOW,
+        }
+    }
+
+    /// A time (Unix seconds) that you vouch for: no ID of the shard carries
+    /// a later second. Needed when the old high-water mark cannot be read
+    /// with certainty, or there is no state file; otherwise it only moves
+    /// the resumption later.
+    pub fn after(mut self, unix_second: u64) -> Self {
+        self.after = Some(unix_second);
+        self
+    }
+
+    /// Replaces even a healthy state file.
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+
+    /// The reservation window added past the latest known second, in
+    /// seconds (default: the generator's default window).
+    pub fn window(mut self, seconds: u64) -> Self {
+        self.window = seconds;
+        self
+    }
+}
+
+/// A recovery worked out by [`plan_recovery`]: what was found, where the
+/// shard will resume, and why. [`Recovery::apply`] carries it out.
+#[derive(Clone, Debug)]
+pub struct Recovery {
+    /// The state file.
+    pub path: PathBuf,
+    /// The shard.
+    pub shard: u32,
+    /// What was found.
+    pub found: OldState,
+    /// The latest second (Unix seconds) that anything accounts for: the old
+    /// file's legible fields, the wall clock, the vouched-for time.
+    pub latest: u64,
+    /// Where [`latest`](Recovery::latest) comes from, e.g. `"the high-water
+    /// mark"` or `"the wall clock"`.
+    pub latest_from: &'static str,
+    /// The reservation window added to it, in seconds.
+    pub window: u64,
+    /// The second after which the shard resumes issuing (Unix seconds):
+    /// `latest + window`. Every clock value's high-water mark is set to it.
+    pub resume_after: u64,
+    /// The clock id written: the old one (where legible, else 0) plus one.
+    pub clock_id: u64,
+    /// Where the old file is kept (`shard-N.state.bad`), if there is one.
+    pub kept_as: Option<PathBuf>,
+    dir: PathBuf,
+    old: Option<Vec<u8>>,
+    new_state: StateFile,
+}
+
+impl Recovery {
+    /// The state file [`apply`](Recovery::apply) writes.
+    pub fn new_state(&self) -> &StateFile {
+        &self.new_state
+    }
+
+    /// Takes the shard's lock, checks that the state file is still exactly
+    /// what the plan was made from, keeps the old file as
+    /// `shard-N.state.bad` (replacing whatever is at that path, never
+    /// writing through it) and writes the new state.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Locked`] if a generator holds the shard;
+    /// [`Error::RecoveryRefused`] if the state file changed since the plan
+    /// was made; [`Error::Io`] if the directory cannot be written.
+    pub fn apply(&self) -> Result<()> {
+        let store = Store::open(&self.dir, self.shard)?;
+        if store.read_raw()?.map(|(bytes, _)| bytes) != self.old {
+            return Err(Error::RecoveryRefused {
+                path: self.path.clone(),
+                shard: self.shard,
+                reason: "the state file changed since the recovery was worked out; \
+                         run the recovery again"
+                    .into(),
+            });
+        }
+        if let Some(bytes) = &self.old {
+            store.keep_bad(bytes)?;
+        }
+        store.save(&self.new_state)
+    }
+}
+
+/// Works out how to restart a shard's state conservatively, for when the
+/// state file is damaged, written for another layout, or lost. Reads the
+/// state file without taking the lock and changes nothing; see
+/// [`Recovery::apply`], or [`recover`] for both steps at once.
+///
+/// The shard resumes after the latest second anything can justify, plus
+/// the reservation window: every high-water mark, the last issued second
+/// and the seen seconds that are still legible, the wall clock, and the
+/// time vouched for with [`RecoverOptions::after`]. The clock id is bumped.
+///
+/// It never guesses. When the old high-water mark cannot be read with
+/// certainty (no state file, a zero-length or truncated one, a missing,
+/// garbled, empty or out-of-range `high_water` line, an unknown version,
+/// a file for another shard), it refuses unless a time is vouched for.
+///
+/// # Errors
+///
+/// [`Error::Locked`] if a generator holds the shard;
+/// [`Error::RecoveryRefused`] when the old high-water mark cannot be read
+/// with certainty and no time is vouched for, when the state file is
+/// healthy and the recovery is not forced, when the vouched-for time is past
+/// the layout's last second, or when resuming would leave no second of the
+/// layout; [`Error::Io`] if the state file cannot be read.
+pub fn plan_recovery(
+    dir: &Path,
+    shard: u32,
+    layout: &Layout,
+    options: &RecoverOptions,
+) -> Result<Recovery> {
+    let peek = peek(dir, shard)?;
+    if let Some(pid) = peek.holder {
+        return Err(Error::Locked {
+            shard,
+            dir: dir.to_path_buf(),
+            pid,
+        });
+    }
+    plan_recovery_from(dir, shard, layout, options, peek.state, wall_now())
+}
+
+/// Restarts a shard's state conservatively: [`plan_recovery`], then
+/// [`Recovery::apply`]. Returns what was done.
+///
+/// # Errors
+///
+/// As [`plan_recovery`] and [`Recovery::apply`].
+pub fn recover(
+    dir: &Path,
+    shard: u32,
+    layout: &Layout,
+    options: &RecoverOptions,
+) -> Result<Recovery> {
+    let recovery = plan_recovery(dir, shard, layout, options)?;
+    recovery.apply()?;
+    Ok(recovery)
+}
+
+/// The recovery decision, given the old file's bytes and the clock.
+pub(super) fn plan_recovery_from(
+    dir: &Path,
+    shard: u32,
+    layout: &Layout,
+    options: &RecoverOptions,
+    old: Option<Vec<u8>>,
+    now: u64,
+) -> Result<Recovery> {
+    let path = state_path(dir, shard);
+    let refuse = |reason: String| Error::RecoveryRefused {
+        path: path.clone(),
+        shard,
+        reason,
+    };
+    let vouch = format!(
+        "if you know a time no ID of shard {shard} is later than, recover with it: \
+         idutil state recover --shard {shard} --state-dir {} --after TIME",
+        dir.display()
+    );
+    let last_second = layout.last_unix_second();
+    if options.after.is_some_and(|after| after > last_second) {
+        return Err(refuse(format!(
+            "the time vouched for is past the layout's last second ({last_second} s after the \
+             Unix epoch): no ID can be issued after it"
+        )));
+    }
+    let mut evidence: Vec<(&'static str, u64)> = vec![("the wall clock", now)];
+    if let Some(after) = options.after {
+        evidence.push(("the time vouched for", after));
+    }
+    let mut old_clock_id = None;
+    let found = match &old {
+        None => {
+            if options.after.is_none() {
+                return Err(refuse(format!(
+                    "there is no state file, so nothing says how far the shard has issued; {vouch}"
+                )));
+            }
+            OldState::Missing
+        }
+        Some(bytes) => {
+            let parsed = std::str::from_utf8(bytes)
+                .map_err(|_| "it is not text".to_string())
+                .and_then(StateFile::parse);
+            // A sound file for another shard says nothing about this one.
+            let foreign = parsed
+                .as_ref()
+                .ok()
+                .map(|s| s.shard)
+                .filter(|&s| s != shard);
+            let whole = match (parsed, foreign) {
+                (_, Some(other)) => Err(format!("it is for shard {other}")),
+                (parsed, None) => parsed,
+            };
+            match whole {
+                Ok(s) => {
+                    evidence.extend(s.high_water.values().map(|&m| ("the high-water mark", m)));
+                    evidence.extend(s.last.map(|(sec, _)| ("the last issued ID", sec)));
+                    evidence.push(("the highest wall clock seen", s.seen_max));
+                    evidence.push(("the wall clock of the last run", s.seen_last_run));
+                    old_clock_id = Some(s.clock_id);
+                    if s.layout != *layout {
+                        OldState::OtherLayout(s.layout)
+                    } else if options.force {
+                        OldState::Healthy
+                    } else {
+                        return Err(refuse(
+                            "the state file is healthy: a generator resumes after everything it \
+                             records by itself; to replace it anyway, force the recovery \
+                             (--force)"
+                                .into(),
+                        ));
+                    }
+                }
+                Err(reason) => {
+                    let mut legible = Salvage::read(&String::from_utf8_lossy(bytes), layout);
+                    if foreign.is_some() {
+                        legible.marks = Err("its marks are another shard's".into());
+                    }
+                    match legible.marks {
+                        Ok(marks) => {
+                            evidence.extend(marks.into_iter().map(|m| ("the high-water mark", m)))
+                        }
+                        Err(why) if options.after.is_none() => {
+                            return Err(refuse(format!(
+                                "the state file is damaged ({reason}) and its high-water mark \
+                                 cannot be read with certainty ({why}); {vouch}"
+                            )))
+                        }
+                        Err(_) => {}
+                    }
+                    evidence.extend(legible.seconds);
+                    old_clock_id = legible.clock_id;
+                    OldState::Damaged { reason }
+                }
+            }
+        }
+    };
+    // Ties go to the first: the wall clock, then the vouched-for time, then
+    // the file's fields.
+    let (latest_from, latest) = evidence
+        .iter()
+        .copied()
+        .reduce(|best, e| if e.1 > best.1 { e } else { best })
+        .unwrap_or(("the wall clock", now));
+    let resume_after = latest
+        .checked_add(options.window)
+        .filter(|&r| r < last_second)
+        .ok_or_else(|| {
+            refuse(format!(
+                "resuming after {latest} ({latest_from}) plus the {} s window would leave no \
+                 second of the layout, whose last is {last_second} s after the Unix epoch",
+                options.window
+            ))
+        })?;
+    // Every clock value resumes after the same second, so any clock id is
+    // safe; one that cannot be bumped further starts again from 1.
+    let clock_id = old_clock_id
+        .unwrap_or(0)
+        .checked_add(1)
+        .filter(|id| id.checked_add(u64::from(layout.clock_values())).is_some())
+        .unwrap_or(1);
+    let seen = now.clamp(layout.epoch(), resume_after);
+    let new_state = StateFile {
+        layout: *layout,
+        shard,
+        clock_id,
+        seen_max: seen,
+        seen_last_run: seen,
+        high_water: (0..layout.clock_values())
+            .map(|c| (c, resume_after))
+            .collect(),
+        last: None,
+    };
+    new_state.check().map_err(refuse)?;
+    let kept_as = old
+        .is_some()
+        .then(|| dir.join(format!("shard-{shard}.state.bad")));
+    Ok(Recovery {
+        path,
+        shard,
+        found,
+        latest,
+        latest_from,
+        window: options.window,
+        resume_after,
+        clock_id,
+        kept_as,
+        dir: dir.to_path_buf(),
+        old,
+        new_state,
+    })
+}
+
+/// What a state file that failed [`StateFile::parse`] still says for
+/// certain. Only complete (newline-terminated) lines count, so a file cut
+/// short in the middle of a number does not pass off the shorter number.
+#[derive(Debug)]
+pub(super) struct Salvage {
+    /// The high-water marks, or why they cannot be trusted.
+    pub(super) marks: std::result::Result<Vec<u64>, String>,
+    /// Other legible seconds within the layout's range, as evidence.
+    pub(super) seconds: Vec<(&'static str, u64)>,
+    pub(super) clock_id: Option<u64>,
+}
+
+impl Salvage {
+    pub(super) fn read(text: &str, layout: &Layout) -> Salvage {
+        let mut lines: Vec<&str> = text.split('\n').collect();
+        lines.pop(); // empty if the text ends in a newline, else incomplete
+        let values = |key: &str| -> Vec<&str> {
+            lines
+                .iter()
+                .filter_map(|line| line.trim().split_once('='))
+                .filter(|(k, _)| k.trim() == key)
+                .map(|(_, v)| v.trim())
+                .collect()
+        };
+        let plausible = |v: &str| {
+            let n: u64 = v.parse().ok()?;
+            (layout.epoch()..=layout.last_unix_second())
+                .contains(&n)
+                .then_some(n)
+        };
+        let marks = match (
+            values("version").as_slice(),
+            values("high_water").as_slice(),
+        ) {
+            ([], _) => Err("no legible version line".to_string()),
+            ([v], _) if !["1", "2"].contains(v) => Err(format!(
+                "an unknown version; this idutil reads versions {OLDEST_VERSION} to \
+                 {STATE_VERSION}"
+            )),
+            ([_], []) => Err("no complete high_water line".to_string()),
+            ([_], [marks]) => Salvage::marks(marks, &plausible),
+            _ => Err("a field appears twice".to_string()),
+        };
+        // A checksum that fails says some byte changed, and it may be one of
+        // the mark's digits: nothing in the file is certain then.
+        let marks = match (Salvage::checksum(text), values("version").as_slice()) {
+            (Some(false), _) => {
+                Err("the file's checksum does not match, so none of its fields is certain".into())
+            }
+            (None, ["2"]) => {
+                Err("its checksum line is gone, so none of its fields is certain".into())
+            }
+            _ => marks,
+        };
+        let one = |key: &str| match values(key).as_slice() {
+            [v] => Some(*v),
+            _ => None,
+        };
+        let mut seconds = Vec::new();
+        for (key, what) in [
+            ("seen_max", "the highest wall clock seen"),
+            ("seen_last_run", "the wall clock of the last run"),
+        ] {
+            seconds.extend(one(key).and_then(plausible).map(|s| (what, s)));
+        }
+        seconds.extend(
+            one("last")
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(plausible)
+                .map(|s| ("the last issued ID", s)),
+        );
+        // A mark below a second the file records as seen or issued is not
+        // what a generator writes: a changed digit, perhaps.
+        let marks = marks.and_then(|m| {
+            let highest = m.iter().copied().max().unwrap_or(0);
+            match seconds.iter().find(|(_, s)| *s > highest) {
+                Some((what, _)) => Err(format!(
+                    "the high-water marks are below {what}, which a generator never writes"
+                )),
+                None => Ok(m),
+            }
+        });
+        Salvage {
+            marks,
+            seconds,
+            clock_id: one("clock_id").and_then(|v| v.parse().ok()),
+        }
+    }
+
+    /// Whether the file's checksum line matches what comes before it;
+    /// `None` if it has no complete checksum line.
+    pub(super) fn checksum(text: &str) -> Option<bool> {
+        let mut at = 0;
+        for line in text.split_inclusive('\n') {
+            let start = at;
+            at += line.len();
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            if key.trim() == "checksum" && line.ends_with('\n') {
+                let sum = crc32fast::hash(&text.as_bytes()[..start]);
+                return Some(value.trim() == format!("{sum:08x}"));
+            }
+        }
+        None
+    }
+
+    pub(super) fn marks(
+        text: &str,
+        plausible: &dyn Fn(&str) -> Option<u64>,
+    ) -> std::result::Result<Vec<u64>, String> {
+        let mut values = std::collections::BTreeSet::new();
+        let mut marks = Vec::new();
+        for entry in text.split_whitespace() {
+            let (value, second) = entry
+                .split_once(':')
+                .ok_or("the high_water line is malformed")?;
+            let value: u32 = value
+                .parse()
+                .map_err(|_| "the high_water line is malformed")?;
+            if !values.insert(value) {
+                return Err("the high_water line lists a clock value twice".into());
+            }
+            if !second.bytes().all(|b| b.is_ascii_digit()) {
+                return Err("the high_water line is malformed".into());
+            }
+            marks.push(plausible(second).ok_or("a high_water mark is outside the layout's range")?);
+        }
+        if marks.is_empty() {
+            return Err("the high_water line is empty".into());
+        }
+        Ok(marks)
+    }
+}

@@ -1,0 +1,288 @@
+//! The locked store of one shard's state: taking the locks, fencing, and
+//! the atomic replacement of the state file.
+
+use super::{format::*, paths::*};
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
+
+use crate::error::{Error, Result};
+use crate::host_lock::HostLock;
+
+/// A locked shard in a state directory: the exclusive right to read and
+/// replace its state file, for as long as the value lives.
+///
+/// The directory and the lock file are held open. Every file in the
+/// directory is opened relative to the directory's descriptor, without
+/// following symbolic links, and checked to be a regular file of ours
+/// before it is read; every write first checks that the directory and
+/// the lock file are still the ones at their paths (see [`Store::save`]).
+pub(crate) struct Store {
+    pub(super) dir: PathBuf,
+    pub(super) path: PathBuf,
+    pub(super) lock_path: PathBuf,
+    pub(super) shard: u32,
+    pub(super) dir_fd: OwnedFd,
+    pub(super) dir_id: (u64, u64),
+    // Held for the `flock`; closing it releases the lock.
+    pub(super) lock: File,
+    pub(super) lock_id: (u64, u64),
+    /// Whether a state file was ever written for this shard in this
+    /// directory, as the lock file records.
+    pub(super) had_state: AtomicBool,
+    /// The per-host hold on the shard, for generators.
+    pub(super) _host: Option<HostLock>,
+}
+
+impl Store {
+    /// Takes the shard's per-host lock in `id_space` (see
+    /// [`host_lock`](crate::host_lock)), then its lock in `dir`.
+    pub(crate) fn open_for_generator(dir: &Path, shard: u32, id_space: &str) -> Result<Store> {
+        let host = HostLock::acquire(id_space, shard)?;
+        let mut store = Store::open(dir, shard)?;
+        store._host = Some(host);
+        Ok(store)
+    }
+
+    /// Creates the directory if needed (mode 0700), checks it, and takes
+    /// the shard's lock in it.
+    pub(crate) fn open(dir: &Path, shard: u32) -> Result<Store> {
+        let dir = &cleaned(dir)?;
+        let dir_fd = open_dir(dir, true)?.ok_or_else(|| {
+            Error::io(
+                "open the state directory",
+                dir,
+                io::ErrorKind::NotFound.into(),
+            )
+        })?;
+        let dir_id = file_id(&dir_fd).map_err(|e| Error::io("examine", dir, e))?;
+        let lock_path = lock_path(dir, shard);
+        let lock_name = lock_name(shard);
+        let lock = match open_in(
+            &dir_fd,
+            &lock_path,
+            &lock_name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
+        ) {
+            Ok(Some(file)) => {
+                // Ours: 0600 whatever the umask.
+                rfs::fchmod(&file, Mode::from_raw_mode(0o600))
+                    .map_err(|e| Error::io("set the mode of", &lock_path, e.into()))?;
+                file
+            }
+            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+                open_in(&dir_fd, &lock_path, &lock_name, OFlags::RDWR)?.ok_or_else(|| {
+                    Error::io(
+                        "open the lock file",
+                        &lock_path,
+                        io::ErrorKind::NotFound.into(),
+                    )
+                })?
+            }
+            Err(e) => return Err(e),
+            // Only when the directory vanished under us.
+            Ok(None) => {
+                return Err(Error::io(
+                    "create the lock file",
+                    &lock_path,
+                    io::ErrorKind::NotFound.into(),
+                ))
+            }
+        };
+        check_file(&lock, &lock_path)?;
+        let lock_id = file_id(&lock).map_err(|e| Error::io("examine", &lock_path, e))?;
+        if let Err(e) = try_lock_exclusive(&lock) {
+            if e.kind() == fs2::lock_contended_error().kind() {
+                return Err(Error::Locked {
+                    shard,
+                    dir: dir.to_path_buf(),
+                    pid: read_lock_file(&lock).0,
+                });
+            }
+            return Err(Error::io("lock", &lock_path, e));
+        }
+        remove_stale_temporaries(&dir_fd, shard);
+        let had_state = read_lock_file(&lock).1;
+        // The pid is advice for error messages; the lock is what protects.
+        let _ = write_lock_file(&lock, had_state);
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            path: state_path(dir, shard),
+            lock_path,
+            shard,
+            dir_fd,
+            dir_id,
+            lock,
+            lock_id,
+            had_state: AtomicBool::new(had_state),
+            _host: None,
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Reads the state file: `None` if there is none yet.
+    ///
+    /// A missing state file for a shard that had one in this directory is
+    /// [`Error::BadState`], never a fresh start.
+    pub(crate) fn load(&self) -> Result<Option<StateFile>> {
+        let state = load_at(&self.dir_fd, &self.path, self.shard)?;
+        if state.is_none() && self.had_state.load(Relaxed) {
+            return Err(missing_state(&self.path, self.shard));
+        }
+        Ok(state)
+    }
+
+    /// The state file's bytes and modification time (Unix seconds), as
+    /// checked and capped as [`Store::load`] reads them: `None` if there
+    /// is none.
+    pub(crate) fn read_raw(&self) -> Result<Option<(Vec<u8>, Option<u64>)>> {
+        let Some(mut file) = open_in(
+            &self.dir_fd,
+            &self.path,
+            &state_name(self.shard),
+            OFlags::RDONLY,
+        )?
+        else {
+            return Ok(None);
+        };
+        let stat = check_file(&file, &self.path)?;
+        let bytes = read_capped(&mut file, &self.path)?;
+        Ok(Some((bytes, u64::try_from(stat.st_mtime).ok())))
+    }
+
+    /// Keeps `bytes` (a damaged state file) beside the state file as
+    /// `shard-N.state.bad`, replacing whatever had that name (a symbolic
+    /// link itself, never its target).
+    pub(crate) fn keep_bad(&self, bytes: &[u8]) -> Result<()> {
+        let name = format!("{}.bad", state_name(self.shard));
+        let kept = self.dir.join(&name);
+        self.check_ground()?;
+        self.replace(&name, bytes)
+            .map_err(|e| Error::io("keep a copy of the old state as", &kept, e))
+    }
+
+    /// Replaces the state file atomically and durably.
+    ///
+    /// First checks that the state directory and the lock file are still
+    /// the ones this store opened: if either was deleted or replaced,
+    /// writes nothing and returns [`Error::Fenced`]. Records in the lock
+    /// file that the shard has a state file, after the first write.
+    pub(crate) fn save(&self, state: &StateFile) -> Result<()> {
+        self.check_ground()?;
+        if let Err(e) = self.replace(&state_name(self.shard), state.render().as_bytes()) {
+            // A directory removed under the write makes it fail: say why.
+            self.check_ground()?;
+            return Err(Error::io("write the state file in", &self.dir, e));
+        }
+        if !self.had_state.load(Relaxed) {
+            match write_lock_file(&self.lock, true).and_then(|()| self.lock.sync_all()) {
+                Ok(()) => self.had_state.store(true, Relaxed),
+                Err(e) => log::warn!(
+                    "cannot record in {} that shard {} has a state file ({e}); \
+                     retrying at the next write",
+                    self.lock_path.display(),
+                    self.shard
+                ),
+            }
+        }
+        if let Some(host) = &self._host {
+            host.drain();
+        }
+        Ok(())
+    }
+
+    /// `Err(Error::Fenced)` unless the directory and lock file paths still
+    /// name the directory and file this store holds open.
+    pub(super) fn check_ground(&self) -> Result<()> {
+        let fenced = |reason: String| Error::Fenced {
+            shard: self.shard,
+            reason,
+        };
+        match fs::symlink_metadata(&self.dir) {
+            Ok(m) if (m.dev(), m.ino()) == self.dir_id => {}
+            Ok(_) => {
+                return Err(fenced(format!(
+                    "the state directory {} was replaced",
+                    self.dir.display()
+                )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(fenced(format!(
+                    "the state directory {} was deleted",
+                    self.dir.display()
+                )))
+            }
+            Err(e) => return Err(Error::io("examine", &self.dir, e)),
+        }
+        match fs::symlink_metadata(&self.lock_path) {
+            Ok(m) if (m.dev(), m.ino()) == self.lock_id => Ok(()),
+            Ok(_) => Err(fenced(format!(
+                "the lock file {} was replaced",
+                self.lock_path.display()
+            ))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(fenced(format!(
+                "the lock file {} was deleted",
+                self.lock_path.display()
+            ))),
+            Err(e) => Err(Error::io("examine", &self.lock_path, e)),
+        }
+    }
+
+    /// Writes `bytes` to a new temporary file in the directory (0600,
+    /// created exclusively), syncs it, renames it over `name` and syncs the
+    /// directory, all relative to the directory's descriptor: a directory
+    /// deleted meanwhile makes this fail, and one recreated at the same
+    /// path is never written to.
+    pub(super) fn replace(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".shard-{}.", self.shard))
+            .suffix(".tmp")
+            .make_in(&self.dir, |path| {
+                let name = path
+                    .file_name()
+                    .ok_or_else(|| io::Error::other("no file name"))?;
+                let fd = rfs::openat(
+                    &self.dir_fd,
+                    name,
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o600),
+                )?;
+                rfs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+                Ok(File::from(fd))
+            })?;
+        let (mut file, mut temp_path) = tmp.into_parts();
+        // Removed by name relative to the directory below, never by path.
+        temp_path.disable_cleanup(true);
+        let tmp_name = temp_path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .ok_or_else(|| io::Error::other("no file name"))?;
+        let written = file
+            .write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| {
+                rfs::renameat(&self.dir_fd, &*tmp_name, &self.dir_fd, name).map_err(io::Error::from)
+            });
+        if let Err(e) = written {
+            let _ = rfs::unlinkat(&self.dir_fd, &*tmp_name, AtFlags::empty());
+            return Err(e);
+        }
+        rfs::fsync(&self.dir_fd).map_err(io::Error::from)
+    }
+}

@@ -1,0 +1,538 @@
+//! Unit tests of the state file format, the store and recovery.
+
+use super::{format::*, inspect::*, paths::*, recover::*, store::*};
+use std::fs;
+use std::path::Path;
+
+use crate::error::Error;
+use crate::generator::DEFAULT_WINDOW;
+use crate::layout::Layout;
+use crate::layout::EPOCH_2000;
+
+fn sample() -> StateFile {
+    StateFile {
+        layout: Layout::DEFAULT,
+        shard: 7,
+        clock_id: 3,
+        seen_max: 1_763_751_234,
+        seen_last_run: 1_763_751_200,
+        high_water: [(0, 1_763_751_239)].into_iter().collect(),
+        last: Some((1_763_751_236, 17)),
+    }
+}
+
+#[test]
+fn round_trips() {
+    let s = sample();
+    assert_eq!(StateFile::parse(&s.render()).unwrap(), s);
+    let s = StateFile { last: None, ..s };
+    assert_eq!(StateFile::parse(&s.render()).unwrap(), s);
+}
+
+#[test]
+fn rejects_damage() {
+    let good = sample().render();
+    let truncated = &good[..good.len() - 4];
+    let cases = [
+        ("", "empty"),
+        ("garbage", "line 1 is malformed"),
+        (truncated, "truncated"),
+        (
+            &good.replace("version = 2", "version = 3"),
+            "unknown version",
+        ),
+        (&good.replace("clock_id = 3", "clock_id = x"), "clock_id"),
+        (
+            &good.replace("clock_id = 3", "clock_id = 3\nclock_id = 4"),
+            "twice",
+        ),
+        (&good.replace("end", "end\nshard = 1"), "after the end"),
+        (&good.replace("seen_max", "seen_maxx"), "unknown field"),
+        (&good.replace("0:1763751239", "0;1763751239"), "high_water"),
+        (&good.replace("0:1763751239", "1:1763751239"), "clock value"),
+        (
+            &good.replace("last = 1763751236 17", "last = 1763751236"),
+            "last",
+        ),
+        (
+            &good.replace("epoch:946684800", "epoch:18446744073709551615"),
+            "too late",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = StateFile::parse(text).unwrap_err();
+        assert!(err.contains(want), "{want}: {err}");
+    }
+}
+
+/// The sample with one field changed, rendered, parsed and checked.
+fn refused(edit: impl FnOnce(&mut StateFile)) -> String {
+    let mut s = sample();
+    edit(&mut s);
+    StateFile::parse(&s.render()).expect_err("refused")
+}
+
+fn text_refused(text: &str) -> String {
+    StateFile::parse(text).expect_err("refused")
+}
+
+const LAST: u64 = 5_241_652_095; // 2136-02-07T06:28:15Z
+
+#[test]
+fn every_second_lies_within_the_layout() {
+    let l = Layout::DEFAULT;
+    assert_eq!(l.last_unix_second(), LAST);
+    for bad in [0, l.epoch() - 1, LAST + 1, 300_000_000_000, u64::MAX] {
+        let all_high = |s: &mut StateFile| {
+            s.high_water.insert(0, bad);
+            s.seen_max = bad;
+            s.seen_last_run = bad;
+            s.last = Some((bad, 0));
+        };
+        for (what, err) in [
+            ("seen_max", refused(|s| s.seen_max = bad)),
+            ("seen_last_run", refused(|s| s.seen_last_run = bad)),
+            (
+                "high_water",
+                refused(|s| {
+                    s.high_water.insert(0, bad);
+                }),
+            ),
+            ("last issued second", refused(|s| s.last = Some((bad, 0)))),
+            ("range", refused(all_high)),
+        ] {
+            assert!(err.contains(what), "{bad}: {what}: {err}");
+            assert!(err.contains("range"), "{bad}: {err}");
+        }
+    }
+    // The ends of the range themselves are fine.
+    for edge in [l.epoch(), LAST] {
+        let s = StateFile {
+            seen_max: edge,
+            seen_last_run: edge,
+            high_water: [(0, edge)].into_iter().collect(),
+            last: Some((edge, u32::from(u16::MAX))),
+            ..sample()
+        };
+        assert_eq!(StateFile::parse(&s.render()).unwrap(), s);
+    }
+}
+
+#[test]
+fn the_mark_must_not_wrap_or_be_empty_or_zero() {
+    let good = sample().render();
+    for (mark, want) in [
+        ("0:18446744073709551615", "range"),
+        ("0:18446744073709551616", "out of range"),
+        ("", "empty"),
+        ("0:0", "range"),
+        ("0:", "not a number"),
+        (":1763751239", "not a number"),
+        ("0:-5", "not a number"),
+        ("0:1763751239 0:1000000000", "twice"),
+        ("0:1000000000 0:1763751239", "twice"),
+    ] {
+        let text = good.replace("high_water = 0:1763751239", &format!("high_water = {mark}"));
+        let err = text_refused(&text);
+        assert!(err.contains(want), "{mark:?}: {err}");
+    }
+}
+
+#[test]
+fn the_current_mark_covers_the_last_run_and_the_last_id() {
+    let err = refused(|s| s.last = Some((1_763_751_240, 0)));
+    assert!(err.contains("below the last issued second"), "{err}");
+    let err = refused(|s| s.last = Some((0, 0)));
+    assert!(err.contains("range"), "{err}");
+    let err = refused(|s| {
+        s.seen_max = 1_763_751_300;
+        s.seen_last_run = 1_763_751_240;
+    });
+    assert!(err.contains("below seen_last_run"), "{err}");
+    let err = refused(|s| s.seen_max = 1_763_751_240);
+    assert!(err.contains("below seen_max"), "{err}");
+    let err = refused(|s| s.seen_last_run = s.seen_max + 1);
+    assert!(err.contains("seen_last_run is above seen_max"), "{err}");
+    let err = refused(|s| s.last = Some((1_763_751_236, 65_536)));
+    assert!(err.contains("sequence"), "{err}");
+    let err = refused(|s| s.shard = 32);
+    assert!(err.contains("shard"), "{err}");
+}
+
+#[test]
+fn clock_values_and_the_clock_id() {
+    let l = Layout::new(30, 2, 16, 5, EPOCH_2000).unwrap();
+    let t = 1_763_751_234;
+    let clocked = StateFile {
+        layout: l,
+        clock_id: 6, // clock value 2
+        seen_max: t + 100,
+        seen_last_run: t,
+        // Value 2 runs on real time after a rollback; value 0 holds the
+        // highest second seen.
+        high_water: [(0, t + 105), (2, t + 5)].into_iter().collect(),
+        last: None,
+        ..sample()
+    };
+    assert_eq!(StateFile::parse(&clocked.render()).unwrap(), clocked);
+
+    let missing = StateFile {
+        clock_id: 5,
+        ..clocked.clone()
+    };
+    let err = StateFile::parse(&missing.render()).unwrap_err();
+    assert!(
+        err.contains("no mark for the current clock value 1"),
+        "{err}"
+    );
+
+    let text = clocked.render().replace("2:", "4:");
+    assert!(text_refused(&text).contains("does not fit"));
+
+    for id in [u64::MAX, u64::MAX - 3] {
+        let err = StateFile::parse(
+            &StateFile {
+                clock_id: id,
+                ..clocked.clone()
+            }
+            .render(),
+        )
+        .unwrap_err();
+        assert!(err.contains("too large to be bumped"), "{id}: {err}");
+    }
+    // The highest clock id that can still be bumped through all four
+    // clock values.
+    let highest = StateFile {
+        clock_id: u64::MAX - 4,
+        high_water: [(0, t + 105), (3, t + 5)].into_iter().collect(),
+        ..clocked.clone()
+    };
+    assert_eq!(highest.clock_value(), 3);
+    assert_eq!(StateFile::parse(&highest.render()).unwrap(), highest);
+}
+
+#[test]
+fn reasons_never_quote_the_file() {
+    let secret = "hunter2-0123456789";
+    let good = sample().render();
+    let texts = [
+        format!("{secret}\n"),
+        format!("password = {secret}\n"),
+        good.replace("version = 2", &format!("version = {secret}")),
+        good.replace("shard = 7", &format!("shard = {secret}")),
+        good.replace("clock_id = 3", &format!("clock_id = {secret}")),
+        good.replace("0:1763751239", &format!("0:{secret}")),
+        good.replace("0:1763751239", &format!("{secret}:1763751239")),
+        good.replace("last = 1763751236 17", &format!("last = {secret}")),
+        good.replace("epoch:946684800", &format!("epoch:{secret}")),
+        good.replace("end\n", &format!("end\n{secret}\n")),
+        good.replace("seen_max", secret),
+    ];
+    for text in &texts {
+        let err = text_refused(text);
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(!err.contains("0123456789"), "{err}");
+    }
+}
+
+// --- recovery -------------------------------------------------------
+
+const NOW: u64 = 1_763_751_300;
+
+fn plan_for(old: Option<&str>, options: &RecoverOptions) -> std::result::Result<Recovery, String> {
+    let old = old.map(|t| t.as_bytes().to_vec());
+    plan_recovery_from(Path::new("/state"), 7, &Layout::DEFAULT, options, old, NOW)
+        .map_err(|e| e.to_string())
+}
+
+/// A state file as idutil wrote it before files carried a checksum:
+/// the case where a damaged file's legible fields are all there is.
+fn unsummed(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.starts_with("checksum ="))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replace("version = 2", "version = 1")
+}
+
+#[test]
+fn a_checksum_catches_a_changed_digit_and_makes_nothing_certain() {
+    let good = borrowed().render();
+    assert!(StateFile::parse(&good).is_ok());
+    assert!(StateFile::parse(&unsummed(&good)).is_ok(), "older files");
+    // One digit of the mark lowered: still a consistent file, but not
+    // the one written.
+    let edited = good.replace(&format!("0:{}", NOW + 3_000), &format!("0:{}", NOW + 1_000));
+    let err = StateFile::parse(&edited).unwrap_err();
+    assert!(err.contains("checksum"), "{err}");
+    // So recovery cannot trust the mark, nor any other field.
+    let err = plan_for(Some(&edited), &RecoverOptions::new()).unwrap_err();
+    assert!(err.contains("checksum") && err.contains("--after"), "{err}");
+    let r = plan_for(Some(&edited), &RecoverOptions::new().after(NOW + 5_000)).unwrap();
+    assert!(r.resume_after >= NOW + 5_000);
+    // Without a checksum, a mark below what the file says was seen is
+    // not certain either.
+    let seen = unsummed(&good).replace(
+        &format!("seen_max = {NOW}"),
+        &format!("seen_max = {}", NOW + 4_000),
+    );
+    let err = plan_for(Some(&seen), &RecoverOptions::new()).unwrap_err();
+    assert!(err.contains("below"), "{err}");
+}
+
+/// A crashed, borrowed-ahead state: the mark is far past the clock.
+fn borrowed() -> StateFile {
+    StateFile {
+        seen_max: NOW,
+        seen_last_run: NOW,
+        high_water: [(0, NOW + 3_000)].into_iter().collect(),
+        last: None,
+        ..sample()
+    }
+}
+
+#[test]
+fn recovery_refuses_without_a_certain_mark_unless_a_time_is_vouched_for() {
+    let good = unsummed(&borrowed().render());
+    let truncated_in_mark = &good[..good.find("high_water = ").unwrap() + 17];
+    let truncated_before = &good[..good.find("high_water").unwrap()];
+    let cases: Vec<(Option<String>, &str)> = vec![
+        (None, "no state file"),
+        (Some(String::new()), "no legible version"),
+        (Some(truncated_in_mark.into()), "no complete high_water"),
+        (Some(truncated_before.into()), "no complete high_water"),
+        (
+            Some(good.replace("version = 1", "version = 7")),
+            "unknown version",
+        ),
+        (
+            Some(good.replace("high_water", "high_wa\0er")),
+            "no complete high_water",
+        ),
+        (
+            Some(good.replace(&format!("0:{}", NOW + 3_000), "")),
+            "empty",
+        ),
+        (
+            Some(good.replace(&format!("0:{}", NOW + 3_000), "0:0")),
+            "outside",
+        ),
+        (
+            Some(good.replace(&format!("0:{}", NOW + 3_000), "0:18446744073709551615")),
+            "outside",
+        ),
+        (
+            Some(good.replace(&format!("0:{}", NOW + 3_000), "0:99999999999999999999")),
+            "outside",
+        ),
+        (
+            Some(good.replace(&format!("0:{}", NOW + 3_000), "0:1x")),
+            "malformed",
+        ),
+        (
+            Some(good.replace(
+                &format!("0:{}", NOW + 3_000),
+                &format!("0:{} 0:1000000000", NOW + 3_000),
+            )),
+            "twice",
+        ),
+        (
+            Some(good.replace("shard = 7", "shard = 8")),
+            "another shard",
+        ),
+    ];
+    for (old, want) in cases {
+        let err = plan_for(old.as_deref(), &RecoverOptions::new()).unwrap_err();
+        assert!(err.contains(want), "{want}: {err}");
+        assert!(err.contains("--after TIME"), "{want}: {err}");
+        // Vouching for a time is enough, and the recovery resumes after it.
+        let vouched = NOW + 10_000;
+        let r = plan_for(old.as_deref(), &RecoverOptions::new().after(vouched)).unwrap();
+        assert!(r.resume_after >= vouched + DEFAULT_WINDOW, "{want}");
+        assert_eq!(r.kept_as.is_some(), old.is_some(), "{want}");
+    }
+}
+
+#[test]
+fn recovery_resumes_after_every_legible_second_plus_the_window() {
+    let good = unsummed(&borrowed().render());
+    let mark = NOW + 3_000;
+    // A damaged line elsewhere: the mark is certain and wins.
+    let damaged = good.replace(&format!("seen_max = {NOW}"), "\0\0\0\0");
+    let r = plan_for(Some(&damaged), &RecoverOptions::new()).unwrap();
+    assert!(matches!(r.found, OldState::Damaged { .. }), "{:?}", r.found);
+    assert_eq!((r.latest, r.latest_from), (mark, "the high-water mark"));
+    assert_eq!(r.resume_after, mark + DEFAULT_WINDOW);
+    assert_eq!(r.clock_id, 4, "bumped from 3");
+    assert_eq!(r.new_state().high_water[&0], r.resume_after);
+
+    // A last ID above the mark: a generator never writes that, so the
+    // mark is not certain; a vouched-for time is needed.
+    let above = good.replace("end\n", &format!("last = {} 5\nend\n", mark + 50));
+    let err = plan_for(Some(&above), &RecoverOptions::new()).unwrap_err();
+    assert!(err.contains("below the last issued ID"), "{err}");
+    let r = plan_for(Some(&above), &RecoverOptions::new().after(mark + 50)).unwrap();
+    assert!(matches!(r.found, OldState::Damaged { .. }));
+    assert_eq!(r.latest, mark + 50);
+
+    // `last = 0 0`: refused by a generator, ignored as evidence here.
+    let zero = good.replace("end\n", "last = 0 0\nend\n");
+    let r = plan_for(Some(&zero), &RecoverOptions::new()).unwrap();
+    assert_eq!(r.latest, mark);
+
+    // A later vouched-for time wins; an earlier one changes nothing.
+    let r = plan_for(Some(&damaged), &RecoverOptions::new().after(mark + 99)).unwrap();
+    assert_eq!(
+        (r.latest, r.latest_from),
+        (mark + 99, "the time vouched for")
+    );
+    let r = plan_for(Some(&damaged), &RecoverOptions::new().after(NOW - 99)).unwrap();
+    assert_eq!(r.latest, mark);
+
+    // Non-UTF-8 bytes in a comment do not hide the mark.
+    let mut bytes = damaged.clone().into_bytes();
+    bytes.splice(2..2, [0xff, 0xfe]);
+    let r = plan_recovery_from(
+        Path::new("/state"),
+        7,
+        &Layout::DEFAULT,
+        &RecoverOptions::new(),
+        Some(bytes),
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(r.latest, mark);
+
+    // The wall clock counts too, and the window is the caller's.
+    let old_mark = good.replace(&format!("0:{mark}"), &format!("0:{}", NOW - 500));
+    let old_mark = old_mark.replace(&format!("= {NOW}\n"), &format!("= {}\n", NOW - 600));
+    let old_mark = old_mark.replace("version = 1", "version = 1\n\0");
+    let r = plan_for(Some(&old_mark), &RecoverOptions::new().window(60)).unwrap();
+    assert_eq!((r.latest, r.latest_from), (NOW, "the wall clock"));
+    assert_eq!(r.resume_after, NOW + 60);
+}
+
+#[test]
+fn recovery_refuses_a_healthy_file_unless_forced() {
+    let healthy = borrowed().render();
+    let err = plan_for(Some(&healthy), &RecoverOptions::new()).unwrap_err();
+    assert!(err.contains("healthy") && err.contains("--force"), "{err}");
+    let r = plan_for(Some(&healthy), &RecoverOptions::new().force(true)).unwrap();
+    assert_eq!(r.found, OldState::Healthy);
+    assert_eq!(r.resume_after, NOW + 3_000 + DEFAULT_WINDOW);
+
+    // A sound file for another layout needs no forcing; its marks count.
+    let other = StateFile {
+        layout: Layout::new(30, 2, 16, 5, EPOCH_2000).unwrap(),
+        clock_id: 4, // clock value 0, which has the mark
+        ..borrowed()
+    };
+    let r = plan_for(Some(&other.render()), &RecoverOptions::new()).unwrap();
+    assert_eq!(r.found, OldState::OtherLayout(other.layout));
+    assert_eq!(r.latest, NOW + 3_000);
+}
+
+#[test]
+fn recovery_never_creates_a_dead_shard() {
+    let err = plan_for(None, &RecoverOptions::new().after(LAST + 1)).unwrap_err();
+    assert!(err.contains("past the layout's last second"), "{err}");
+    let err = plan_for(None, &RecoverOptions::new().after(u64::MAX)).unwrap_err();
+    assert!(err.contains("past the layout's last second"), "{err}");
+    let err = plan_for(None, &RecoverOptions::new().after(LAST - 2)).unwrap_err();
+    assert!(err.contains("no second of the layout"), "{err}");
+    let err = plan_for(None, &RecoverOptions::new().after(NOW).window(u64::MAX)).unwrap_err();
+    assert!(err.contains("no second of the layout"), "{err}");
+    // The last usable resumption leaves exactly one second.
+    let r = plan_for(
+        None,
+        &RecoverOptions::new().after(LAST - 1 - DEFAULT_WINDOW),
+    )
+    .unwrap();
+    assert_eq!(r.resume_after, LAST - 1);
+    assert_eq!(r.found, OldState::Missing);
+    assert_eq!(r.kept_as, None);
+}
+
+#[test]
+fn recovery_bumps_the_clock_id_with_checked_arithmetic() {
+    let good = unsummed(&borrowed().render());
+    let damaged = good.replace("version = 1", "version = 1\n\0");
+    let r = plan_for(Some(&damaged), &RecoverOptions::new()).unwrap();
+    assert_eq!(r.clock_id, 4);
+    // One that cannot be bumped further starts again from 1: every
+    // clock value resumes after the same second.
+    for id in [u64::MAX, u64::MAX - 1] {
+        let max = damaged.replace("clock_id = 3", &format!("clock_id = {id}"));
+        let r = plan_for(Some(&max), &RecoverOptions::new()).unwrap();
+        assert_eq!(r.clock_id, 1);
+        r.new_state().check().unwrap();
+    }
+    // An illegible clock id restarts the count at 1.
+    let gone = damaged.replace("clock_id = 3", "clock_id = ?");
+    assert_eq!(
+        plan_for(Some(&gone), &RecoverOptions::new())
+            .unwrap()
+            .clock_id,
+        1
+    );
+}
+
+#[test]
+fn recovery_writes_a_valid_state_and_keeps_the_old_bytes_through_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = state_path(dir.path(), 7);
+    let damaged = unsummed(&borrowed().render()).replace("version = 1", "version = 1\n\0");
+    fs::write(&path, &damaged).unwrap();
+    // Whatever sits at the copy's path is replaced, not written through.
+    let target = dir.path().join("precious");
+    fs::write(&target, "keep me").unwrap();
+    let kept = dir.path().join("shard-7.state.bad");
+    std::os::unix::fs::symlink(&target, &kept).unwrap();
+
+    let r = plan_recovery(dir.path(), 7, &Layout::DEFAULT, &RecoverOptions::new()).unwrap();
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        damaged,
+        "planning changes nothing"
+    );
+    // The file changing between planning and applying is refused.
+    fs::write(&path, format!("{damaged}\n")).unwrap();
+    let err = r.apply().unwrap_err();
+    assert!(matches!(err, Error::RecoveryRefused { .. }), "{err}");
+    fs::write(&path, &damaged).unwrap();
+    r.apply().unwrap();
+
+    assert_eq!(fs::read_to_string(&target).unwrap(), "keep me");
+    assert!(!fs::symlink_metadata(&kept)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(fs::read_to_string(&kept).unwrap(), damaged);
+    let now = inspect(dir.path(), 7).unwrap().state.unwrap();
+    assert_eq!(&now, r.new_state());
+    assert_eq!(now.high_water[&0], r.resume_after);
+}
+
+#[test]
+fn taking_the_lock_removes_stale_temporaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let stale = dir.path().join(".shard-3.abc123.tmp");
+    let other_shard = dir.path().join(".shard-31.abc123.tmp");
+    fs::write(&stale, "half a state").unwrap();
+    fs::write(&other_shard, "someone else's").unwrap();
+    let store = Store::open(dir.path(), 3).unwrap();
+    assert!(!stale.exists());
+    assert!(other_shard.exists());
+    store.save(&sample_for(3)).unwrap();
+    assert_eq!(store.load().unwrap(), Some(sample_for(3)));
+}
+
+fn sample_for(shard: u32) -> StateFile {
+    StateFile { shard, ..sample() }
+}
+
+#[test]
+fn dir_precedence() {
+    let explicit = Path::new("/x/y");
+    assert_eq!(state_dir(Some(explicit)).unwrap(), explicit);
+}

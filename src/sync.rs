@@ -1,0 +1,27 @@
+//! Locks that outlive a panic: every mutex in the crate guards state that a
+//! panicking holder cannot leave half-done, so a poisoned lock is used as is.
+
+#[cfg(feature = "redis")]
+use std::sync::Condvar;
+use std::sync::{Mutex, MutexGuard};
+#[cfg(feature = "redis")]
+use std::time::Duration;
+
+/// Locks `mutex`, ignoring poisoning (see the module docs).
+#[inline]
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits on `changed` for at most `timeout`, ignoring poisoning.
+#[cfg(feature = "redis")]
+pub(crate) fn wait_timeout<'a, T>(
+    changed: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: Duration,
+) -> MutexGuard<'a, T> {
+    match changed.wait_timeout(guard, timeout) {
+        Ok((guard, _)) => guard,
+        Err(p) => p.into_inner().0,
+    }
+}
