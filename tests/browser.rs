@@ -14,8 +14,7 @@ mod common;
 mod web_example;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -65,29 +64,13 @@ fn the_page_shows_and_sends_back_the_servers_exact_ids() {
     let app = web_example::WebApp::start(dir.path(), 21);
     let base = format!("http://{}", app.addr);
 
-    let child = Command::new(node)
-        .arg(browser_dir().join("page.js"))
-        .arg(&base)
-        .arg(&browser)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start node");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = rx
-        .recv_timeout(TIMEOUT)
-        .unwrap_or_else(|_| {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("the browser check did not finish within {TIMEOUT:?}");
-        })
-        .expect("wait for node");
+    let out = common::output_within(
+        Command::new(node)
+            .arg(browser_dir().join("page.js"))
+            .arg(&base)
+            .arg(&browser),
+        TIMEOUT,
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -38,33 +38,51 @@ fn crash_bound(run: &[u64], unprinted: u64) -> u64 {
     WINDOW + 2 + unprinted + headroom
 }
 
+/// The skips between the runs of a crash loop, each checked against
+/// [`crash_bound`] as it comes.
+#[derive(Default)]
+struct Skips {
+    previous: Option<Vec<u64>>,
+    seen: Vec<u64>,
+}
+
+impl Skips {
+    /// Records a run that crashed with up to `unprinted` seconds' worth of
+    /// IDs taken but not printed, after checking the skip from the run
+    /// before.
+    fn after(&mut self, round: usize, ids: Vec<u64>, unprinted: u64, ledger: &mut Ledger) {
+        if let Some(prev) = &self.previous {
+            let s = skip(*prev.last().unwrap(), ids[0]);
+            let bound = crash_bound(prev, unprinted);
+            assert!(
+                s <= bound,
+                "round {round}: the crash skipped {s} s, more than {bound} s (skips so far: \
+                 {:?})",
+                self.seen
+            );
+            self.seen.push(s);
+        }
+        ledger.record_after_all(&ids);
+        self.previous = Some(ids);
+    }
+}
+
 #[test]
 fn sixteen_sigkills_of_the_command_mid_burst_each_cost_a_bounded_skip() {
     let dir = common::state_dir();
     let shard = 6;
     let mut rng = Rng::from_env_or_time("sixteen_sigkills_of_the_command_mid_burst");
     let mut ledger = Ledger::new();
-    let mut previous: Option<Vec<u64>> = None;
-    let mut skips = Vec::new();
+    let mut skips = Skips::default();
     for round in 0..16 {
         let mut child = common::spawn_next(shard, dir.path(), 100_000_000);
         let ids = common::kill_after_lines(&mut child, rng.range(1, 300_000));
         assert!(!ids.is_empty(), "round {round} printed nothing");
-        if let Some(prev) = &previous {
-            let s = skip(*prev.last().unwrap(), ids[0]);
-            // Unprinted: the batch being printed (1,024 IDs), the
-            // command's 8 KiB buffer and the 64 KiB pipe: under a second.
-            let bound = crash_bound(prev, 1);
-            assert!(
-                s <= bound,
-                "round {round}: the crash skipped {s} s, more than {bound} s (skips so far: \
-                 {skips:?})"
-            );
-            skips.push(s);
-        }
-        ledger.record_after_all(&ids);
-        previous = Some(ids);
+        // Unprinted: the batch being printed (1,024 IDs), the command's
+        // 8 KiB buffer and the 64 KiB pipe: under a second.
+        skips.after(round, ids, 1, &mut ledger);
     }
+    let skips = skips.seen;
     eprintln!("skips after each SIGKILL, in seconds: {skips:?}");
     // Nothing compounds: the shard is still within minutes of the clock.
     let ids = common::next(shard, dir.path(), 10);
@@ -80,8 +98,7 @@ fn fifteen_sigkills_of_a_library_burst_each_cost_a_bounded_skip() {
     let shard = 8;
     let mut rng = Rng::from_env_or_time("fifteen_sigkills_of_a_library_burst");
     let mut ledger = Ledger::new();
-    let mut previous: Option<Vec<u64>> = None;
-    let mut skips = Vec::new();
+    let mut skips = Skips::default();
     for round in 0..15 {
         let env = vec![
             ("IDUTIL_CHILD_SHARD", shard.to_string()),
@@ -98,21 +115,11 @@ fn fifteen_sigkills_of_a_library_burst_each_cost_a_bounded_skip() {
         if ids.is_empty() {
             continue;
         }
-        if let Some(prev) = &previous {
-            let s = skip(*prev.last().unwrap(), ids[0]);
-            // The child prints 32 batches at a time: up to 32 seconds'
-            // worth taken but not printed.
-            let bound = crash_bound(prev, 32);
-            assert!(
-                s <= bound,
-                "round {round}: the crash skipped {s} s, more than {bound} s (skips so far: \
-                 {skips:?})"
-            );
-            skips.push(s);
-        }
-        ledger.record_after_all(&ids);
-        previous = Some(ids);
+        // The child prints 32 batches at a time: up to 32 seconds' worth
+        // taken but not printed.
+        skips.after(round, ids, 32, &mut ledger);
     }
+    let skips = skips.seen;
     eprintln!("skips after each SIGKILL, in seconds: {skips:?}");
     assert!(skips.len() >= 10, "only {} rounds printed IDs", skips.len());
 }

@@ -13,7 +13,6 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 const NODE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -162,24 +161,10 @@ fn node() -> Option<&'static str> {
 
 /// Runs `node` with a time limit.
 fn run_node(node: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    let child = Command::new(node)
-        .args(args.iter().map(|a| a.as_ref()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start node");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output().expect("wait for node"));
-    });
-    rx.recv_timeout(NODE_TIMEOUT).unwrap_or_else(|_| {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-        panic!("node did not finish within {NODE_TIMEOUT:?}");
-    })
+    common::output_within(
+        Command::new(node).args(args.iter().map(|a| a.as_ref())),
+        NODE_TIMEOUT,
+    )
 }
 
 /// Writes `json` to a file and runs the checker on it; `Ok` with node's
