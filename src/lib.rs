@@ -491,12 +491,13 @@
 //! within the reservation the old state file recorded, and a new generator
 //! on a recreated, empty directory knows nothing of them, starting at the
 //! clock. So a fenced generator keeps its shard on the host (see below)
-//! until the wall clock has passed every second it reserved; closing or
-//! dropping it waits for that (a few seconds for a generator that follows
-//! the clock, as long as it had borrowed ahead otherwise). A fenced process
-//! killed with SIGKILL before then gives the shard up early, and a
-//! generator that starts over in the recreated directory can then issue
-//! its last IDs again: do not delete a live generator's state.
+//! until the wall clock has passed every second it reserved, for at most a
+//! minute; closing or dropping it waits for that (a few seconds for a
+//! generator that follows the clock). A generator that had borrowed more
+//! than a minute ahead, or a fenced process killed with SIGKILL before its
+//! wait is over, gives the shard up early, and a generator that starts
+//! over in the recreated directory can then issue its last IDs again: do
+//! not delete a live generator's state.
 //!
 //! **One shard, one generator per host.** Besides the lock file, a
 //! generator holds its shard on the host through a Linux abstract-namespace

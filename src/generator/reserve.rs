@@ -13,6 +13,11 @@ use crate::clock::Clock;
 use crate::durable::Durable;
 use crate::error::{Error, Result};
 
+/// The longest a fenced generator keeps its shard after the fence, so that
+/// closing it never waits for long: what a generator that follows the clock
+/// reserves is a few seconds ahead.
+const MAX_FENCED_WAIT: u64 = 60;
+
 impl<C: Clock> Inner<C> {
     /// Asks the extender to reserve past `second`: a window ahead, plus
     /// [`HEADROOM`] of issuing at the recent rate. The reservation never
@@ -195,22 +200,30 @@ impl<C: Clock> Inner<C> {
     /// this thread owns) until the wall clock passes every second it
     /// reserved. A generator that then starts over on this host, in a state
     /// directory recreated where the old one was, starts after every ID
-    /// this one may have issued. The wait is bounded by the reservation's
-    /// length in real time, whatever the clock does.
+    /// this one may have issued. The wait is at most [`MAX_FENCED_WAIT`]
+    /// seconds of real time, whatever the clock does.
     #[cold]
     fn outwait_reservation(&self) {
         let reserved = self.hot.layout.epoch() + self.lock().reserved;
-        let wait = reserved
+        let ahead = reserved
             .saturating_add(1)
             .saturating_sub(self.hot.clock.now());
-        if wait == 0 {
+        if ahead == 0 {
             return;
         }
+        // Closing waits for this, so it is capped: past the cap, what the
+        // generator borrowed further ahead is at risk (see the crate docs,
+        // *Security*), and the warning says so.
+        let wait = ahead.min(MAX_FENCED_WAIT);
         log::warn!(
-            "shard {}: keeping the shard for up to {wait} s, until the wall clock passes \
-             every second this generator reserved, so that no generator on this host \
-             issues its IDs again",
-            self.shard
+            "shard {}: keeping the shard for {wait} s, until the wall clock passes {} \
+             this generator reserved, so that no generator on this host issues its IDs again",
+            self.shard,
+            if wait < ahead {
+                "the first minute of what"
+            } else {
+                "every second"
+            }
         );
         let deadline = Instant::now() + Duration::from_secs(wait);
         while self.hot.clock.now() <= reserved {

@@ -381,7 +381,9 @@ pub(super) fn plan_recovery_from(
 pub(super) struct Salvage {
     /// The high-water marks, or why they cannot be trusted.
     pub(super) marks: std::result::Result<Vec<u64>, String>,
-    /// Other legible seconds within the layout's range, as evidence.
+    /// Other legible seconds within the layout's range, as evidence:
+    /// among them the marks that parse but are not certain, which can only
+    /// make a recovery resume later.
     pub(super) seconds: Vec<(&'static str, u64)>,
     pub(super) clock_id: Option<u64>,
 }
@@ -417,6 +419,14 @@ impl Salvage {
             ([_], [marks]) => Salvage::marks(marks, &plausible),
             _ => Err("a field appears twice".to_string()),
         };
+        let legible_marks = match &values("high_water").as_slice() {
+            [line] => line
+                .split_whitespace()
+                .filter_map(|entry| entry.split_once(':'))
+                .filter_map(|(_, second)| plausible(second))
+                .collect(),
+            _ => Vec::new(),
+        };
         // A checksum that fails says some byte changed, and it may be one of
         // the mark's digits: nothing in the file is certain then.
         let marks = match (Salvage::checksum(text), values("version").as_slice()) {
@@ -447,6 +457,7 @@ impl Salvage {
         );
         // A mark below a second the file records as seen or issued is not
         // what a generator writes: a changed digit, perhaps.
+        let certain = marks.is_ok();
         let marks = marks.and_then(|m| {
             let highest = m.iter().copied().max().unwrap_or(0);
             match seconds.iter().find(|(_, s)| *s > highest) {
@@ -456,6 +467,13 @@ impl Salvage {
                 None => Ok(m),
             }
         });
+        if !certain || marks.is_err() {
+            seconds.extend(
+                legible_marks
+                    .into_iter()
+                    .map(|m| ("a high-water mark that may be damaged", m)),
+            );
+        }
         Salvage {
             marks,
             seconds,

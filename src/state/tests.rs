@@ -278,6 +278,16 @@ fn a_checksum_catches_a_changed_digit_and_makes_nothing_certain() {
     );
     let err = plan_for(Some(&seen), &RecoverOptions::new()).unwrap_err();
     assert!(err.contains("below"), "{err}");
+
+    // An uncertain mark still counts as evidence: a vouched-for time earlier
+    // than a legible mark never makes the shard resume before it.
+    let mark = NOW + 3_000;
+    let cut = good.replace("checksum = ", "checksum = 0");
+    for (damaged, what) in [(&cut, "checksum"), (&edited, "changed digit")] {
+        let r = plan_for(Some(damaged), &RecoverOptions::new().after(NOW)).unwrap();
+        let legible = if damaged == &cut { mark } else { NOW + 1_000 };
+        assert!(r.resume_after > legible, "{what}: {}", r.resume_after);
+    }
 }
 
 /// A crashed, borrowed-ahead state: the mark is far past the clock.
