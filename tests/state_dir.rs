@@ -139,6 +139,8 @@ fn wait_for_error(
             ids.extend(common::child_ids(&line).0);
         }
     }
+    // The child waits for its stdin to close after an error.
+    drop(child.stdin.take());
     let status = child.wait().unwrap();
     let error = error.unwrap_or_else(|| panic!("the child ended ({status}) without an error line"));
     (ids, error)
@@ -709,8 +711,15 @@ fn child_issue_until_error() {
             .write_all(chunk.as_bytes())
             .and_then(|()| out.flush())
             .is_err()
-            || failed.is_some()
         {
+            return;
+        }
+        if failed.is_some() {
+            // A long-lived process goes on after a failed call: stay alive
+            // (holding whatever the generator holds) until the parent
+            // closes our stdin.
+            drop(out);
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
             return;
         }
         thread::sleep(Duration::from_millis(2));
