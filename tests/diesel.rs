@@ -12,7 +12,7 @@ mod postgres;
 use std::time::{Duration, UNIX_EPOCH};
 
 use diesel::prelude::*;
-use idutil::{Generator, Id, ManualClock};
+use idutil::{Id, ManualClock};
 
 const T0: u64 = 1_800_000_000;
 
@@ -37,9 +37,8 @@ fn records() -> Vec<Record> {
     for shard in [1, 31] {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(T0);
-        let generator = Generator::builder()
+        let generator = common::builder(dir.path())
             .shard(shard)
-            .state_dir(dir.path())
             .clock(clock.clone())
             .open()
             .unwrap();

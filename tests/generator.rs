@@ -198,6 +198,7 @@ fn stops_cleanly_at_the_end_of_the_range() {
     // A clock past the range cannot even open the shard.
     clock.advance(1000);
     let refused = Generator::builder()
+        .id_space(common::space_for(dir.path()))
         .shard(31)
         .state_dir(dir.path())
         .clock(clock.clone())

@@ -13,7 +13,7 @@ mod postgres;
 use std::collections::BTreeSet;
 use std::time::{Duration, UNIX_EPOCH};
 
-use idutil::{Generator, Id, ManualClock};
+use idutil::{Id, ManualClock};
 use sqlx::{Database, Decode, Encode, Type, TypeInfo};
 
 const T0: u64 = 1_700_000_000;
@@ -32,9 +32,8 @@ fn ids() -> Vec<Id> {
     for shard in [30, 3] {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(T0);
-        let generator = Generator::builder()
+        let generator = common::builder(dir.path())
             .shard(shard)
-            .state_dir(dir.path())
             .clock(clock.clone())
             .open()
             .unwrap();
