@@ -544,7 +544,9 @@ mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
-pub use generator::{Builder, Generator, IdBatch, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM_SECONDS};
+pub use generator::{
+    Builder, Generator, IdBatch, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM_SECONDS, MAX_WINDOW,
+};
 pub use global::IdUtil;
 pub use host_lock::ID_SPACE_ENV;
 pub use id::Id;

@@ -480,3 +480,24 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
     assert_eq!(after.unix_seconds(), T + 10);
     assert!(g.reserved_until() >= T + 10);
 }
+
+#[test]
+fn no_window_setting_can_make_a_crash_skip_to_the_end_of_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = Generator::builder()
+        .id_space(common::space_for(dir.path()))
+        .shard(26)
+        .state_dir(dir.path())
+        .clock(clock.clone())
+        .window(Duration::MAX)
+        .open()
+        .unwrap();
+    g.next_id().unwrap();
+    // What a crash now would skip to: the durable mark, capped.
+    assert!(
+        g.reserved_until() <= T + idutil::MAX_WINDOW,
+        "reserved until {} with the clock at {T}",
+        g.reserved_until()
+    );
+}

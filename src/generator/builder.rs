@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::hot::{Cold, Hot, Inner, Padded};
 use super::plan::{cover_seen, plan, Plan};
-use super::{Generator, DEFAULT_WINDOW, FENCED};
+use super::{Generator, DEFAULT_WINDOW, FENCED, MAX_WINDOW};
 use crate::clock::{Clock, SystemClock};
 use crate::durable::{self, Durable};
 use crate::error::{Error, Result};
@@ -109,11 +109,12 @@ impl<C: Clock> Builder<C> {
     }
 
     /// How far ahead the state file reserves seconds (rounded up to whole
-    /// seconds, at least 1; default 5). A larger window means fewer writes;
-    /// after a crash the next generator starts up to this far ahead, plus
-    /// the headroom of a burst (see the crate docs, *What a crash costs*).
+    /// seconds, at least 1, at most [`MAX_WINDOW`]; default 5). A larger
+    /// window means fewer writes; after a crash the next generator starts
+    /// up to this far ahead, plus the headroom of a burst (see the crate
+    /// docs, *What a crash costs*).
     pub fn window(mut self, window: Duration) -> Self {
-        self.window = whole_seconds(window).max(1);
+        self.window = whole_seconds(window).clamp(1, MAX_WINDOW);
         self
     }
 

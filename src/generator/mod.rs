@@ -41,6 +41,10 @@ const FLAGS: u64 = CLOSED | FENCED | CLOCK_OUT;
 const MAX_BATCH: u64 = 1 << 40;
 /// Default reservation window, in seconds.
 pub const DEFAULT_WINDOW: u64 = 5;
+/// The largest reservation window, in seconds: what a crash may cost on
+/// top of the headroom. A larger window asked for is this one, so that no
+/// setting can make a crash skip to the end of the layout's range.
+pub const MAX_WINDOW: u64 = 3600;
 /// How often a call waiting on the lead cap looks at the clock again.
 const LEAD_POLL: Duration = Duration::from_millis(5);
 /// How much issuing, at the recent rate, a reservation covers beyond the
