@@ -12,7 +12,7 @@ mod postgres;
 use std::time::{Duration, UNIX_EPOCH};
 
 use diesel::prelude::*;
-use idutil::{Id, ManualClock};
+use idutil::Id;
 
 const T0: u64 = 1_800_000_000;
 
@@ -34,19 +34,7 @@ struct Record {
 /// smallest and largest IDs, newest first.
 fn records() -> Vec<Record> {
     let mut ids = vec![Id::MIN, Id::MAX];
-    for shard in [1, 31] {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let generator = common::builder(dir.path())
-            .shard(shard)
-            .clock(clock.clone())
-            .open()
-            .unwrap();
-        for second in 0..4 {
-            clock.set(T0 + second);
-            ids.extend(generator.next_ids(25).unwrap());
-        }
-    }
+    ids.extend(common::ids_from_shards(&[1, 31], T0, 4, 25));
     ids.sort_by(|a, b| b.cmp(a));
     ids.into_iter()
         .map(|id| Record {

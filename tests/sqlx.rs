@@ -13,7 +13,7 @@ mod postgres;
 use std::collections::BTreeSet;
 use std::time::{Duration, UNIX_EPOCH};
 
-use idutil::{Id, ManualClock};
+use idutil::Id;
 use sqlx::{Database, Decode, Encode, Type, TypeInfo};
 
 const T0: u64 = 1_700_000_000;
@@ -28,20 +28,7 @@ struct Record {
 /// second each, plus the smallest and largest IDs; in an order that is
 /// not the sorted one.
 fn ids() -> Vec<Id> {
-    let mut ids = Vec::new();
-    for shard in [30, 3] {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let generator = common::builder(dir.path())
-            .shard(shard)
-            .clock(clock.clone())
-            .open()
-            .unwrap();
-        for second in 0..5 {
-            clock.set(T0 + second);
-            ids.extend(generator.next_ids(40).unwrap());
-        }
-    }
+    let mut ids = common::ids_from_shards(&[30, 3], T0, 5, 40);
     ids.push(Id::MAX);
     ids.push(Id::MIN);
     ids.reverse();

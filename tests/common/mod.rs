@@ -55,6 +55,27 @@ pub fn builder(dir: impl AsRef<Path>) -> idutil::Builder {
         .state_dir(dir.as_ref())
 }
 
+/// IDs from one generator per shard in `shards`, each on a manual clock
+/// that runs from `t0` for `seconds` seconds, `per_second` IDs a second:
+/// in issuing order, shard by shard.
+pub fn ids_from_shards(shards: &[u32], t0: u64, seconds: u64, per_second: u64) -> Vec<Id> {
+    let mut ids = Vec::new();
+    for &shard in shards {
+        let dir = state_dir();
+        let clock = idutil::ManualClock::new(t0);
+        let generator = builder(dir.path())
+            .shard(shard)
+            .clock(clock.clone())
+            .open()
+            .expect("open a generator");
+        for second in 0..seconds {
+            clock.set(t0 + second);
+            ids.extend(generator.next_ids(per_second).expect("a batch"));
+        }
+    }
+    ids
+}
+
 /// Says that a test skipped what it could not run, on stderr past libtest's
 /// capture (which hides `eprintln!` of a passing test), so a plain
 /// `cargo test` shows it.
