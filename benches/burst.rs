@@ -38,21 +38,11 @@
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use ferroid::generator::AtomicSnowflakeGenerator;
-use ferroid::time::MonotonicClock;
 use idutil::{Generator, IdUtil};
 
-ferroid::define_snowflake_id!(
-    /// Milliseconds since the bench started, 5 machine bits, 22 sequence
-    /// bits: the sequence never runs out within a millisecond here.
-    FerroidId, u64,
-    reserved: 0,
-    timestamp: 37,
-    machine_id: 5,
-    sequence: 22
-);
+mod peers;
 
 const GLOBAL_SHARD: u32 = 7;
 const EXPLICIT_SHARD: u32 = 8;
@@ -131,13 +121,6 @@ fn state_dir() -> tempfile::TempDir {
         .expect("create a state directory")
 }
 
-fn ferroid() -> AtomicSnowflakeGenerator<FerroidId, MonotonicClock> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("a clock after 1970");
-    AtomicSnowflakeGenerator::new(1, MonotonicClock::with_epoch(now - Duration::from_secs(1)))
-}
-
 fn open(shard: u32, dir: &tempfile::TempDir) -> Generator {
     Generator::builder()
         .shard(shard)
@@ -158,7 +141,7 @@ fn contender(which: usize, threads: usize, ids: u64) -> Cost {
             t
         }
         _ => {
-            let f = ferroid();
+            let f = peers::ferroid();
             round(threads, ids, || {
                 f.next_id(|_| std::hint::spin_loop()).to_raw()
             })

@@ -19,19 +19,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
-use ferroid::generator::AtomicSnowflakeGenerator;
-use ferroid::time::MonotonicClock;
 use idutil::{Clock, Generator, Id, IdUtil, SystemClock, EPOCH_2000};
 
-ferroid::define_snowflake_id!(
-    /// Milliseconds since the bench started, 5 machine bits, 22 sequence
-    /// bits: the sequence never runs out within a millisecond here.
-    FerroidId, u64,
-    reserved: 0,
-    timestamp: 37,
-    machine_id: 5,
-    sequence: 22
-);
+mod peers;
 
 /// Shard of the process-wide generator (`IDUTIL_SHARD`).
 const GLOBAL_SHARD: u32 = 1;
@@ -97,7 +87,7 @@ impl Classic {
 struct Fixture {
     dir: tempfile::TempDir,
     explicit: Generator,
-    ferroid: AtomicSnowflakeGenerator<FerroidId, MonotonicClock>,
+    ferroid: peers::Ferroid,
     snowflake_me: snowflake_me::Snowflake,
     ulid: Mutex<ulid::Generator>,
     classic: Classic,
@@ -121,10 +111,8 @@ impl Fixture {
             .open()
             .expect("open the explicit generator");
 
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-        // Epoch one second before now: 37 bits of milliseconds last years.
-        let epoch = now - Duration::from_secs(1);
-        let ferroid = AtomicSnowflakeGenerator::new(1, MonotonicClock::with_epoch(epoch));
+        let epoch = peers::epoch();
+        let ferroid = peers::ferroid();
         let start_ms = i64::try_from(epoch.as_millis()).unwrap();
         let snowflake_me = snowflake_me::Snowflake::builder()
             .start_time(start_ms)
@@ -146,7 +134,7 @@ impl Fixture {
         }
     }
 
-    fn ferroid_next(&self) -> FerroidId {
+    fn ferroid_next(&self) -> peers::FerroidId {
         // Retry at once on a lost race; with 22 sequence bits nothing else
         // makes it wait.
         self.ferroid.next_id(|_| std::hint::spin_loop())
