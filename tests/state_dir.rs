@@ -168,7 +168,9 @@ fn deleting_the_lock_file_fences_the_holder_and_a_second_process_is_refused() {
         "{error}"
     );
     assert!(error.contains("stopped issuing"), "{error}");
-    assert!(ids.len() > 1000, "the child issued {} IDs", ids.len());
+    // How many IDs the child issues before its next write notices the
+    // deletion depends on the machine's load; at least its first.
+    assert!(!ids.is_empty(), "the child issued no IDs");
 
     // The state file still covers everything: a new run starts after it all.
     let mut ledger = Ledger::new();
