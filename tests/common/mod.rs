@@ -14,6 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idutil::{Id, Layout};
 
+pub mod node;
+
 /// JavaScript's `Number.MAX_SAFE_INTEGER`: no ID may exceed it.
 pub const MAX_SAFE: u64 = (1 << 53) - 1;
 
@@ -257,15 +259,22 @@ impl Rng {
 // ---------------------------------------------------------------------------
 // The idutil binary.
 
-/// The `idutil` binary built for these tests.
-#[cfg(feature = "cli")]
+/// The `idutil` binary built for these tests. Cargo names it in the
+/// environment of the tests of the package that builds it, `idutil-cli`.
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_idutil")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("CARGO_BIN_EXE_idutil").unwrap_or_else(|_| {
+            panic!(
+                "CARGO_BIN_EXE_idutil is not set: tests that run the command \
+                 belong to the idutil-cli package (cli/tests)"
+            )
+        })
+    })
 }
 
 /// `idutil --shard S --state-dir D` with the environment cleared of
 /// anything that could pick another shard or directory.
-#[cfg(feature = "cli")]
 pub fn idutil(shard: u32, dir: &Path) -> Command {
     let mut cmd = Command::new(bin());
     cmd.env_remove("IDUTIL_SHARD")
@@ -369,7 +378,6 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
 }
 
 /// `idutil next -n N` that must succeed: its IDs, strictly increasing.
-#[cfg(feature = "cli")]
 pub fn next(shard: u32, dir: &Path, n: u64) -> Vec<u64> {
     let r =
         run(idutil(shard, dir).args(["next", "-n", &n.to_string()])).expect_code(0, "idutil next");
@@ -387,7 +395,6 @@ pub fn next(shard: u32, dir: &Path, n: u64) -> Vec<u64> {
 }
 
 /// `idutil next -n N` running, its stdout and stderr piped.
-#[cfg(feature = "cli")]
 pub fn spawn_next(shard: u32, dir: &Path, n: u64) -> Child {
     idutil(shard, dir)
         .args(["next", "-n", &n.to_string()])
@@ -412,7 +419,6 @@ pub fn kill_after_lines(child: &mut Child, lines: u64) -> Vec<u64> {
 }
 
 /// `idutil state --json`, parsed.
-#[cfg(feature = "cli")]
 pub fn state_json(shard: u32, dir: &Path) -> serde_json::Value {
     let r = run(idutil(shard, dir).args(["state", "--json"])).expect_code(0, "idutil state --json");
     serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.stdout))

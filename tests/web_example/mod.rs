@@ -40,7 +40,6 @@ pub fn binary() -> &'static Path {
             .arg(target_dir)
             .arg("--no-default-features");
         let features: Vec<&str> = [
-            (cfg!(feature = "cli"), "cli"),
             (cfg!(feature = "serde"), "serde"),
             (cfg!(feature = "redis"), "redis"),
             (cfg!(feature = "sqlx"), "sqlx"),

@@ -5,8 +5,8 @@
 //! year 10000. A crash costs a bounded skip that never compounds; a signal
 //! costs nothing; a clock outside the layout's range issues nothing and
 //! stores nothing.
-#![cfg(feature = "cli")]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader, Read};

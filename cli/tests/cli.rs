@@ -4,8 +4,8 @@
 //! stdout and never a panic. `next -n` streams: a reader that stops early
 //! ends it cleanly, and memory does not grow with N. `decode` reads
 //! standard input in a pipe; completions and the man page render.
-#![cfg(feature = "cli")]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};

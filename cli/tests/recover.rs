@@ -3,8 +3,8 @@
 //! file, with `--dry-run`, with times past the layout's end; and `state`,
 //! `decode` and `next` on state files holding absurd seconds. Every ID any
 //! run printed is checked against every later run.
-#![cfg(feature = "cli")]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;

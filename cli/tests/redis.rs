@@ -5,6 +5,7 @@
 //! and pass, except under `CI=true`, where its absence fails them.
 #![cfg(feature = "redis")]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -1026,7 +1027,6 @@ fn redis_restarted_mid_run_keeps_ids_unique() {
 /// The command: `--redis URL` and `IDUTIL_REDIS_URL` lease the shard,
 /// `idutil state` shows the leases, and with every shard leased `idutil
 /// next` fails with the clear error and status 1.
-#[cfg(feature = "cli")]
 #[test]
 fn command_leases_and_shows_the_lease() {
     let Some(redis) = RedisServer::start(false) else {
@@ -1187,7 +1187,6 @@ fn garbled_record_refuses_the_shard_and_stays_as_it_is() {
             assert_eq!(rows[3].high_water, None);
         }
 
-        #[cfg(feature = "cli")]
         {
             let bin = env!("CARGO_BIN_EXE_idutil");
             let run = |args: &[&str]| {
@@ -1499,7 +1498,6 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
 #[test]
 fn blank_redis_url_is_a_usage_error() {
     let dir = state_dir();
-    #[cfg(feature = "cli")]
     {
         let bin = env!("CARGO_BIN_EXE_idutil");
         let run = |args: &[&str], env: Option<&str>| {

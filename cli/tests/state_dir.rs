@@ -4,8 +4,7 @@
 //! modes, owners and deleted state files. Real processes of the command
 //! and of a long-lived library user (this binary, re-executed).
 
-#![cfg(feature = "cli")]
-
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::fs;

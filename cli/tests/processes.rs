@@ -4,8 +4,8 @@
 //! locked out by a live holder, refused on damaged state files; and child
 //! processes running library code (this test binary, re-executed to run one
 //! `#[ignore]`d entry point) killed at random moments.
-#![cfg(feature = "cli")]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::BufReader;

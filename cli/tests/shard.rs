@@ -3,6 +3,7 @@
 //! the host (the crate docs' "The shard" has the rule and its table). Host
 //! names are set for real in a private UTS namespace (`unshare --uts`).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
