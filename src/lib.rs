@@ -17,10 +17,9 @@
 //!
 //! # Getting started
 //!
-//! Add `idutil` to `Cargo.toml` (with `default-features = false` if you do
-//! not want the `idutil` command's dependencies), then call
-//! [`IdUtil::next_id`] wherever a new primary key is needed. The first call
-//! opens a process-wide [`Generator`]:
+//! Add `idutil` to `Cargo.toml`, then call [`IdUtil::next_id`] wherever a
+//! new primary key is needed. The first call opens a process-wide
+//! [`Generator`]:
 //!
 //! - its **shard** (5 bits, 0–31: which generator made the ID) comes from
 //!   `IDUTIL_SHARD`, or else from the number that ends the host name
@@ -56,7 +55,8 @@
 //! # Ok::<(), idutil::Error>(())
 //! ```
 //!
-//! The `idutil` command issues, decodes and inspects IDs from a shell:
+//! The `idutil` command (`cargo install idutil-cli`) issues, decodes and
+//! inspects IDs from a shell:
 //! `idutil next -n 5`, `idutil decode 1452736581206048`, `idutil state`.
 //!
 //! # The ID
@@ -75,7 +75,6 @@
 //!
 //! # Features
 //!
-//! - `cli` (default): the `idutil` command.
 //! - `serde`: `Serialize`/`Deserialize` for [`Id`]: a JSON number, or a
 //!   string with `#[serde(with = "idutil::serde::string")]`; reading
 //!   accepts either and rejects negatives, values above 2<sup>53</sup> − 1,
