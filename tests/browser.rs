@@ -10,9 +10,7 @@
 
 #![cfg(all(feature = "sqlx", feature = "serde"))]
 
-mod common;
-mod web_example;
-
+use idutil_harness as harness;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -52,7 +50,7 @@ fn the_page_shows_and_sends_back_the_servers_exact_ids() {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("{why}, and CI=true requires the browser test");
             }
-            common::skipped(format_args!(
+            harness::skipped(format_args!(
                 "\n*** SKIPPED: {why}, so the page was NOT checked in a browser. \
                  Install Debian's chromium-headless-shell and run \
                  `npm ci --prefix tests/browser`. ***\n"
@@ -61,10 +59,10 @@ fn the_page_shows_and_sends_back_the_servers_exact_ids() {
         }
     };
     let dir = tempfile::tempdir().unwrap();
-    let app = web_example::WebApp::start(dir.path(), 21);
+    let app = harness::web::WebApp::start(dir.path(), 21);
     let base = format!("http://{}", app.addr);
 
-    let out = common::output_within(
+    let out = harness::output_within(
         Command::new(node)
             .arg(browser_dir().join("page.js"))
             .arg(&base)

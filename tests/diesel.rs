@@ -1,13 +1,12 @@
 //! `Id` as a diesel `BigInt` primary key against real databases: a SQLite
 //! file and a PostgreSQL server started for the test (see
-//! `tests/postgres/mod.rs`). Records with an `Id` key are inserted, loaded,
+//! `tests/harness/src/postgres.rs`). Records with an `Id` key are inserted, loaded,
 //! found by key, sorted, and found by a range between `Id::min_at` and
 //! `Id::max_at`. Values that are not IDs are deserialization errors.
 
 #![cfg(feature = "diesel")]
 
-mod common;
-mod postgres;
+use idutil_harness as harness;
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -34,7 +33,7 @@ struct Record {
 /// smallest and largest IDs, newest first.
 fn records() -> Vec<Record> {
     let mut ids = vec![Id::MIN, Id::MAX];
-    ids.extend(common::ids_from_shards(&[1, 31], T0, 4, 25));
+    ids.extend(harness::ids_from_shards(&[1, 31], T0, 4, 25));
     ids.sort_by(|a, b| b.cmp(a));
     ids.into_iter()
         .map(|id| Record {
@@ -166,7 +165,7 @@ fn sqlite_file_keys_records_by_id() {
 
 #[test]
 fn postgres_keys_records_by_bigint_id() {
-    let Some(server) = postgres::Postgres::start() else {
+    let Some(server) = harness::postgres::Postgres::start() else {
         return;
     };
     let conn = &mut PgConnection::establish(&server.conninfo())

@@ -5,11 +5,11 @@
 //! Crashes are real: a child process (this test binary, re-executed to run
 //! one `#[ignore]`d entry point) is killed with SIGKILL.
 
-mod common;
+use idutil_harness as harness;
 
 use std::path::Path;
 
-use common::{Damage, Ledger};
+use harness::{Damage, Ledger};
 use idutil::state::{self, RecoverOptions, StateFile};
 use idutil::{Error, Generator, Id, Layout, ManualClock, DEFAULT_WINDOW, EPOCH_2000};
 
@@ -21,7 +21,7 @@ const CLOCKED: Layout = Layout::new_const(30, 2, 16, 5, EPOCH_2000);
 
 fn open_at(dir: &Path, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
     Generator::builder()
-        .id_space(common::space_for(dir))
+        .id_space(harness::space_for(dir))
         .shard(shard)
         .state_dir(dir)
         .clock(clock.clone())
@@ -36,7 +36,7 @@ fn open_layout_at(
     clock: &ManualClock,
 ) -> Generator<ManualClock> {
     Generator::builder()
-        .id_space(common::space_for(dir))
+        .id_space(harness::space_for(dir))
         .shard(shard)
         .state_dir(dir)
         .layout(layout)
@@ -70,7 +70,7 @@ fn id_step(layout: &Layout) -> u64 {
 
 #[test]
 fn clean_close_continues_right_after_the_last_id() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let clock = ManualClock::new(T);
     let mut ledger = Ledger::new();
     for round in 0..40 {
@@ -100,7 +100,7 @@ fn clean_close_continues_right_after_the_last_id() {
 
 #[test]
 fn rollback_across_a_clean_restart_bumps_the_clock_id() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let clock = ManualClock::new(T);
     let mut ledger = Ledger::new();
 
@@ -145,7 +145,7 @@ fn rollback_across_a_clean_restart_bumps_the_clock_id() {
 /// A child process holding shard `shard`: it issued `n` IDs on a manual
 /// clock at `time` and printed them; the returned IDs are what it printed.
 fn crashed_child(dir: &Path, shard: u32, n: u64, time: u64) -> Vec<u64> {
-    let mut child = common::spawn_child(
+    let mut child = harness::spawn_child(
         "child_hold_shard",
         &[
             ("IDUTIL_CHILD_SHARD", shard.to_string()),
@@ -154,15 +154,15 @@ fn crashed_child(dir: &Path, shard: u32, n: u64, time: u64) -> Vec<u64> {
             ("IDUTIL_CHILD_TIME", time.to_string()),
         ],
     );
-    let (ids, _reader) = common::read_until_ready(child.stdout.take().unwrap());
+    let (ids, _reader) = harness::read_until_ready(child.stdout.take().unwrap());
     assert_eq!(ids.len() as u64, n);
-    common::sigkill(&mut child);
+    harness::sigkill(&mut child);
     ids
 }
 
 #[test]
 fn crash_resumes_after_the_reserved_high_water() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     let printed = crashed_child(dir.path(), 6, 500, T);
     ledger.record(&printed);
@@ -187,7 +187,7 @@ fn crash_resumes_after_the_reserved_high_water() {
 
 #[test]
 fn rollback_across_a_crash_bumps_the_clock_id() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     ledger.record(&crashed_child(dir.path(), 7, 300, T));
     let high_water = mark(&on_disk(dir.path(), 7), 0);
@@ -230,7 +230,7 @@ fn clocked_second(id: u64) -> u64 {
 
 #[test]
 fn clock_bits_rollback_moves_to_a_fresh_clock_value_on_real_time() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let clock = ManualClock::new(T);
     let mut ledger = Ledger::new();
 
@@ -255,7 +255,7 @@ fn clock_bits_rollback_moves_to_a_fresh_clock_value_on_real_time() {
 
 #[test]
 fn clock_bits_repeated_rollbacks_cycle_through_values() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     let mut expected_value = 0;
     let mut expected_id = 0;
@@ -290,7 +290,7 @@ fn clock_bits_repeated_rollbacks_cycle_through_values() {
 
 #[test]
 fn clock_bits_with_every_mark_ahead_resume_after_the_lowest() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     let clock = ManualClock::new(T);
     let run = |at: u64, value: u32, ledger: &mut Ledger| {
@@ -338,9 +338,9 @@ fn clock_bits_with_every_mark_ahead_resume_after_the_lowest() {
 
 #[test]
 fn a_second_generator_for_a_shard_in_one_process_is_refused() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let first = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(5)
         .state_dir(dir.path())
         .open()
@@ -349,7 +349,7 @@ fn a_second_generator_for_a_shard_in_one_process_is_refused() {
 
     // In the same ID space the per-host lock refuses it first.
     let err = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(5)
         .state_dir(dir.path())
         .open()
@@ -360,7 +360,7 @@ fn a_second_generator_for_a_shard_in_one_process_is_refused() {
     );
     // In another ID space, the directory's lock does.
     let err = Generator::builder()
-        .id_space(format!("{}-other", common::space_for(dir.path())))
+        .id_space(format!("{}-other", harness::space_for(dir.path())))
         .shard(5)
         .state_dir(dir.path())
         .open()
@@ -383,7 +383,7 @@ fn a_second_generator_for_a_shard_in_one_process_is_refused() {
 
     // Another shard in the same directory is independent.
     let other = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(6)
         .state_dir(dir.path())
         .open()
@@ -394,21 +394,21 @@ fn a_second_generator_for_a_shard_in_one_process_is_refused() {
     let b = first.next_id().unwrap();
     first.close().unwrap();
     let again = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(5)
         .state_dir(dir.path())
         .open()
         .unwrap();
     let d = again.next_id().unwrap();
     assert!(a < b && b < d);
-    common::assert_unique_set(&[a, b, c, d].map(Id::as_u64));
+    harness::assert_unique_set(&[a, b, c, d].map(Id::as_u64));
 }
 
 /// Issues from shard `shard` in `dir` on the system clock: `n` IDs in one
 /// batch, then a few more one by one; closes cleanly.
 fn issue_system(dir: &Path, shard: u32, n: u64) -> Vec<u64> {
     let g = Generator::builder()
-        .id_space(common::space_for(dir))
+        .id_space(harness::space_for(dir))
         .shard(shard)
         .state_dir(dir)
         .open()
@@ -420,9 +420,9 @@ fn issue_system(dir: &Path, shard: u32, n: u64) -> Vec<u64> {
 }
 
 fn assert_refused(dir: &Path, shard: u32, damaged: &[u8], kind: Damage) {
-    let path = common::state_file(dir, shard);
+    let path = harness::state_file(dir, shard);
     let err = Generator::builder()
-        .id_space(common::space_for(dir))
+        .id_space(harness::space_for(dir))
         .shard(shard)
         .state_dir(dir)
         .open()
@@ -443,16 +443,16 @@ fn assert_refused(dir: &Path, shard: u32, damaged: &[u8], kind: Damage) {
 
 #[test]
 fn damaged_state_is_refused_and_recover_resumes_after_everything() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     for (i, kind) in Damage::ALL.into_iter().enumerate() {
         let shard = 10 + i as u32;
         let mut ledger = Ledger::new();
         // Nearly four seconds' worth: the run borrows into the reservation
         // window, so resuming at the clock would not be enough.
         ledger.record(&issue_system(dir.path(), shard, 250_000));
-        let issued_until = common::unix_second(ledger.max().unwrap());
-        assert!(issued_until > common::wall_now());
-        let path = common::state_file(dir.path(), shard);
+        let issued_until = harness::unix_second(ledger.max().unwrap());
+        assert!(issued_until > harness::wall_now());
+        let path = harness::state_file(dir.path(), shard);
         let damaged = kind.apply(&path);
         assert_refused(dir.path(), shard, &damaged, kind);
         // Twice: refusing must not have changed anything.
@@ -486,15 +486,15 @@ fn damaged_state_is_refused_and_recover_resumes_after_everything() {
 
 #[test]
 fn a_state_file_for_another_layout_is_refused_both_ways() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let clock = ManualClock::new(T);
     let g = open_layout_at(dir.path(), 1, CLOCKED, &clock);
     issue(&g, 10);
     g.close().unwrap();
-    let path = common::state_file(dir.path(), 1);
+    let path = harness::state_file(dir.path(), 1);
     let before = std::fs::read(&path).unwrap();
     let err = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(1)
         .state_dir(dir.path())
         .clock(clock.clone())
@@ -508,7 +508,7 @@ fn a_state_file_for_another_layout_is_refused_both_ways() {
     issue(&g, 10);
     g.close().unwrap();
     let err = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(2)
         .state_dir(dir.path())
         .layout(CLOCKED)
@@ -520,15 +520,15 @@ fn a_state_file_for_another_layout_is_refused_both_ways() {
 
 #[test]
 fn recover_resumes_after_a_far_borrow_in_a_damaged_file() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
 
     // A damaged line fails the checksum: no field, the mark included, is
     // certain any more, so a vouched-for time is needed.
     let mut ledger = Ledger::new();
     ledger.record(&issue_system(dir.path(), 1, 3_000_000));
-    let far = common::unix_second(ledger.max().unwrap());
-    assert!(far >= common::wall_now() + 40, "borrowed about 45 s ahead");
-    let path = common::state_file(dir.path(), 1);
+    let far = harness::unix_second(ledger.max().unwrap());
+    assert!(far >= harness::wall_now() + 40, "borrowed about 45 s ahead");
+    let path = harness::state_file(dir.path(), 1);
     Damage::Corrupt.apply(&path);
     let err = state::recover(dir.path(), 1, &Layout::DEFAULT, &RecoverOptions::new())
         .expect_err("a failed checksum leaves nothing certain");
@@ -547,8 +547,8 @@ fn recover_resumes_after_a_far_borrow_in_a_damaged_file() {
     // high-water line survives the damage: recover resumes after it.
     let mut ledger = Ledger::new();
     ledger.record(&issue_system(dir.path(), 3, 3_000_000));
-    let far = common::unix_second(ledger.max().unwrap());
-    let path = common::state_file(dir.path(), 3);
+    let far = harness::unix_second(ledger.max().unwrap());
+    let path = harness::state_file(dir.path(), 3);
     let v1: String = std::fs::read_to_string(&path)
         .unwrap()
         .lines()
@@ -566,7 +566,7 @@ fn recover_resumes_after_a_far_borrow_in_a_damaged_file() {
     let mut ledger = Ledger::new();
     ledger.record(&issue_system(dir.path(), 2, 3_000_000));
     let far = on_disk(dir.path(), 2).high_water[&0];
-    Damage::Empty.apply(&common::state_file(dir.path(), 2));
+    Damage::Empty.apply(&harness::state_file(dir.path(), 2));
     assert_refused(dir.path(), 2, b"", Damage::Empty);
     let err = state::recover(dir.path(), 2, &Layout::DEFAULT, &RecoverOptions::new())
         .expect_err("nothing legible: refused");
@@ -576,11 +576,11 @@ fn recover_resumes_after_a_far_borrow_in_a_damaged_file() {
     ledger.record_after_all(&issue_system(dir.path(), 2, 100));
 }
 
-/// Child entry point: see [`common::hold_shard_child`].
+/// Child entry point: see [`harness::hold_shard_child`].
 #[test]
 #[ignore = "child process entry point, run by the tests in this file"]
 fn child_hold_shard() {
-    if common::is_child() {
-        common::hold_shard_child();
+    if harness::is_child() {
+        harness::hold_shard_child();
     }
 }

@@ -1,7 +1,7 @@
 //! Behaviour of one generator: threads, borrowing, clock rollbacks while
 //! running, the end of the range, the lead cap and batches.
 
-mod common;
+use idutil_harness as harness;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -15,7 +15,7 @@ const PER_SECOND: u64 = 65_536;
 
 fn open(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
     Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(shard)
         .state_dir(dir.path())
         .clock(clock.clone())
@@ -64,7 +64,7 @@ fn threads_share_one_strictly_increasing_sequence() {
     let dir = tempfile::tempdir().unwrap();
     let generator = Arc::new(
         Generator::builder()
-            .id_space(common::space_for(dir.path()))
+            .id_space(harness::space_for(dir.path()))
             .shard(9)
             .state_dir(dir.path())
             .open()
@@ -198,7 +198,7 @@ fn stops_cleanly_at_the_end_of_the_range() {
     // A clock past the range cannot even open the shard.
     clock.advance(1000);
     let refused = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(31)
         .state_dir(dir.path())
         .clock(clock.clone())
@@ -228,7 +228,7 @@ fn the_lead_cap_stops_borrowing() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
     let g = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(3)
         .state_dir(dir.path())
         .clock(clock.clone())
@@ -267,7 +267,7 @@ fn a_rollback_does_not_count_towards_the_lead_cap() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
     let g = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(4)
         .state_dir(dir.path())
         .clock(clock.clone())
@@ -325,7 +325,7 @@ fn ids_carry_shard_and_layout() {
     let layout = Layout::new(31, 2, 14, 6, 1_600_000_000).unwrap();
     let clock = ManualClock::new(T);
     let g = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(63)
         .state_dir(dir.path())
         .layout(layout)
@@ -341,7 +341,7 @@ fn ids_carry_shard_and_layout() {
         assert!(p.seconds >= T - 1_600_000_000);
     }
     let too_big = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(64)
         .state_dir(dir.path())
         .layout(layout)
@@ -439,7 +439,7 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
     let dir = root.path().join("state");
     let clock = ManualClock::new(T);
     let g = Generator::builder()
-        .id_space(common::space_for(&dir))
+        .id_space(harness::space_for(&dir))
         .shard(27)
         .state_dir(&dir)
         .clock(clock.clone())
@@ -486,7 +486,7 @@ fn no_window_setting_can_make_a_crash_skip_to_the_end_of_the_range() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
     let g = Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(26)
         .state_dir(dir.path())
         .clock(clock.clone())

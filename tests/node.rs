@@ -7,11 +7,9 @@
 //! Without `node` on the PATH these tests print a loud notice and pass,
 //! except under `CI=true`, where they fail.
 
-mod web_example;
+use idutil_harness as harness;
 
-mod common;
-
-use common::node::{assert_exact, check, node, run_node};
+use harness::node::{assert_exact, check, node};
 
 /// Runs the example's page script against the live server with a minimal
 /// DOM: `node page.js BASE_URL`. Checks the rows it shows against the raw
@@ -149,7 +147,7 @@ fn serde_json_ids_are_exact_in_javascript() {
     let state = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(layout.last_unix_second() - 1);
     let generator = Generator::builder()
-        .id_space(common::space_for(state.path()))
+        .id_space(harness::space_for(state.path()))
         .shard(31)
         .state_dir(state.path())
         .clock(clock)
@@ -172,7 +170,7 @@ fn web_api_ids_are_exact_in_javascript_and_on_the_page() {
     let Some(node) = node() else { return };
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let app = web_example::WebApp::start(state.path(), 17);
+    let app = harness::web::WebApp::start(state.path(), 17);
     for i in 0..5 {
         let r = app.post_json("/api/records", &format!(r#"{{"text":"record {i}"}}"#));
         assert_eq!(r.status, 201, "{r:?}");
@@ -184,7 +182,7 @@ fn web_api_ids_are_exact_in_javascript_and_on_the_page() {
     let script = dir.path().join("page.js");
     std::fs::write(&script, PAGE_JS).unwrap();
     let base = format!("http://{}", app.addr);
-    let out = run_node(node, &[&script, &base]);
+    let out = harness::node::run_node(node, &[&script, &base]);
     assert!(
         out.status.success(),
         "the page script: {}{}",

@@ -1,7 +1,7 @@
 //! Properties over random inputs: encode/decode, parsing, and generators
 //! driven by arbitrary clock sequences.
 
-mod common;
+use idutil_harness as harness;
 
 use idutil::{Clock, Error, Generator, Id, Layout, ManualClock, Parts};
 use proptest::prelude::*;
@@ -123,7 +123,7 @@ proptest! {
         let layout = Layout::new(9, 0, 8, 3, 1_000_000_000).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(layout.epoch() + start_offset);
-        let g = Generator::builder().id_space(common::space_for(dir.path()))
+        let g = Generator::builder().id_space(harness::space_for(dir.path()))
             .shard(5)
             .state_dir(dir.path())
             .layout(layout)

@@ -1,5 +1,5 @@
 //! `Id` as a sqlx column against real databases: a SQLite file and a
-//! PostgreSQL server started for the test (see `tests/postgres/mod.rs`).
+//! PostgreSQL server started for the test (see `tests/harness/src/postgres.rs`).
 //! IDs go in as `Id`, come back as `Id` (in `FromRow` structs and as
 //! scalars), sort by time, and are found by a range query between
 //! `Id::min_at` and `Id::max_at`. Values that are not IDs are decode
@@ -7,8 +7,7 @@
 
 #![cfg(feature = "sqlx")]
 
-mod common;
-mod postgres;
+use idutil_harness as harness;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, UNIX_EPOCH};
@@ -28,7 +27,7 @@ struct Record {
 /// second each, plus the smallest and largest IDs; in an order that is
 /// not the sorted one.
 fn ids() -> Vec<Id> {
-    let mut ids = common::ids_from_shards(&[30, 3], T0, 5, 40);
+    let mut ids = harness::ids_from_shards(&[30, 3], T0, 5, 40);
     ids.push(Id::MAX);
     ids.push(Id::MIN);
     ids.reverse();
@@ -204,7 +203,7 @@ async fn sqlite_file_stores_ids_and_finds_them_by_time() {
 
 #[tokio::test]
 async fn postgres_stores_ids_as_bigint_and_finds_them_by_time() {
-    let Some(server) = postgres::Postgres::start() else {
+    let Some(server) = harness::postgres::Postgres::start() else {
         return;
     };
     let pool = sqlx::postgres::PgPoolOptions::new()

@@ -5,13 +5,11 @@
 
 #![cfg(all(feature = "sqlx", feature = "serde"))]
 
-mod web_example;
+use idutil_harness as harness;
 
-mod common;
-
+use harness::web::WebApp;
 use idutil::Id;
 use serde_json::Value;
-use web_example::WebApp;
 
 const SHARD: u32 = 9;
 
@@ -244,7 +242,7 @@ fn lists_records_created_between_two_times() {
 fn bad_arguments_exit_2_with_the_reason_and_help_exits_0() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str], env: &[(&str, &str)]| {
-        let mut command = std::process::Command::new(web_example::binary());
+        let mut command = std::process::Command::new(harness::web::binary());
         command
             .args(args)
             .env("IDUTIL_STATE_DIR", dir.path().join("state"))
@@ -291,9 +289,9 @@ fn bad_arguments_exit_2_with_the_reason_and_help_exits_0() {
 #[test]
 fn refuses_to_start_with_a_bad_shard() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(web_example::binary())
+    let out = std::process::Command::new(harness::web::binary())
         .env("IDUTIL_STATE_DIR", dir.path())
-        .env("IDUTIL_ID_SPACE", common::space_for(dir.path()))
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
         .env("IDUTIL_SHARD", "99")
         .env("PORT", "0")
         .output()

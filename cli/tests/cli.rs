@@ -5,12 +5,12 @@
 //! ends it cleanly, and memory does not grow with N. `decode` reads
 //! standard input in a pipe; completions and the man page render.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use idutil_harness as harness;
+use idutil_harness::{run, run_input, run_to};
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 fn idutil(state_dir: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("IDUTIL_STATE_DIR", state_dir)
-        .env("IDUTIL_ID_SPACE", common::space_for(state_dir))
+        .env("IDUTIL_ID_SPACE", harness::space_for(state_dir))
         .env("IDUTIL_SHARD", "1")
         .env_remove("IDUTIL_REDIS_URL")
         .env_remove("RUST_BACKTRACE")
@@ -30,56 +30,8 @@ fn idutil(state_dir: &Path) -> Command {
     cmd
 }
 
-/// Runs `cmd` to completion within [`TIMEOUT`].
-fn run(cmd: &mut Command) -> Output {
-    run_to(cmd, Stdio::piped())
-}
-
-/// Runs `cmd` with `stdout` within [`TIMEOUT`].
-fn run_to(cmd: &mut Command, stdout: Stdio) -> Output {
-    run_with(cmd, stdout, None)
-}
-
-/// Runs `cmd` with `input` on its standard input within [`TIMEOUT`].
-fn run_input(cmd: &mut Command, input: &[u8]) -> Output {
-    run_with(cmd, Stdio::piped(), Some(input))
-}
-
-fn run_with(cmd: &mut Command, stdout: Stdio, input: Option<&[u8]>) -> Output {
-    if input.is_some() {
-        cmd.stdin(Stdio::piped());
-    }
-    let mut child = cmd
-        .stdout(stdout)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start idutil");
-    if let Some(input) = input {
-        let mut stdin = child.stdin.take().unwrap();
-        let input = input.to_vec();
-        // A command that stops reading early closes the pipe: not an error here.
-        std::thread::spawn(move || {
-            let _ = stdin.write_all(&input);
-        });
-    }
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(TIMEOUT) {
-        Ok(out) => out.expect("wait for idutil"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("idutil did not finish within {TIMEOUT:?}: {cmd:?}");
-        }
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+fn text(bytes: impl AsRef<[u8]>) -> String {
+    String::from_utf8_lossy(bytes.as_ref()).into_owned()
 }
 
 /// stderr without the library's warnings (`idutil: warning: ...`).
@@ -407,7 +359,7 @@ fn bad_input_exits_with_a_one_line_reason() {
 fn a_shard_in_use_is_a_runtime_error_naming_the_holder() {
     let dir = tempfile::tempdir().unwrap();
     let holder = idutil::Generator::builder()
-        .id_space(common::space_for(dir.path()))
+        .id_space(harness::space_for(dir.path()))
         .shard(1)
         .state_dir(dir.path())
         .open()
@@ -762,7 +714,7 @@ fn decode_from_a_terminal_asks_for_ids_instead_of_waiting() {
         .stdin(Stdio::null())
         .output()
     else {
-        common::skipped(format_args!(
+        harness::skipped(format_args!(
             "SKIPPED: no `script` command to give idutil a terminal"
         ));
         return;

@@ -6,8 +6,7 @@
 //! costs nothing; a clock outside the layout's range issues nothing and
 //! stores nothing.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use idutil_harness as harness;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -15,7 +14,7 @@ use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{idutil, parts, unix_second, Ledger, Rng};
+use harness::{idutil, parts, unix_second, Ledger, Rng};
 
 /// The default reservation window, in seconds.
 const WINDOW: u64 = idutil::DEFAULT_WINDOW;
@@ -69,14 +68,14 @@ impl Skips {
 
 #[test]
 fn sixteen_sigkills_of_the_command_mid_burst_each_cost_a_bounded_skip() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 6;
     let mut rng = Rng::from_env_or_time("sixteen_sigkills_of_the_command_mid_burst");
     let mut ledger = Ledger::new();
     let mut skips = Skips::default();
     for round in 0..16 {
-        let mut child = common::spawn_next(shard, dir.path(), 100_000_000);
-        let ids = common::kill_after_lines(&mut child, rng.range(1, 300_000));
+        let mut child = harness::spawn_next(shard, dir.path(), 100_000_000);
+        let ids = harness::kill_after_lines(&mut child, rng.range(1, 300_000));
         assert!(!ids.is_empty(), "round {round} printed nothing");
         // Unprinted: the batch being printed (1,024 IDs), the command's
         // 8 KiB buffer and the 64 KiB pipe: under a second.
@@ -85,8 +84,8 @@ fn sixteen_sigkills_of_the_command_mid_burst_each_cost_a_bounded_skip() {
     let skips = skips.seen;
     eprintln!("skips after each SIGKILL, in seconds: {skips:?}");
     // Nothing compounds: the shard is still within minutes of the clock.
-    let ids = common::next(shard, dir.path(), 10);
-    let ahead = unix_second(ids[0]).saturating_sub(common::wall_now());
+    let ids = harness::next(shard, dir.path(), 10);
+    let ahead = unix_second(ids[0]).saturating_sub(harness::wall_now());
     let total: u64 = skips.iter().sum::<u64>() + 16 * 60;
     assert!(ahead <= total, "{ahead} s ahead after 16 crashes");
     ledger.record_after_all(&ids);
@@ -94,7 +93,7 @@ fn sixteen_sigkills_of_the_command_mid_burst_each_cost_a_bounded_skip() {
 
 #[test]
 fn fifteen_sigkills_of_a_library_burst_each_cost_a_bounded_skip() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 8;
     let mut rng = Rng::from_env_or_time("fifteen_sigkills_of_a_library_burst");
     let mut ledger = Ledger::new();
@@ -106,12 +105,12 @@ fn fifteen_sigkills_of_a_library_burst_each_cost_a_bounded_skip() {
             // Whole seconds per call: the fastest way to borrow.
             ("IDUTIL_CHILD_BATCH", PER_SECOND.to_string()),
         ];
-        let mut child = common::spawn_child("child_issue_until_killed", &env);
-        let (_, rest) = common::read_until_ready(child.stdout.take().unwrap());
-        let reader = thread::spawn(move || common::read_rest(rest));
+        let mut child = harness::spawn_child("child_issue_until_killed", &env);
+        let (_, rest) = harness::read_until_ready(child.stdout.take().unwrap());
+        let reader = thread::spawn(move || harness::read_rest(rest));
         thread::sleep(Duration::from_millis(rng.range(20, 200)));
-        common::sigkill(&mut child);
-        let (ids, _) = common::child_ids(&reader.join().unwrap());
+        harness::sigkill(&mut child);
+        let (ids, _) = harness::child_ids(&reader.join().unwrap());
         if ids.is_empty() {
             continue;
         }
@@ -142,7 +141,7 @@ fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
             return status;
         }
         if Instant::now() > deadline {
-            common::sigkill(child);
+            harness::sigkill(child);
             panic!("the child did not stop within {limit:?}");
         }
         thread::sleep(Duration::from_millis(10));
@@ -152,10 +151,10 @@ fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
 #[test]
 fn sigterm_sigint_and_sighup_close_cleanly_and_the_next_run_continues_in_the_same_second() {
     for (signal, number) in [("TERM", 15), ("INT", 2), ("HUP", 1)] {
-        let dir = common::state_dir();
+        let dir = harness::state_dir();
         let shard = 9;
         let mut ledger = Ledger::new();
-        let mut child = common::spawn_next(shard, dir.path(), 100_000_000);
+        let mut child = harness::spawn_next(shard, dir.path(), 100_000_000);
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut text = String::new();
         for _ in 0..200_000 {
@@ -173,16 +172,16 @@ fn sigterm_sigint_and_sighup_close_cleanly_and_the_next_run_continues_in_the_sam
             .unwrap();
         assert_eq!(status.code(), Some(128 + number), "SIG{signal}: {stderr}");
         assert!(stderr.contains(&format!("SIG{signal}")), "{stderr}");
-        let printed = common::parse_ids(&text);
+        let printed = harness::parse_ids(&text);
         ledger.record(&printed);
         let last = *printed.last().unwrap();
 
-        let s = common::state_json(shard, dir.path());
+        let s = harness::state_json(shard, dir.path());
         assert!(
             !s["state"]["last_issued"].is_null(),
             "SIG{signal} is a clean close: {s}"
         );
-        let again = common::next(shard, dir.path(), 1);
+        let again = harness::next(shard, dir.path(), 1);
         ledger.record_after_all(&again);
         // Only the rest of the batch being printed (under 1,024 IDs) is
         // skipped.
@@ -199,16 +198,17 @@ fn sigterm_sigint_and_sighup_close_cleanly_and_the_next_run_continues_in_the_sam
 
 #[test]
 fn signals_while_the_command_opens_never_cost_a_skip() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 13;
     let mut rng = Rng::from_env_or_time("signals_while_the_command_opens");
     let mut ledger = Ledger::new();
     for round in 0..40 {
-        let mut child = common::spawn_next(shard, dir.path(), 1);
+        let mut child = harness::spawn_next(shard, dir.path(), 1);
         thread::sleep(Duration::from_micros(rng.range(0, 4000)));
         send(&child, ["TERM", "INT", "HUP"][round % 3]);
         let status = wait_within(&mut child, Duration::from_secs(10));
-        let printed = common::parse_complete_ids(&common::read_rest(child.stdout.take().unwrap()));
+        let printed =
+            harness::parse_complete_ids(&harness::read_rest(child.stdout.take().unwrap()));
         // Killed before the handlers were in place (nothing opened yet),
         // finished first, or stopped cleanly: never a crash.
         assert!(
@@ -221,9 +221,9 @@ fn signals_while_the_command_opens_never_cost_a_skip() {
     }
     // A crash leaves a reservation behind, and forty of them would have
     // pushed the shard minutes ahead; clean closes leave it at the clock.
-    let ids = common::next(shard, dir.path(), 1);
+    let ids = harness::next(shard, dir.path(), 1);
     ledger.record_after_all(&ids);
-    let ahead = unix_second(ids[0]).saturating_sub(common::wall_now());
+    let ahead = unix_second(ids[0]).saturating_sub(harness::wall_now());
     assert!(
         ahead <= WINDOW + 1,
         "{ahead} s ahead after 40 early signals"
@@ -232,20 +232,20 @@ fn signals_while_the_command_opens_never_cost_a_skip() {
 
 #[test]
 fn a_signal_while_stdout_is_stuck_still_closes_cleanly() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 10;
     // Nobody reads stdout: the command blocks in a write once the pipe is
     // full, and must still stop on SIGTERM.
-    let mut child = common::spawn_next(shard, dir.path(), 100_000_000);
+    let mut child = harness::spawn_next(shard, dir.path(), 100_000_000);
     thread::sleep(Duration::from_millis(500));
     send(&child, "TERM");
     let status = wait_within(&mut child, Duration::from_secs(10));
     assert_eq!(status.code(), Some(143));
-    let printed = common::parse_complete_ids(&common::read_rest(child.stdout.take().unwrap()));
+    let printed = harness::parse_complete_ids(&harness::read_rest(child.stdout.take().unwrap()));
     assert!(!printed.is_empty());
-    let s = common::state_json(shard, dir.path());
+    let s = harness::state_json(shard, dir.path());
     assert!(!s["state"]["last_issued"].is_null(), "{s}");
-    let again = common::next(shard, dir.path(), 5);
+    let again = harness::next(shard, dir.path(), 5);
     assert!(again[0] > *printed.last().unwrap());
     let mut ledger = Ledger::new();
     ledger.record(&printed);
@@ -253,25 +253,25 @@ fn a_signal_while_stdout_is_stuck_still_closes_cleanly() {
 }
 
 /// `idutil next` under `faketime -f OFFSET` (e.g. `@2140-01-01 00:00:00`).
-fn next_under_faketime(faketime: &str, offset: &str, shard: u32, dir: &Path) -> common::Run {
+fn next_under_faketime(faketime: &str, offset: &str, shard: u32, dir: &Path) -> harness::Run {
     let mut cmd = Command::new(faketime);
-    cmd.args(["-f", offset, common::bin()])
+    cmd.args(["-f", offset, harness::bin()])
         .env_remove("IDUTIL_SHARD")
         .env_remove("IDUTIL_STATE_DIR")
         .env_remove("FAKETIME")
-        .env("IDUTIL_ID_SPACE", common::space_for(dir))
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir))
         .args(["--shard", &shard.to_string(), "--state-dir"])
         .arg(dir)
         .args(["next", "-n", "3"]);
-    common::run(&mut cmd)
+    harness::run(&mut cmd)
 }
 
 #[test]
 fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_works() {
-    let Some(faketime) = common::faketime() else {
+    let Some(faketime) = harness::faketime() else {
         return;
     };
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 11;
     let mut ledger = Ledger::new();
     // A fresh shard: nothing is written at all.
@@ -279,11 +279,11 @@ fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_wor
     let r = r.expect_code(1, "next in 2140");
     assert!(r.stdout.is_empty(), "{}", r.stdout);
     assert!(r.stderr.contains("clock"), "{}", r.stderr);
-    assert!(!common::state_file(dir.path(), shard).exists());
-    ledger.record(&common::next(shard, dir.path(), 1000));
+    assert!(!harness::state_file(dir.path(), shard).exists());
+    ledger.record(&harness::next(shard, dir.path(), 1000));
 
     // A used shard: its state file is left byte for byte as it was.
-    let before = std::fs::read(common::state_file(dir.path(), shard)).unwrap();
+    let before = std::fs::read(harness::state_file(dir.path(), shard)).unwrap();
     for offset in [
         "@2140-01-01 00:00:00",
         "@2136-02-07 06:28:16",
@@ -293,52 +293,52 @@ fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_wor
         let r = r.expect_code(1, offset);
         assert!(r.stdout.is_empty(), "{offset}: {}", r.stdout);
         assert_eq!(r.stderr.lines().count(), 1, "{offset}: {}", r.stderr);
-        let after = std::fs::read(common::state_file(dir.path(), shard)).unwrap();
+        let after = std::fs::read(harness::state_file(dir.path(), shard)).unwrap();
         assert_eq!(before, after, "{offset}: the state file changed");
         // Inspecting such a shard under such a clock does not panic either.
         let mut cmd = Command::new(faketime);
-        cmd.args(["-f", offset, common::bin()])
+        cmd.args(["-f", offset, harness::bin()])
             .env_remove("FAKETIME")
-            .env("IDUTIL_ID_SPACE", common::space_for(dir.path()))
+            .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
             .args(["--shard", &shard.to_string(), "--state-dir"])
             .arg(dir.path())
             .arg("state");
-        common::run(&mut cmd).expect_code(0, "state under an absurd clock");
+        harness::run(&mut cmd).expect_code(0, "state under an absurd clock");
     }
     // With a sane clock the shard goes on after everything issued.
-    ledger.record_after_all(&common::next(shard, dir.path(), 1000));
+    ledger.record_after_all(&harness::next(shard, dir.path(), 1000));
 }
 
 #[test]
 fn next_warns_when_a_run_ends_far_ahead_and_max_lead_waits_for_the_clock() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 12;
     // 10 million IDs: about 150 borrowed seconds.
-    let r = common::run(idutil(shard, dir.path()).args(["next", "-n", "10000000"]))
+    let r = harness::run(idutil(shard, dir.path()).args(["next", "-n", "10000000"]))
         .expect_code(0, "a long run");
     let warning: Vec<&str> = r.stderr.lines().collect();
     assert_eq!(warning.len(), 1, "{}", r.stderr);
     assert!(warning[0].contains("65,536"), "{}", r.stderr);
     assert!(warning[0].contains("--max-lead"), "{}", r.stderr);
-    let ids = common::parse_ids(&r.stdout);
+    let ids = harness::parse_ids(&r.stdout);
     assert_eq!(ids.len(), 10_000_000);
 
     // A short run stays quiet.
-    let dir = common::state_dir();
-    let r = common::run(idutil(shard, dir.path()).args(["next", "-n", "1000"]))
+    let dir = harness::state_dir();
+    let r = harness::run(idutil(shard, dir.path()).args(["next", "-n", "1000"]))
         .expect_code(0, "a short run");
     assert_eq!(r.stderr, "");
 
     // With a lead cap of 1 s, 200,000 IDs (about 3 s of sequence numbers)
     // wait for the clock instead of borrowing further.
-    let started = common::wall_now();
+    let started = harness::wall_now();
     let began = Instant::now();
     let r =
-        common::run(idutil(shard, dir.path()).args(["next", "-n", "200000", "--max-lead", "1s"]))
+        harness::run(idutil(shard, dir.path()).args(["next", "-n", "200000", "--max-lead", "1s"]))
             .expect_code(0, "a capped run");
-    let ids = common::parse_ids(&r.stdout);
+    let ids = harness::parse_ids(&r.stdout);
     assert_eq!(ids.len(), 200_000);
-    let ended = common::wall_now();
+    let ended = harness::wall_now();
     for &id in &ids {
         assert!(
             unix_second(id) <= ended + 1,
@@ -353,22 +353,22 @@ fn next_warns_when_a_run_ends_far_ahead_and_max_lead_waits_for_the_clock() {
     );
     assert_eq!(r.stderr, "", "no lead warning under the cap");
     // A cap too large to matter is no cap (it once wrapped and spun).
-    let huge = common::output_within(
+    let huge = harness::output_within(
         idutil(shard, dir.path()).args(["next", "-n", "100", "--max-lead", "18446744073709551615"]),
         Duration::from_secs(20),
     );
     assert!(huge.status.success(), "{huge:?}");
     for bad in ["-1", "soon", "", "5 parsecs"] {
-        common::run(idutil(shard, dir.path()).args(["next", "--max-lead", bad]))
+        harness::run(idutil(shard, dir.path()).args(["next", "--max-lead", bad]))
             .expect_code(2, bad);
     }
 }
 
-/// Child entry point: see [`common::issue_until_killed_child`].
+/// Child entry point: see [`harness::issue_until_killed_child`].
 #[test]
 #[ignore = "child process entry point, run by the tests in this file"]
 fn child_issue_until_killed() {
-    if common::is_child() {
-        common::issue_until_killed_child();
+    if harness::is_child() {
+        harness::issue_until_killed_child();
     }
 }

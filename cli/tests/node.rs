@@ -6,12 +6,11 @@
 //! Without `node` on the PATH this test prints a loud notice and passes,
 //! except under `CI=true`, where it fails.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use idutil_harness as harness;
 
 use std::process::Command;
 
-use common::node::{assert_exact, node};
+use harness::node::{assert_exact, node};
 
 #[test]
 fn command_json_ids_are_exact_in_javascript() {
@@ -22,7 +21,7 @@ fn command_json_ids_are_exact_in_javascript() {
         let out = Command::new(env!("CARGO_BIN_EXE_idutil"))
             .args(args)
             .env("IDUTIL_STATE_DIR", state.path())
-            .env("IDUTIL_ID_SPACE", common::space_for(state.path()))
+            .env("IDUTIL_ID_SPACE", harness::space_for(state.path()))
             .env("IDUTIL_SHARD", "31")
             .output()
             .unwrap();

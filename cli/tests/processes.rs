@@ -5,8 +5,7 @@
 //! processes running library code (this test binary, re-executed to run one
 //! `#[ignore]`d entry point) killed at random moments.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use idutil_harness as harness;
 
 use std::io::BufReader;
 use std::path::Path;
@@ -14,7 +13,7 @@ use std::process::{Child, Command};
 use std::thread;
 use std::time::Duration;
 
-use common::{idutil, parts, run, unix_second, wall_now, Damage, Ledger, Rng};
+use harness::{idutil, parts, run, unix_second, wall_now, Damage, Ledger, Rng};
 use idutil::state::{self, StateFile};
 
 /// The counter step between consecutive IDs of one shard.
@@ -46,12 +45,12 @@ fn successor(id: u64) -> u64 {
 
 #[test]
 fn hundreds_of_fast_restarts_continue_right_after_the_last_id() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     let mut prev_last: Option<u64> = None;
     let mut same_second = 0;
     for round in 0..300 {
-        let ids = common::next(1, dir.path(), 50);
+        let ids = harness::next(1, dir.path(), 50);
         let after = wall_now();
         if let Some(last) = prev_last {
             let (first_s, last_s) = (unix_second(ids[0]), unix_second(last));
@@ -83,12 +82,12 @@ fn hundreds_of_fast_restarts_continue_right_after_the_last_id() {
 
 #[test]
 fn a_restart_after_a_far_borrow_continues_after_it() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     // The clock before the run, not after: printing and checking 3,000,000
     // IDs can take seconds on a loaded machine.
     let started = wall_now();
-    let ids = common::next(2, dir.path(), 3_000_000);
+    let ids = harness::next(2, dir.path(), 3_000_000);
     let (first, last) = (ids[0], *ids.last().unwrap());
     drop(ids);
     // 3,000,000 IDs at 65,536 a second: about 45 seconds borrowed. (Measured
@@ -103,7 +102,7 @@ fn a_restart_after_a_far_borrow_continues_after_it() {
     ledger.record(&[first, last]);
     assert!(on_disk(dir.path(), 2).high_water[&0] >= unix_second(last));
 
-    let again = common::next(2, dir.path(), 10);
+    let again = harness::next(2, dir.path(), 10);
     assert_eq!(
         again[0],
         successor(last),
@@ -140,7 +139,7 @@ fn check_after_kill(dir: &Path, shard: u32, ledger: &Ledger, round: usize) -> Op
 
 #[test]
 fn sigkill_at_random_moments_never_repeats() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 3;
     let mut rng = Rng::from_env_or_time("sigkill_at_random_moments_never_repeats");
     let mut ledger = Ledger::new();
@@ -154,22 +153,22 @@ fn sigkill_at_random_moments_never_repeats() {
             // kills land while it is being written.
             env.push(("IDUTIL_CHILD_BATCH", rng.range(1, 100_000).to_string()));
         }
-        let mut child = common::spawn_child("child_issue_until_killed", &env);
+        let mut child = harness::spawn_child("child_issue_until_killed", &env);
         let stdout = child.stdout.take().unwrap();
         let reader = if rng.range(0, 4) == 0 {
             // Any moment from the start, opening included.
-            let reader = thread::spawn(move || common::read_rest(stdout));
+            let reader = thread::spawn(move || harness::read_rest(stdout));
             thread::sleep(Duration::from_millis(rng.range(0, 60)));
             reader
         } else {
             // A moment while it issues.
-            let (_, rest) = common::read_until_ready(stdout);
-            let reader = thread::spawn(move || common::read_rest(rest));
+            let (_, rest) = harness::read_until_ready(stdout);
+            let reader = thread::spawn(move || harness::read_rest(rest));
             thread::sleep(Duration::from_millis(rng.range(0, 150)));
             reader
         };
-        common::sigkill(&mut child);
-        let (ids, _) = common::child_ids(&reader.join().unwrap());
+        harness::sigkill(&mut child);
+        let (ids, _) = harness::child_ids(&reader.join().unwrap());
         if let (Some(mark), Some(&first)) = (crash_mark, ids.first()) {
             assert!(
                 unix_second(first) > mark,
@@ -183,7 +182,7 @@ fn sigkill_at_random_moments_never_repeats() {
         crash_mark = check_after_kill(dir.path(), shard, &ledger, round).or(crash_mark);
     }
     // The command on the same shard takes over.
-    let ids = common::next(shard, dir.path(), 100);
+    let ids = harness::next(shard, dir.path(), 100);
     assert!(unix_second(ids[0]) > crash_mark.expect("some round wrote state"));
     ledger.record_after_all(&ids);
     assert!(
@@ -196,15 +195,15 @@ fn sigkill_at_random_moments_never_repeats() {
 
 #[test]
 fn sigkill_mid_output_of_a_huge_batch_never_repeats() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 4;
     let n = 20_000_000;
     let mut rng = Rng::from_env_or_time("sigkill_mid_output_of_a_huge_batch_never_repeats");
     let mut ledger = Ledger::new();
     let mut crash_mark = None;
     for round in 0..3 {
-        let mut child = common::spawn_next(shard, dir.path(), n);
-        let ids = common::kill_after_lines(&mut child, rng.range(1, 50_000));
+        let mut child = harness::spawn_next(shard, dir.path(), n);
+        let ids = harness::kill_after_lines(&mut child, rng.range(1, 50_000));
         assert!(!ids.is_empty());
         if let Some(mark) = crash_mark {
             assert!(unix_second(ids[0]) > mark, "round {round}");
@@ -213,7 +212,7 @@ fn sigkill_mid_output_of_a_huge_batch_never_repeats() {
         let mark = check_after_kill(dir.path(), shard, &ledger, round).unwrap();
         crash_mark = Some(mark);
     }
-    let ids = common::next(shard, dir.path(), 100);
+    let ids = harness::next(shard, dir.path(), 100);
     assert!(unix_second(ids[0]) > crash_mark.unwrap());
     ledger.record_after_all(&ids);
     ledger.assert_unique();
@@ -221,17 +220,17 @@ fn sigkill_mid_output_of_a_huge_batch_never_repeats() {
 
 #[test]
 fn a_crash_right_after_a_large_borrow_resumes_after_the_reservation() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let mut ledger = Ledger::new();
-    let mut child = common::spawn_next(5, dir.path(), 3_000_000);
-    let printed = common::kill_after_lines(&mut child, 1);
+    let mut child = harness::spawn_next(5, dir.path(), 3_000_000);
+    let printed = harness::kill_after_lines(&mut child, 1);
     ledger.record(&printed);
     let s = on_disk(dir.path(), 5);
     assert_eq!(s.last, None);
     let mark = s.high_water[&0];
     assert!(mark >= unix_second(*printed.last().unwrap()));
 
-    let again = common::next(5, dir.path(), 10);
+    let again = harness::next(5, dir.path(), 10);
     assert!(
         unix_second(again[0]) > mark,
         "must not reuse the reservation"
@@ -240,12 +239,12 @@ fn a_crash_right_after_a_large_borrow_resumes_after_the_reservation() {
 }
 
 /// `idutil next -n N` with the wall clock an hour back.
-fn next_an_hour_ago(faketime: &str, shard: u32, dir: &Path, n: u64) -> common::Run {
+fn next_an_hour_ago(faketime: &str, shard: u32, dir: &Path, n: u64) -> harness::Run {
     let mut cmd = Command::new(faketime);
-    cmd.args(["-f", "-1h", common::bin()])
+    cmd.args(["-f", "-1h", harness::bin()])
         .env_remove("IDUTIL_SHARD")
         .env_remove("IDUTIL_STATE_DIR")
-        .env("IDUTIL_ID_SPACE", common::space_for(dir))
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir))
         .env_remove("FAKETIME")
         .args(["--shard", &shard.to_string(), "--state-dir"])
         .arg(dir)
@@ -255,15 +254,15 @@ fn next_an_hour_ago(faketime: &str, shard: u32, dir: &Path, n: u64) -> common::R
 
 #[test]
 fn a_clock_rolled_back_an_hour_across_a_restart_bumps_the_clock_id() {
-    let Some(faketime) = common::faketime() else {
+    let Some(faketime) = harness::faketime() else {
         return;
     };
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
 
     // faketime really moves the binary's clock: a fresh shard starts at
     // the faked time.
     let before = wall_now();
-    let fresh = common::parse_ids(&next_an_hour_ago(faketime, 9, dir.path(), 1).stdout);
+    let fresh = harness::parse_ids(&next_an_hour_ago(faketime, 9, dir.path(), 1).stdout);
     let after = wall_now();
     let faked = unix_second(fresh[0]);
     assert!(
@@ -273,11 +272,11 @@ fn a_clock_rolled_back_an_hour_across_a_restart_bumps_the_clock_id() {
     );
 
     let mut ledger = Ledger::new();
-    ledger.record(&common::next(4, dir.path(), 1000));
-    assert_eq!(common::state_json(4, dir.path())["state"]["clock_id"], 0);
+    ledger.record(&harness::next(4, dir.path(), 1000));
+    assert_eq!(harness::state_json(4, dir.path())["state"]["clock_id"], 0);
 
     let r = next_an_hour_ago(faketime, 4, dir.path(), 1000);
-    let ids = common::parse_ids(&r.stdout);
+    let ids = harness::parse_ids(&r.stdout);
     assert_eq!(ids.len(), 1000);
     ledger.record_after_all(&ids);
     let warning = r.stderr.trim();
@@ -294,7 +293,7 @@ fn a_clock_rolled_back_an_hour_across_a_restart_bumps_the_clock_id() {
         (3590..=3600).contains(&back),
         "rolled back {back} s: {warning}"
     );
-    let json = common::state_json(4, dir.path());
+    let json = harness::state_json(4, dir.path());
     assert_eq!(json["state"]["clock_id"], 1);
     let seen_max = json["state"]["seen_max"].as_u64().unwrap();
     let seen_last_run = json["state"]["seen_last_run"].as_u64().unwrap();
@@ -306,14 +305,14 @@ fn a_clock_rolled_back_an_hour_across_a_restart_bumps_the_clock_id() {
     // Still an hour back: no new rollback, no new bump, no warning.
     let r = next_an_hour_ago(faketime, 4, dir.path(), 1000);
     assert_eq!(r.stderr, "");
-    ledger.record_after_all(&common::parse_ids(&r.stdout));
-    assert_eq!(common::state_json(4, dir.path())["state"]["clock_id"], 1);
+    ledger.record_after_all(&harness::parse_ids(&r.stdout));
+    assert_eq!(harness::state_json(4, dir.path())["state"]["clock_id"], 1);
 
     // Back to the real time: forward is not a rollback.
     let r = run(idutil(4, dir.path()).args(["next", "-n", "1000"])).expect_code(0, "idutil next");
     assert_eq!(r.stderr, "");
-    ledger.record_after_all(&common::parse_ids(&r.stdout));
-    assert_eq!(common::state_json(4, dir.path())["state"]["clock_id"], 1);
+    ledger.record_after_all(&harness::parse_ids(&r.stdout));
+    assert_eq!(harness::state_json(4, dir.path())["state"]["clock_id"], 1);
     ledger.assert_unique();
 }
 
@@ -330,8 +329,8 @@ impl Holder {
     fn start(shard: u32, dir: &Path, n: u64) -> Holder {
         let mut env = child_env(shard, dir);
         env.push(("IDUTIL_CHILD_N", n.to_string()));
-        let mut child = common::spawn_child("child_hold_shard", &env);
-        let (ids, out) = common::read_until_ready(child.stdout.take().unwrap());
+        let mut child = harness::spawn_child("child_hold_shard", &env);
+        let (ids, out) = harness::read_until_ready(child.stdout.take().unwrap());
         assert_eq!(ids.len() as u64, n);
         Holder {
             child,
@@ -354,7 +353,7 @@ impl Holder {
 
 #[test]
 fn a_live_process_holding_the_shard_locks_out_the_command() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     let holder = Holder::start(12, dir.path(), 100);
     ledger.record(&holder.ids);
@@ -380,10 +379,10 @@ fn a_live_process_holding_the_shard_locks_out_the_command() {
         r.stderr
     );
     // Other shards in the same directory are free.
-    let other = common::next(13, dir.path(), 5);
+    let other = harness::next(13, dir.path(), 5);
 
     holder.release();
-    let ids = common::next(12, dir.path(), 100);
+    let ids = harness::next(12, dir.path(), 100);
     ledger.record_after_all(&ids);
     ledger.record(&other);
     ledger.assert_unique();
@@ -391,9 +390,9 @@ fn a_live_process_holding_the_shard_locks_out_the_command() {
 
 #[test]
 fn the_state_command_shows_path_shard_clock_id_high_water_last_issued_and_holder() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 14;
-    let path = common::state_file(dir.path(), shard);
+    let path = harness::state_file(dir.path(), shard);
     let path_text = path.display().to_string();
     let state = |json: bool| {
         let mut cmd = idutil(shard, dir.path());
@@ -409,7 +408,7 @@ fn the_state_command_shows_path_shard_clock_id_high_water_last_issued_and_holder
     assert!(text.contains("lock holder:  none"), "{text}");
     assert!(text.contains("none yet"), "{text}");
 
-    let ids = common::next(shard, dir.path(), 5);
+    let ids = harness::next(shard, dir.path(), 5);
     let last = *ids.last().unwrap();
     let disk = on_disk(dir.path(), shard);
     let mark = disk.high_water[&0];
@@ -424,7 +423,7 @@ fn the_state_command_shows_path_shard_clock_id_high_water_last_issued_and_holder
     ] {
         assert!(text.contains(&want), "{want:?} not in:\n{text}");
     }
-    let json = common::state_json(shard, dir.path());
+    let json = harness::state_json(shard, dir.path());
     assert_eq!(json["path"], path_text);
     assert_eq!(json["shard"], shard);
     assert_eq!(json["locked"], false);
@@ -444,7 +443,7 @@ fn the_state_command_shows_path_shard_clock_id_high_water_last_issued_and_holder
     let text = state(false);
     assert!(text.contains(&format!("lock holder:  pid {pid}")), "{text}");
     assert!(text.contains("last issued:  unknown"), "{text}");
-    let json = common::state_json(shard, dir.path());
+    let json = harness::state_json(shard, dir.path());
     assert_eq!(json["locked"], true);
     assert_eq!(json["holder_pid"], pid);
     assert!(json["state"]["last_issued"].is_null());
@@ -453,17 +452,17 @@ fn the_state_command_shows_path_shard_clock_id_high_water_last_issued_and_holder
     let held = holder.ids.clone();
     holder.release();
 
-    let json = common::state_json(shard, dir.path());
+    let json = harness::state_json(shard, dir.path());
     assert!(json["holder_pid"].is_null());
     assert_eq!(json["state"]["last_issued"]["id"], *held.last().unwrap());
-    common::assert_unique_set(&[ids, held].concat());
+    harness::assert_unique_set(&[ids, held].concat());
 }
 
 /// Checks that `idutil next` and `idutil state` refuse a damaged file and
 /// leave it as it is. (A well-formed file for another layout is no damage
 /// to `idutil state`, which only shows it.)
 fn assert_command_refuses(shard: u32, dir: &Path, damaged: &[u8], kind: Damage) {
-    let path = common::state_file(dir, shard);
+    let path = harness::state_file(dir, shard);
     let commands: &[&[&str]] = match kind {
         Damage::WrongLayout => {
             let r = run(idutil(shard, dir).arg("state")).expect_code(0, "idutil state");
@@ -511,23 +510,23 @@ fn recover_refused(shard: u32, dir: &Path, damaged: &[u8]) {
     assert_eq!(msg.lines().count(), 1, "one line: {msg}");
     assert!(msg.contains("--after TIME"), "{msg}");
     assert_eq!(
-        std::fs::read(common::state_file(dir, shard)).unwrap(),
+        std::fs::read(harness::state_file(dir, shard)).unwrap(),
         damaged
     );
 }
 
 #[test]
 fn damaged_state_is_refused_by_the_command_until_recovered() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     for (i, kind) in Damage::ALL.into_iter().enumerate() {
         let shard = 20 + i as u32;
         let mut ledger = Ledger::new();
         // Nearly four seconds' worth: the run borrows into the reservation
         // window, so resuming at the clock would not be enough.
-        ledger.record(&common::next(shard, dir.path(), 250_000));
+        ledger.record(&harness::next(shard, dir.path(), 250_000));
         let issued_until = unix_second(ledger.max().unwrap());
         assert!(issued_until > wall_now());
-        let damaged = kind.apply(&common::state_file(dir.path(), shard));
+        let damaged = kind.apply(&harness::state_file(dir.path(), shard));
         assert_command_refuses(shard, dir.path(), &damaged, kind);
 
         let after = if kind.keeps_the_mark() {
@@ -538,7 +537,7 @@ fn damaged_state_is_refused_by_the_command_until_recovered() {
         };
         let out = recover(shard, dir.path(), after);
         assert!(out.contains("\nrecovered "), "{kind:?}: {out}");
-        let ids = common::next(shard, dir.path(), 200);
+        let ids = harness::next(shard, dir.path(), 200);
         ledger.record_after_all(&ids);
         // Recovering bumps the clock id.
         assert!(on_disk(dir.path(), shard).clock_id >= 1, "{kind:?}");
@@ -548,28 +547,28 @@ fn damaged_state_is_refused_by_the_command_until_recovered() {
 
 #[test]
 fn recover_resumes_after_a_far_borrow() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
 
     // Torn write elsewhere: the checksum fails, so even the legible
     // high-water line is not certain; --after covers the borrow.
-    let ids = common::next(1, dir.path(), 3_000_000);
+    let ids = harness::next(1, dir.path(), 3_000_000);
     let mut ledger = Ledger::new();
     ledger.record(&[ids[0], *ids.last().unwrap()]);
     drop(ids);
     let mark = on_disk(dir.path(), 1).high_water[&0];
-    let damaged = Damage::Corrupt.apply(&common::state_file(dir.path(), 1));
+    let damaged = Damage::Corrupt.apply(&harness::state_file(dir.path(), 1));
     assert_command_refuses(1, dir.path(), &damaged, Damage::Corrupt);
     recover_refused(1, dir.path(), &damaged);
     recover(1, dir.path(), Some(mark));
-    ledger.record_after_all(&common::next(1, dir.path(), 100));
+    ledger.record_after_all(&harness::next(1, dir.path(), 100));
 
     // Truncated: the high-water number is lost; --after covers the borrow.
-    let ids = common::next(2, dir.path(), 3_000_000);
+    let ids = harness::next(2, dir.path(), 3_000_000);
     let mut ledger = Ledger::new();
     ledger.record(&[ids[0], *ids.last().unwrap()]);
     drop(ids);
     let mark = on_disk(dir.path(), 2).high_water[&0];
-    let damaged = Damage::Truncated.apply(&common::state_file(dir.path(), 2));
+    let damaged = Damage::Truncated.apply(&harness::state_file(dir.path(), 2));
     let legible = String::from_utf8_lossy(&damaged);
     assert!(
         !legible.contains(&mark.to_string())
@@ -583,23 +582,23 @@ fn recover_resumes_after_a_far_borrow() {
         out.contains(&format!("({mark}), the time vouched for")),
         "the latest known second is {mark}: {out}"
     );
-    ledger.record_after_all(&common::next(2, dir.path(), 100));
+    ledger.record_after_all(&harness::next(2, dir.path(), 100));
 }
 
-/// Child entry point: see [`common::hold_shard_child`].
+/// Child entry point: see [`harness::hold_shard_child`].
 #[test]
 #[ignore = "child process entry point, run by the tests in this file"]
 fn child_hold_shard() {
-    if common::is_child() {
-        common::hold_shard_child();
+    if harness::is_child() {
+        harness::hold_shard_child();
     }
 }
 
-/// Child entry point: see [`common::issue_until_killed_child`].
+/// Child entry point: see [`harness::issue_until_killed_child`].
 #[test]
 #[ignore = "child process entry point, run by the tests in this file"]
 fn child_issue_until_killed() {
-    if common::is_child() {
-        common::issue_until_killed_child();
+    if harness::is_child() {
+        harness::issue_until_killed_child();
     }
 }

@@ -4,12 +4,11 @@
 //! `decode` and `next` on state files holding absurd seconds. Every ID any
 //! run printed is checked against every later run.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use idutil_harness as harness;
 
 use std::path::Path;
 
-use common::{idutil, run, unix_second, Ledger};
+use harness::{idutil, run, unix_second, Ledger};
 use idutil::state::{self, StateFile};
 use idutil::{Layout, DEFAULT_WINDOW};
 
@@ -21,7 +20,7 @@ fn on_disk(dir: &Path, shard: u32) -> StateFile {
 }
 
 /// `idutil state recover` with `args`, expected to exit with `code`.
-fn recover(shard: u32, dir: &Path, args: &[&str], code: i32) -> common::Run {
+fn recover(shard: u32, dir: &Path, args: &[&str], code: i32) -> harness::Run {
     let mut cmd = idutil(shard, dir);
     cmd.args(["state", "recover"]).args(args);
     run(&mut cmd).expect_code(code, &format!("idutil state recover {args:?}"))
@@ -29,7 +28,7 @@ fn recover(shard: u32, dir: &Path, args: &[&str], code: i32) -> common::Run {
 
 /// Asserts a refusal: one line on stderr, nothing on stdout, containing
 /// `want`.
-fn assert_one_line(r: &common::Run, want: &str) {
+fn assert_one_line(r: &harness::Run, want: &str) {
     let msg = r.stderr.trim();
     assert_eq!(msg.lines().count(), 1, "one line: {msg}");
     assert!(msg.starts_with("idutil: "), "{msg}");
@@ -38,7 +37,7 @@ fn assert_one_line(r: &common::Run, want: &str) {
 
 /// Replaces the byte at `at` in the shard's state file.
 fn damage_byte(dir: &Path, shard: u32, at: usize, byte: u8) -> Vec<u8> {
-    let path = common::state_file(dir, shard);
+    let path = harness::state_file(dir, shard);
     let mut bytes = std::fs::read(&path).unwrap();
     assert_ne!(bytes[at], byte, "the damage changes the byte");
     bytes[at] = byte;
@@ -48,18 +47,18 @@ fn damage_byte(dir: &Path, shard: u32, at: usize, byte: u8) -> Vec<u8> {
 
 /// Offset of the first byte of `what` in the shard's state file.
 fn offset_of(dir: &Path, shard: u32, what: &str) -> usize {
-    let text = std::fs::read_to_string(common::state_file(dir, shard)).unwrap();
+    let text = std::fs::read_to_string(harness::state_file(dir, shard)).unwrap();
     text.find(what)
         .unwrap_or_else(|| panic!("{what:?} not in:\n{text}"))
 }
 
 fn state_bytes(dir: &Path, shard: u32) -> Vec<u8> {
-    std::fs::read(common::state_file(dir, shard)).unwrap()
+    std::fs::read(harness::state_file(dir, shard)).unwrap()
 }
 
 #[test]
 fn recover_after_a_borrowed_ahead_crash_and_one_damaged_byte_reissues_nothing() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     // Where the byte goes: a field name outside the high-water line, or a
     // digit of the mark itself. Either way the checksum fails, so no field
     // is certain, the mark included: the operator must vouch for a time.
@@ -73,10 +72,10 @@ fn recover_after_a_borrowed_ahead_crash_and_one_damaged_byte_reissues_nothing() 
         let mut ledger = Ledger::new();
         // About 45 s borrowed ahead of the clock, then a run killed after
         // a few thousand lines.
-        let started = common::wall_now();
-        ledger.record(&common::next(shard, dir.path(), 3_000_000));
-        let mut child = common::spawn_next(shard, dir.path(), 3_000_000);
-        let printed = common::kill_after_lines(&mut child, 3_000);
+        let started = harness::wall_now();
+        ledger.record(&harness::next(shard, dir.path(), 3_000_000));
+        let mut child = harness::spawn_next(shard, dir.path(), 3_000_000);
+        let printed = harness::kill_after_lines(&mut child, 3_000);
         assert!(printed.len() >= 3_000, "{field}");
         ledger.record_after_all(&printed);
         let crashed = on_disk(dir.path(), shard);
@@ -104,7 +103,7 @@ fn recover_after_a_borrowed_ahead_crash_and_one_damaged_byte_reissues_nothing() 
             "{field}: clock id bumped"
         );
 
-        let ids = common::next(shard, dir.path(), 100);
+        let ids = harness::next(shard, dir.path(), 100);
         assert!(
             unix_second(ids[0]) > mark + DEFAULT_WINDOW,
             "{field}: resumes after the whole reserved batch and the window"
@@ -122,9 +121,9 @@ fn at_plus_two_hours(t: u64) -> String {
 
 #[test]
 fn a_zero_length_state_file_needs_a_vouched_time_and_then_reissues_nothing() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 5;
-    let ids = common::next(shard, dir.path(), 3_000_000);
+    let ids = harness::next(shard, dir.path(), 3_000_000);
     let mut ledger = Ledger::new();
     ledger.record(&[ids[0], *ids.last().unwrap()]);
     drop(ids);
@@ -134,7 +133,7 @@ fn a_zero_length_state_file_needs_a_vouched_time_and_then_reissues_nothing() {
         "3,000,000 IDs borrow about 45 s"
     );
 
-    std::fs::write(common::state_file(dir.path(), shard), b"").unwrap();
+    std::fs::write(harness::state_file(dir.path(), shard), b"").unwrap();
     let r = run(idutil(shard, dir.path()).args(["next", "-n", "3"]))
         .expect_code(1, "next on an empty state file");
     assert_one_line(&r, "idutil state recover");
@@ -160,34 +159,34 @@ fn a_zero_length_state_file_needs_a_vouched_time_and_then_reissues_nothing() {
         "{vouched} is {last_second}: {}",
         r.stdout
     );
-    let ids = common::next(shard, dir.path(), 100);
+    let ids = harness::next(shard, dir.path(), 100);
     ledger.record_after_all(&ids);
     ledger.assert_unique();
 }
 
 #[test]
 fn with_no_state_file_recover_needs_a_vouched_time() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 6;
     let r = recover(shard, dir.path(), &[], 1);
     assert_one_line(&r, "no state file");
     assert!(r.stderr.contains("--after TIME"), "{}", r.stderr);
-    assert!(!common::state_file(dir.path(), shard).exists());
+    assert!(!harness::state_file(dir.path(), shard).exists());
 
-    let vouched = common::wall_now() + 3600;
+    let vouched = harness::wall_now() + 3600;
     let r = recover(shard, dir.path(), &["--after", &vouched.to_string()], 0);
     assert!(r.stdout.contains("there is no state file"), "{}", r.stdout);
     assert!(!dir.path().join("shard-6.state.bad").exists());
-    let ids = common::next(shard, dir.path(), 10);
+    let ids = harness::next(shard, dir.path(), 10);
     assert!(unix_second(ids[0]) > vouched);
 }
 
 #[test]
 fn recover_refuses_a_healthy_file_unless_forced() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 7;
     let mut ledger = Ledger::new();
-    ledger.record(&common::next(shard, dir.path(), 1000));
+    ledger.record(&harness::next(shard, dir.path(), 1000));
     let healthy = state_bytes(dir.path(), shard);
     let r = recover(shard, dir.path(), &[], 1);
     assert_one_line(&r, "healthy");
@@ -203,18 +202,18 @@ fn recover_refuses_a_healthy_file_unless_forced() {
     );
     let kept = dir.path().join(format!("shard-{shard}.state.bad"));
     assert_eq!(std::fs::read(kept).unwrap(), healthy);
-    let ids = common::next(shard, dir.path(), 10);
+    let ids = harness::next(shard, dir.path(), 10);
     assert!(unix_second(ids[0]) > mark);
     ledger.record_after_all(&ids);
 }
 
 #[test]
 fn dry_run_prints_the_plan_and_changes_nothing() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 8;
     // Borrowed about 15 s ahead, so the mark stays the latest second
     // however slowly the test runs.
-    common::next(shard, dir.path(), 1_000_000);
+    harness::next(shard, dir.path(), 1_000_000);
     let at = offset_of(dir.path(), shard, "seen_max");
     let damaged = damage_byte(dir.path(), shard, at, b'#');
     let listing = || {
@@ -271,7 +270,7 @@ fn on_disk_text_mark(text: &[u8]) -> u64 {
 
 #[test]
 fn recover_refuses_times_past_the_layouts_end() {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     let shard = 10;
     let last = Layout::DEFAULT.last_unix_second();
     for after in [
@@ -296,13 +295,13 @@ fn recover_refuses_times_past_the_layouts_end() {
             r.stderr
         );
         assert_one_line(&r, "idutil");
-        assert!(!common::state_file(dir.path(), shard).exists(), "{after}");
+        assert!(!harness::state_file(dir.path(), shard).exists(), "{after}");
     }
     // The latest usable time still works, and the shard issues.
     let latest = (last - 1 - DEFAULT_WINDOW).to_string();
     recover(shard, dir.path(), &["--after", &latest], 0);
     assert_eq!(on_disk(dir.path(), shard).high_water[&0], last - 1);
-    let ids = common::next(shard, dir.path(), 3);
+    let ids = harness::next(shard, dir.path(), 3);
     assert_eq!(unix_second(ids[0]), last, "the last second of the layout");
 }
 
@@ -326,9 +325,9 @@ fn set(text: &str, key: &str, value: &str) -> String {
 
 #[test]
 fn absurd_seconds_in_a_state_file_never_panic_the_command() {
-    let dir = common::state_dir();
-    common::next(11, dir.path(), 3);
-    let path = common::state_file(dir.path(), 11);
+    let dir = harness::state_dir();
+    harness::next(11, dir.path(), 3);
+    let path = harness::state_file(dir.path(), 11);
     let good = std::fs::read_to_string(&path).unwrap();
     let year_11500: u64 = 300_798_489_600; // about the year 11500
     let max = u64::MAX.to_string();

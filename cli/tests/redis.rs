@@ -5,186 +5,26 @@
 //! and pass, except under `CI=true`, where its absence fails them.
 #![cfg(feature = "redis")]
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use idutil_harness as harness;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::ops::RangeInclusive;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Error, Generator, Layout, ManualClock};
+use idutil_harness::child::{self, ChildProc, MARK};
+use idutil_harness::redis_server::{exists, record_of, seed_records, Proxy, RedisServer};
+use idutil_harness::{state_dir, wall_now};
 
 // ---------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------
-
-/// A `redis-server` child on a loopback port, killed when dropped.
-struct RedisServer {
-    child: Option<Child>,
-    port: u16,
-    dir: tempfile::TempDir,
-    persistent: bool,
-}
-
-impl RedisServer {
-    /// Starts a server, or returns `None` (after saying so loudly) when
-    /// `redis-server` is not installed. Under `CI=true` its absence panics.
-    fn start(persistent: bool) -> Option<RedisServer> {
-        let found = Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!(
-                    "redis-server not found on PATH; CI must install it (Debian package \
-                     redis-server) so the Redis lease is tested"
-                );
-            }
-            // Straight to stderr: libtest captures `eprintln!` of passing tests.
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n******** SKIPPED: redis-server not found on PATH; the Redis lease is NOT \
-                 tested. Install it (e.g. apt-get install redis-server) ********\n"
-            );
-            return None;
-        }
-        let dir = tempfile::Builder::new()
-            .prefix("idutil-redis-")
-            .tempdir()
-            .expect("temporary directory for redis");
-        let mut server = RedisServer {
-            child: None,
-            port: 0,
-            dir,
-            persistent,
-        };
-        // A port found free may be taken before the server binds it: retry.
-        for _ in 0..5 {
-            server.port = free_port();
-            if server.spawn() {
-                return Some(server);
-            }
-        }
-        panic!("redis-server did not start; see {}", server.log().display());
-    }
-
-    fn log(&self) -> PathBuf {
-        self.dir.path().join("redis.log")
-    }
-
-    /// Starts `redis-server` on `self.port` and waits for PING.
-    fn spawn(&mut self) -> bool {
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg(self.log())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if self.persistent {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
-        } else {
-            cmd.args(["--appendonly", "no"]);
-        }
-        let mut child = cmd.spawn().expect("spawn redis-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return false;
-            }
-            if self.ping() {
-                self.child = Some(child);
-                return true;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        false
-    }
-
-    fn ping(&self) -> bool {
-        let Ok(client) = redis::Client::open(self.url()) else {
-            return false;
-        };
-        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
-            return false;
-        };
-        redis::cmd("PING")
-            .query::<String>(&mut conn)
-            .is_ok_and(|p| p == "PONG")
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_connection_with_timeout(Duration::from_secs(2))
-            .expect("connect to the test redis-server")
-    }
-
-    /// SIGKILL: no shutdown, no final save.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn restart(&mut self) {
-        self.kill();
-        assert!(
-            self.spawn(),
-            "redis-server did not restart on port {}; see {}",
-            self.port,
-            self.log().display()
-        );
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a loopback port")
-        .port()
-}
-
-fn state_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("idutil-lease-")
-        .tempdir()
-        .expect("temporary state directory")
-}
-
-fn wall_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 /// Inserts every ID into `seen`, failing on the first duplicate.
 fn record_unique(seen: &mut HashSet<u64>, ids: impl IntoIterator<Item = u64>, who: &str) {
@@ -192,38 +32,6 @@ fn record_unique(seen: &mut HashSet<u64>, ids: impl IntoIterator<Item = u64>, wh
         assert!(id < 1 << 53, "{who}: ID {id} above 2^53 - 1");
         assert!(seen.insert(id), "{who}: duplicate ID {id}");
     }
-}
-
-/// Writes the record a previous holder would have left on each of `shards`
-/// (under the default prefix), so that opening them does not wait one TTL
-/// for a record to be created.
-fn seed_records(redis: &RedisServer, shards: RangeInclusive<u32>) {
-    let mut conn = redis.conn();
-    let now = wall_now();
-    for shard in shards {
-        redis::cmd("DEL")
-            .arg(format!("idutil:mark:{shard}"))
-            .exec(&mut conn)
-            .unwrap();
-        redis::cmd("HSET")
-            .arg(format!("idutil:mark:{shard}"))
-            .arg("high_water")
-            .arg(now)
-            .arg("seen")
-            .arg(now)
-            .arg("layout")
-            .arg(Layout::DEFAULT.fingerprint())
-            .exec(&mut conn)
-            .unwrap();
-    }
-}
-
-fn record_of(conn: &mut redis::Connection, key: &str) -> HashMap<String, String> {
-    redis::cmd("HGETALL").arg(key).query(conn).unwrap()
-}
-
-fn exists(conn: &mut redis::Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(conn).unwrap() == 1
 }
 
 fn is_no_free_shard(e: &Error) -> bool {
@@ -249,27 +57,24 @@ fn open_when_free<C: idutil::Clock + Clone>(
 }
 
 // ---------------------------------------------------------------------------
-// Child processes: this test binary re-executed
+// Child processes: this test binary re-executed (see `harness::child`)
 // ---------------------------------------------------------------------------
 
-const CHILD_ENV: &str = "IDUTIL_LEASE_TEST_CHILD";
-/// Marks the child's lines, so libtest's own output is ignored.
-const MARK: &str = "@@";
-
-/// The child's side. `IDUTIL_LEASE_TEST_CHILD` holds `URL TTL_MS FIRST LAST
-/// MODE`. It leases a shard (printing `@@leased N` or `@@failed REASON`),
-/// waits for a line on stdin, then issues IDs (`@@id N`): a fixed number in
-/// mode `batch` (then `@@done` and a clean close), or forever in mode
+/// The child's side. `IDUTIL_CHILD_LEASE` holds `URL TTL_MS FIRST LAST
+/// MODE`. It leases a shard (printing `@leased N` or `@failed REASON`),
+/// waits for a line on stdin, then issues IDs (`@id N`): a fixed number in
+/// mode `batch` (then `@done` and a clean close), or forever in mode
 /// `stream`. Mode `paced` issues 20 IDs a millisecond at most, so it never
 /// borrows seconds ahead of the clock, and reports each failed call as
-/// `@@error REASON` instead of stopping.
+/// `@error REASON` instead of stopping.
 #[test]
 #[ignore = "run only as a child process by the tests in this file"]
 fn child_process() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    if !child::is_child() {
         return;
-    };
-    let f: Vec<&str> = spec.split_whitespace().collect();
+    }
+    let setting = child::child_var("IDUTIL_CHILD_LEASE");
+    let f: Vec<&str> = setting.split_whitespace().collect();
     let config = LeaseConfig::new(f[0])
         .ttl(Duration::from_millis(f[1].parse().unwrap()))
         .shards(f[2].parse().unwrap()..=f[3].parse().unwrap());
@@ -317,14 +122,14 @@ fn child_process() {
 }
 
 /// The other child: reports what `LeaseConfig::from_env` and opening a
-/// generator make of the environment (`@@from_env ...`, `@@open ...`).
+/// generator make of the environment (`@from_env ...`, `@open ...`).
 #[test]
 #[ignore = "run only as a child process by the tests in this file"]
 fn env_child_process() {
-    if std::env::var_os(ENV_CHILD_ENV).is_none() {
+    if !child::is_child() {
         return;
     }
-    let dir = state_dir();
+    let dir = harness::state_dir();
     let from_env = match LeaseConfig::from_env() {
         Ok(c) => format!("ok {}", c.is_some()),
         Err(e) => format!("err {}", matches!(e, Error::InvalidEnv { .. })),
@@ -337,115 +142,20 @@ fn env_child_process() {
     println!("{MARK}open {open}");
 }
 
-const ENV_CHILD_ENV: &str = "IDUTIL_LEASE_TEST_ENV_CHILD";
-
-struct ChildProc {
-    child: Child,
-    out: Option<BufReader<ChildStdout>>,
-}
-
-impl ChildProc {
-    fn spawn(url: &str, ttl_ms: u64, shards: (u32, u32), mode: &str, dir: &Path) -> ChildProc {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_process",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
-            .env(
-                CHILD_ENV,
+/// Starts [`child_process`] leasing a shard of `shards` from `url`, in
+/// `mode`, with its state in `dir`.
+fn lease_child(url: &str, ttl_ms: u64, shards: (u32, u32), mode: &str, dir: &Path) -> ChildProc {
+    ChildProc::spawn(
+        "child_process",
+        &[
+            (
+                "IDUTIL_CHILD_LEASE",
                 format!("{url} {ttl_ms} {} {} {mode}", shards.0, shards.1),
-            )
-            .env("IDUTIL_STATE_DIR", dir)
-            .env("IDUTIL_ID_SPACE", common::space_for(dir))
-            .env_remove("IDUTIL_SHARD")
-            .env_remove("IDUTIL_REDIS_URL")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("re-execute the test binary");
-        let out = Some(BufReader::new(child.stdout.take().unwrap()));
-        ChildProc { child, out }
-    }
-
-    /// The next complete marked line, without the mark; `None` at the end
-    /// of the output (a killed child's last line may be cut short: it is
-    /// left out).
-    fn next(&mut self) -> Option<String> {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match self
-                .out
-                .as_mut()
-                .expect("output not followed")
-                .read_line(&mut line)
-            {
-                Ok(0) | Err(_) => return None,
-                Ok(_) if !line.ends_with('\n') => return None,
-                Ok(_) => {}
-            }
-            if let Some(i) = line.find(MARK) {
-                return Some(line[i + MARK.len()..].trim_end().to_string());
-            }
-        }
-    }
-
-    /// Hands the rest of the output to a thread that sends each marked line
-    /// (without the mark) with the time it arrived.
-    fn follow(&mut self) -> mpsc::Receiver<(String, Instant)> {
-        let mut out = self.out.take().expect("output followed once");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut line = String::new();
-            loop {
-                line.clear();
-                match out.read_line(&mut line) {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) if !line.ends_with('\n') => return,
-                    Ok(_) => {}
-                }
-                if let Some(i) = line.find(MARK) {
-                    let text = line[i + MARK.len()..].trim_end().to_string();
-                    if tx.send((text, Instant::now())).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        rx
-    }
-
-    fn go(&mut self) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        stdin.write_all(b"go\n").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Reads IDs up to `@@done` (or the end of the output).
-    fn ids_until_done(&mut self) -> (Vec<u64>, bool) {
-        let mut ids = Vec::new();
-        while let Some(line) = self.next() {
-            if line == "done" {
-                return (ids, true);
-            }
-            if let Some(id) = line.strip_prefix("id ") {
-                ids.push(id.parse().unwrap());
-            }
-        }
-        (ids, false)
-    }
-}
-
-impl Drop for ChildProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            ),
+            ("IDUTIL_STATE_DIR", dir.display().to_string()),
+            ("IDUTIL_ID_SPACE", harness::space_for(dir)),
+        ],
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -465,7 +175,7 @@ fn many_processes_compete_for_32_shards() {
     let root = state_dir();
     let mut children: Vec<ChildProc> = (0..40)
         .map(|i| {
-            ChildProc::spawn(
+            lease_child(
                 &url,
                 5000,
                 (0, 31),
@@ -513,7 +223,7 @@ fn many_processes_compete_for_32_shards() {
     // resume after the previous holders' IDs on them.
     let mut late: Vec<ChildProc> = (0..8)
         .map(|i| {
-            ChildProc::spawn(
+            lease_child(
                 &url,
                 5000,
                 (0, 31),
@@ -560,7 +270,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     let mut seen = HashSet::new();
 
     let a = Generator::builder()
-        .id_space(common::space_for(host_a.path()))
+        .id_space(harness::space_for(host_a.path()))
         .state_dir(host_a.path())
         .clock(ManualClock::new(t))
         .redis_lease(config.clone())
@@ -573,7 +283,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     assert!(a.lead() >= 2);
     // While it is held, nobody else gets the shard.
     let err = Generator::builder()
-        .id_space(common::space_for(host_b.path()))
+        .id_space(harness::space_for(host_b.path()))
         .state_dir(host_b.path())
         .redis_lease(config.clone())
         .open()
@@ -585,7 +295,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     record_unique(&mut seen, ids_a, "A");
 
     let b = Generator::builder()
-        .id_space(common::space_for(host_b.path()))
+        .id_space(harness::space_for(host_b.path()))
         .state_dir(host_b.path())
         .clock(ManualClock::new(t - 3600))
         .redis_lease(config.clone())
@@ -605,7 +315,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
 
     // A again, on its own host: its state file says less than Redis does.
     let a2 = Generator::builder()
-        .id_space(common::space_for(host_a.path()))
+        .id_space(harness::space_for(host_a.path()))
         .state_dir(host_a.path())
         .clock(ManualClock::new(t))
         .redis_lease(config.clone())
@@ -620,7 +330,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     // going back.
     redis::cmd("FLUSHALL").exec(&mut redis.conn()).unwrap();
     let a3 = Generator::builder()
-        .id_space(common::space_for(host_a.path()))
+        .id_space(harness::space_for(host_a.path()))
         .state_dir(host_a.path())
         .clock(ManualClock::new(t))
         .redis_lease(config)
@@ -642,7 +352,7 @@ fn holder_killed_with_sigkill_is_not_reused() {
     let ttl = Duration::from_secs(2);
     let config = LeaseConfig::new(redis.url()).ttl(ttl).shards(4..=4);
     let (host_a, host_b) = (state_dir(), state_dir());
-    let mut victim = ChildProc::spawn(
+    let mut victim = lease_child(
         &redis.url(),
         ttl.as_millis() as u64,
         (4, 4),
@@ -667,7 +377,7 @@ fn holder_killed_with_sigkill_is_not_reused() {
     // The next holder's clock is behind: only Redis's record keeps it
     // from going back over the killed holder's IDs.
     let builder = Generator::builder()
-        .id_space(common::space_for(host_b.path()))
+        .id_space(harness::space_for(host_b.path()))
         .state_dir(host_b.path())
         .clock(ManualClock::new(wall_now() - 30))
         .redis_lease(config);
@@ -690,86 +400,6 @@ fn holder_killed_with_sigkill_is_not_reused() {
     let mut seen = HashSet::new();
     record_unique(&mut seen, ids, "killed holder");
     record_unique(&mut seen, mine, "next holder");
-}
-
-/// A loopback TCP proxy that can cut a client off from Redis: existing
-/// connections are closed and new ones are accepted but never answered.
-struct Proxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    active: Arc<Mutex<Vec<TcpStream>>>,
-    held: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Proxy {
-    fn start(upstream: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let active: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (c, a, h) = (cut.clone(), active.clone(), held.clone());
-        thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                if c.load(Ordering::SeqCst) {
-                    h.lock().unwrap().push(client);
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                    continue;
-                };
-                let mut list = a.lock().unwrap();
-                list.push(client.try_clone().unwrap());
-                list.push(server.try_clone().unwrap());
-                drop(list);
-                pump(client.try_clone().unwrap(), server.try_clone().unwrap());
-                pump(server, client);
-            }
-        });
-        Proxy {
-            port,
-            cut,
-            active,
-            held,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for s in self.active.lock().unwrap().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
-
-    fn heal(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-        for s in self.held.lock().unwrap().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
-}
-
-fn pump(mut from: TcpStream, mut to: TcpStream) {
-    thread::spawn(move || {
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = to.shutdown(Shutdown::Both);
-        let _ = from.shutdown(Shutdown::Both);
-    });
 }
 
 /// What a thread calling `try_next_id` in a loop saw.
@@ -853,7 +483,7 @@ fn holder_cut_off_from_redis_stops_before_takeover() {
     let (host_a, host_b) = (state_dir(), state_dir());
     let a = Arc::new(
         Generator::builder()
-            .id_space(common::space_for(host_a.path()))
+            .id_space(harness::space_for(host_a.path()))
             .state_dir(host_a.path())
             .redis_lease(config.clone())
             .open()
@@ -885,7 +515,7 @@ fn holder_cut_off_from_redis_stops_before_takeover() {
     let (msg, fenced_at) = wait_for(&events, &mut a_ids, Some(Failure::Fenced), ttl * 2);
     assert!(msg.contains("shard 6"), "{msg}");
     let b_builder = Generator::builder()
-        .id_space(common::space_for(host_b.path()))
+        .id_space(harness::space_for(host_b.path()))
         .state_dir(host_b.path())
         .clock(ManualClock::new(wall_now() - 30))
         .redis_lease(LeaseConfig::new(redis.url()).ttl(ttl).shards(6..=6));
@@ -942,7 +572,7 @@ fn redis_restarted_mid_run_keeps_ids_unique() {
         .map(|h| {
             Arc::new(
                 Generator::builder()
-                    .id_space(common::space_for(h.path()))
+                    .id_space(harness::space_for(h.path()))
                     .state_dir(h.path())
                     .redis_lease(config.clone())
                     .open()
@@ -1006,7 +636,7 @@ fn redis_restarted_mid_run_keeps_ids_unique() {
     redis.restart();
     let host_c = state_dir();
     let newcomer = Generator::builder()
-        .id_space(common::space_for(host_c.path()))
+        .id_space(harness::space_for(host_c.path()))
         .state_dir(host_c.path())
         .redis_lease(config)
         .open()
@@ -1041,7 +671,7 @@ fn command_leases_and_shows_the_lease() {
         let mut cmd = Command::new(bin);
         cmd.args(args)
             .env("IDUTIL_STATE_DIR", dir.path())
-            .env("IDUTIL_ID_SPACE", common::space_for(dir.path()))
+            .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
             .env_remove("IDUTIL_SHARD")
             .env_remove("IDUTIL_REDIS_URL");
         if env_url {
@@ -1072,7 +702,7 @@ fn command_leases_and_shows_the_lease() {
     // A live holder shows up in `idutil state`.
     let elsewhere = state_dir();
     let holder = Generator::builder()
-        .id_space(common::space_for(elsewhere.path()))
+        .id_space(harness::space_for(elsewhere.path()))
         .state_dir(elsewhere.path())
         .redis_lease(LeaseConfig::new(url.clone()))
         .open()
@@ -1093,7 +723,7 @@ fn command_leases_and_shows_the_lease() {
     let others: Vec<Generator> = (0..31)
         .map(|_| {
             Generator::builder()
-                .id_space(common::space_for(elsewhere.path()))
+                .id_space(harness::space_for(elsewhere.path()))
                 .state_dir(elsewhere.path())
                 .redis_lease(LeaseConfig::new(url.clone()))
                 .open()
@@ -1406,7 +1036,7 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
     let ttl = Duration::from_secs(3);
     let ttl_ms = ttl.as_millis() as u64;
     let (host_a, host_b) = (state_dir(), state_dir());
-    let mut a = ChildProc::spawn(&redis.url(), ttl_ms, (5, 5), "paced", host_a.path());
+    let mut a = lease_child(&redis.url(), ttl_ms, (5, 5), "paced", host_a.path());
     assert_eq!(a.next().as_deref(), Some("leased 5"));
     let a_pid = a.child.id().to_string();
     a.go();
@@ -1420,7 +1050,7 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
     redis::cmd("FLUSHALL").exec(&mut conn).unwrap();
     let flushed_at = Instant::now();
     let b_spawned = Instant::now();
-    let mut b = ChildProc::spawn(&redis.url(), ttl_ms, (5, 5), "paced", host_b.path());
+    let mut b = lease_child(&redis.url(), ttl_ms, (5, 5), "paced", host_b.path());
 
     // A stops at its next renewal, a third of the TTL after the last.
     let (a_error, a_error_at) = loop {
@@ -1527,20 +1157,15 @@ fn blank_redis_url_is_a_usage_error() {
         }
     }
     let child = |value: &str| {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "env_child_process",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
-            .env(ENV_CHILD_ENV, "1")
-            .env("IDUTIL_REDIS_URL", value)
-            .env("IDUTIL_STATE_DIR", dir.path())
-            .output()
-            .unwrap();
+        let out = child::child_command(
+            "env_child_process",
+            &[
+                ("IDUTIL_REDIS_URL", value.to_string()),
+                ("IDUTIL_STATE_DIR", dir.path().display().to_string()),
+            ],
+        )
+        .output()
+        .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let line = |name: &str| {
             text.lines()

@@ -3,38 +3,35 @@
 //! the host (the crate docs' "The shard" has the rule and its table). Host
 //! names are set for real in a private UTS namespace (`unshare --uts`).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use idutil_harness as harness;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
+
+use harness::Run;
 
 const BIN: &str = env!("CARGO_BIN_EXE_idutil");
 
-fn idutil(dir: &Path, env_shard: Option<&str>, args: &[&str]) -> Output {
+fn idutil(dir: &Path, env_shard: Option<&str>, args: &[&str]) -> Run {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .env("IDUTIL_STATE_DIR", dir)
-        .env("IDUTIL_ID_SPACE", common::space_for(dir))
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir))
         .env_remove("IDUTIL_SHARD");
     if let Some(s) = env_shard {
         cmd.env("IDUTIL_SHARD", s);
     }
-    cmd.output().expect("run idutil")
+    harness::run(&mut cmd)
 }
 
-fn shard_of(out: &Output) -> u32 {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id: idutil::Id = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+fn shard_of(out: &Run) -> u32 {
+    assert!(out.status.success(), "{}", out.stderr);
+    let id: idutil::Id = out.stdout.trim().parse().unwrap();
     id.shard()
 }
 
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+fn stderr(out: &Run) -> String {
+    out.stderr.clone()
 }
 
 #[test]
@@ -78,22 +75,22 @@ fn a_malformed_or_out_of_range_variable_is_an_error() {
 
 /// Runs `idutil next` with the given host name, or `None` where private
 /// UTS namespaces are unavailable.
-fn next_on_host(dir: &Path, host: &str) -> Option<Output> {
+fn next_on_host(dir: &Path, host: &str) -> Option<Run> {
     let probe = Command::new("unshare").args(["--uts", "true"]).output();
     if !probe.is_ok_and(|o| o.status.success()) {
         let msg = "unshare --uts is not available (needs root or user namespaces)";
         assert!(std::env::var("CI").is_err(), "{msg}");
-        common::skipped(format_args!("SKIPPED host-name shard tests: {msg}"));
+        harness::skipped(format_args!("SKIPPED host-name shard tests: {msg}"));
         return None;
     }
     let script = format!("hostname {host} && exec {BIN} next");
-    let out = Command::new("unshare")
-        .args(["--uts", "sh", "-c", &script])
-        .env("IDUTIL_STATE_DIR", dir)
-        .env("IDUTIL_ID_SPACE", common::space_for(dir))
-        .env_remove("IDUTIL_SHARD")
-        .output()
-        .expect("run unshare");
+    let out = harness::run(
+        Command::new("unshare")
+            .args(["--uts", "sh", "-c", &script])
+            .env("IDUTIL_STATE_DIR", dir)
+            .env("IDUTIL_ID_SPACE", harness::space_for(dir))
+            .env_remove("IDUTIL_SHARD"),
+    );
     Some(out)
 }
 

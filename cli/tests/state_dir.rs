@@ -4,8 +4,7 @@
 //! modes, owners and deleted state files. Real processes of the command
 //! and of a long-lived library user (this binary, re-executed).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use idutil_harness as harness;
 
 use std::fs;
 use std::io::{BufRead, Write};
@@ -15,7 +14,7 @@ use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Ledger, ID_MARK, READY_MARK};
+use harness::{Ledger, ID_MARK, READY_MARK};
 use idutil::{Error, Generator, ManualClock};
 
 /// Marks the error line a child prints when it stops issuing.
@@ -24,8 +23,8 @@ const ERROR_MARK: &str = "@error=";
 /// A command that must fail fast: exit status 1 within 10 s; its stderr.
 fn refused(cmd: &mut Command, what: &str) -> String {
     let start = Instant::now();
-    let out = common::output_within(cmd, Duration::from_secs(10));
-    let r = common::Run::from_output(out).expect_code(1, what);
+    let out = harness::output_within(cmd, Duration::from_secs(10));
+    let r = harness::Run::from_output(out).expect_code(1, what);
     assert!(
         start.elapsed() < Duration::from_secs(5),
         "{what} took {:?}",
@@ -35,7 +34,7 @@ fn refused(cmd: &mut Command, what: &str) -> String {
 }
 
 fn private_dir() -> tempfile::TempDir {
-    let dir = common::state_dir();
+    let dir = harness::state_dir();
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
     dir
 }
@@ -49,22 +48,22 @@ fn is_root() -> bool {
 
 #[test]
 fn a_relative_state_dir_is_a_usage_error() {
-    let cwd = common::state_dir();
+    let cwd = harness::state_dir();
     for (env, args) in [
         (Some("state"), vec!["--shard", "3", "next"]),
         (None, vec!["--shard", "3", "--state-dir", "state", "next"]),
         (Some("./state"), vec!["--shard", "3", "state"]),
     ] {
-        let mut cmd = Command::new(common::bin());
+        let mut cmd = Command::new(harness::bin());
         cmd.current_dir(cwd.path())
             .env_remove("IDUTIL_SHARD")
             .env_remove("IDUTIL_STATE_DIR")
-            .env("IDUTIL_ID_SPACE", common::space_for(cwd.path()))
+            .env("IDUTIL_ID_SPACE", harness::space_for(cwd.path()))
             .args(&args);
         if let Some(v) = env {
             cmd.env("IDUTIL_STATE_DIR", v);
         }
-        let r = common::run(&mut cmd).expect_code(2, "a relative state dir");
+        let r = harness::run(&mut cmd).expect_code(2, "a relative state dir");
         assert!(r.stderr.contains("relative"), "{}", r.stderr);
         assert!(r.stdout.is_empty());
     }
@@ -82,18 +81,18 @@ fn a_relative_state_dir_is_a_usage_error() {
 #[test]
 fn a_bad_id_space_is_a_usage_error() {
     let dir = private_dir();
-    let r = common::run(common::idutil(3, dir.path()).args(["--id-space", "a/b", "next"]))
+    let r = harness::run(harness::idutil(3, dir.path()).args(["--id-space", "a/b", "next"]))
         .expect_code(2, "a bad --id-space");
     assert!(r.stderr.contains("ID space"), "{}", r.stderr);
-    let r = common::run(
-        common::idutil(3, dir.path())
+    let r = harness::run(
+        harness::idutil(3, dir.path())
             .env("IDUTIL_ID_SPACE", "")
             .arg("next"),
     )
     .expect_code(2, "an empty IDUTIL_ID_SPACE");
     assert!(r.stderr.contains("IDUTIL_ID_SPACE"), "{}", r.stderr);
     assert!(matches!(
-        common::builder(dir.path()).id_space("x y").shard(3).open(),
+        harness::builder(dir.path()).id_space("x y").shard(3).open(),
         Err(Error::InvalidIdSpace { .. })
     ));
 }
@@ -106,7 +105,7 @@ fn a_bad_id_space_is_a_usage_error() {
 /// it borrows and writes reservations often) until an error, which it
 /// prints before exiting.
 fn spawn_issuer(shard: u32, dir: &Path) -> Child {
-    common::spawn_child(
+    harness::spawn_child(
         "child_issue_until_error",
         &[
             ("IDUTIL_CHILD_DIR", dir.display().to_string()),
@@ -135,7 +134,7 @@ fn wait_for_error(
         if let Some(i) = line.find(ERROR_MARK) {
             error = Some(line[i + ERROR_MARK.len()..].trim().to_string());
         } else {
-            ids.extend(common::child_ids(&line).0);
+            ids.extend(harness::child_ids(&line).0);
         }
     }
     // The child waits for its stdin to close after an error.
@@ -151,11 +150,11 @@ fn deleting_the_lock_file_fences_the_holder_and_a_second_process_is_refused() {
     let shard = 11;
     let mut child = spawn_issuer(shard, dir.path());
     let pid = child.id();
-    let (ids, rest) = common::read_until_ready(child.stdout.take().unwrap());
+    let (ids, rest) = harness::read_until_ready(child.stdout.take().unwrap());
 
     fs::remove_file(dir.path().join(format!("shard-{shard}.lock"))).unwrap();
     let err = refused(
-        common::idutil(shard, dir.path()).args(["next", "-n", "1000"]),
+        harness::idutil(shard, dir.path()).args(["next", "-n", "1000"]),
         "a second process on the shard",
     );
     assert!(err.contains("in use by another generator"), "{err}");
@@ -174,7 +173,7 @@ fn deleting_the_lock_file_fences_the_holder_and_a_second_process_is_refused() {
     // The state file still covers everything: a new run starts after it all.
     let mut ledger = Ledger::new();
     ledger.record(&ids);
-    ledger.record_after_all(&common::next(shard, dir.path(), 1000));
+    ledger.record_after_all(&harness::next(shard, dir.path(), 1000));
     ledger.assert_unique();
 }
 
@@ -185,13 +184,13 @@ fn deleting_the_state_dir_fences_the_holder_which_never_writes_into_the_new_one(
     let shard = 12;
     let mut child = spawn_issuer(shard, &dir);
     let pid = child.id();
-    let (ids, rest) = common::read_until_ready(child.stdout.take().unwrap());
+    let (ids, rest) = harness::read_until_ready(child.stdout.take().unwrap());
 
     fs::remove_dir_all(&dir).unwrap();
     fs::create_dir(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
     let err = refused(
-        common::idutil(shard, &dir).args(["next", "-n", "1000"]),
+        harness::idutil(shard, &dir).args(["next", "-n", "1000"]),
         "a second process on the recreated directory",
     );
     assert!(err.contains(&format!("pid {pid}")), "{err}");
@@ -209,7 +208,7 @@ fn deleting_the_state_dir_fences_the_holder_which_never_writes_into_the_new_one(
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "the fenced generator wrote {left:?}");
-    common::assert_unique_set(&ids);
+    harness::assert_unique_set(&ids);
 }
 
 #[test]
@@ -218,7 +217,7 @@ fn a_successor_on_a_recreated_dir_never_reissues_what_a_fenced_holder_issued() {
     let dir = parent.path().join("state");
     let shard = 14;
     // A holder that follows the clock: it issues in the current second.
-    let mut holder = common::idutil(shard, &dir)
+    let mut holder = harness::idutil(shard, &dir)
         .args(["next", "-n", "100000000", "--max-lead", "1s"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -226,16 +225,16 @@ fn a_successor_on_a_recreated_dir_never_reissues_what_a_fenced_holder_issued() {
         .spawn()
         .unwrap();
     let out = holder.stdout.take().unwrap();
-    let reader = thread::spawn(move || common::read_rest(out));
+    let reader = thread::spawn(move || harness::read_rest(out));
     thread::sleep(Duration::from_millis(1500));
     fs::remove_dir_all(&dir).unwrap();
     // The successor starts over in a new directory at the same path as soon
     // as the host lets it.
     let deadline = Instant::now() + Duration::from_secs(30);
     let successor = loop {
-        let r = common::run(common::idutil(shard, &dir).args(["next", "-n", "100000"]));
+        let r = harness::run(harness::idutil(shard, &dir).args(["next", "-n", "100000"]));
         if r.code == Some(0) {
-            break common::parse_ids(&r.stdout);
+            break harness::parse_ids(&r.stdout);
         }
         assert!(r.stderr.contains("in use"), "{}", r.stderr);
         assert!(Instant::now() < deadline, "the shard never came free");
@@ -243,11 +242,11 @@ fn a_successor_on_a_recreated_dir_never_reissues_what_a_fenced_holder_issued() {
     };
     let status = holder.wait().unwrap();
     assert_eq!(status.code(), Some(1), "the holder fences itself");
-    let fenced = common::parse_complete_ids(&reader.join().unwrap());
+    let fenced = harness::parse_complete_ids(&reader.join().unwrap());
     assert!(!fenced.is_empty());
     let mut all = fenced.clone();
     all.extend(&successor);
-    common::assert_unique_set(&all);
+    harness::assert_unique_set(&all);
     assert!(successor[0] > *fenced.last().unwrap());
 }
 
@@ -255,14 +254,14 @@ fn a_successor_on_a_recreated_dir_never_reissues_what_a_fenced_holder_issued() {
 fn a_fenced_generator_stops_for_good_and_writes_nothing_more() {
     let dir = private_dir();
     let clock = ManualClock::new(1_700_000_000);
-    let g = common::builder(dir.path())
+    let g = harness::builder(dir.path())
         .shard(13)
         .clock(clock.clone())
         .window(Duration::from_secs(2))
         .open()
         .unwrap();
     let first = g.next_id().unwrap();
-    let state = common::state_file(dir.path(), 13);
+    let state = harness::state_file(dir.path(), 13);
     let before = fs::read(&state).unwrap();
     // Replaced, not just deleted: a new file at the lock file's path.
     let lock = dir.path().join("shard-13.lock");
@@ -292,7 +291,7 @@ fn a_fenced_generator_stops_for_good_and_writes_nothing_more() {
     assert_eq!(fs::read(&state).unwrap(), before);
 
     // The shard itself is usable again, after everything issued.
-    let again = common::builder(dir.path())
+    let again = harness::builder(dir.path())
         .shard(13)
         .clock(ManualClock::new(1_700_000_000))
         .open()
@@ -305,8 +304,8 @@ fn two_state_dirs_for_one_shard_on_one_host_refuse_the_second() {
     let a = private_dir();
     let b = private_dir();
     let shard = 14;
-    let space = common::space_for(a.path());
-    let mut child = common::spawn_child(
+    let space = harness::space_for(a.path());
+    let mut child = harness::spawn_child(
         "child_hold_shard",
         &[
             ("IDUTIL_CHILD_SHARD", shard.to_string()),
@@ -316,21 +315,21 @@ fn two_state_dirs_for_one_shard_on_one_host_refuse_the_second() {
         ],
     );
     let pid = child.id();
-    let (ids, _rest) = common::read_until_ready(child.stdout.take().unwrap());
+    let (ids, _rest) = harness::read_until_ready(child.stdout.take().unwrap());
     assert_eq!(ids.len(), 100);
 
     let err = refused(
-        common::idutil(shard, b.path())
+        harness::idutil(shard, b.path())
             .env("IDUTIL_ID_SPACE", &space)
             .args(["next", "-n", "1000"]),
         "a second process on the shard in another directory",
     );
     assert!(err.contains("in use by another generator"), "{err}");
     assert!(err.contains(&format!("pid {pid}")), "{err}");
-    assert!(!common::state_file(b.path(), shard).exists());
+    assert!(!harness::state_file(b.path(), shard).exists());
     // `state` shows the holder on this host.
-    let report = common::run(
-        common::idutil(shard, b.path())
+    let report = harness::run(
+        harness::idutil(shard, b.path())
             .env("IDUTIL_ID_SPACE", &space)
             .args(["state", "--json"]),
     )
@@ -339,12 +338,12 @@ fn two_state_dirs_for_one_shard_on_one_host_refuse_the_second() {
     assert_eq!(report["host_holder_pid"], u64::from(pid));
 
     // In another ID space the same shard is free.
-    common::run(common::idutil(shard, b.path()).args(["next"])).expect_code(0, "another space");
+    harness::run(harness::idutil(shard, b.path()).args(["next"])).expect_code(0, "another space");
 
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
-    let r = common::run(
-        common::idutil(shard, b.path())
+    let r = harness::run(
+        harness::idutil(shard, b.path())
             .env("IDUTIL_ID_SPACE", &space)
             .args(["next"]),
     );
@@ -357,12 +356,12 @@ fn two_state_dirs_for_one_shard_on_one_host_refuse_the_second() {
 #[test]
 fn a_symlinked_lock_file_is_refused_and_its_target_untouched() {
     let dir = private_dir();
-    let outside = common::state_dir();
+    let outside = harness::state_dir();
     let target = outside.path().join("precious");
     fs::write(&target, "precious\n").unwrap();
     std::os::unix::fs::symlink(&target, dir.path().join("shard-3.lock")).unwrap();
     let err = refused(
-        common::idutil(3, dir.path()).arg("next"),
+        harness::idutil(3, dir.path()).arg("next"),
         "a symlinked lock file",
     );
     assert!(err.contains("symbolic link"), "{err}");
@@ -372,7 +371,7 @@ fn a_symlinked_lock_file_is_refused_and_its_target_untouched() {
     let missing = outside.path().join("created-through-a-link");
     std::os::unix::fs::symlink(&missing, dir.path().join("shard-4.lock")).unwrap();
     refused(
-        common::idutil(4, dir.path()).arg("next"),
+        harness::idutil(4, dir.path()).arg("next"),
         "a dangling lock link",
     );
     assert!(!missing.exists());
@@ -381,7 +380,7 @@ fn a_symlinked_lock_file_is_refused_and_its_target_untouched() {
     let link = outside.path().join("dir-link");
     std::os::unix::fs::symlink(dir.path(), &link).unwrap();
     let err = refused(
-        common::idutil(5, &link).arg("next"),
+        harness::idutil(5, &link).arg("next"),
         "a symlinked state dir",
     );
     assert!(err.contains("symbolic link"), "{err}");
@@ -391,7 +390,7 @@ fn a_symlinked_lock_file_is_refused_and_its_target_untouched() {
         format!("{}/.", link.display()),
     ] {
         let err = refused(
-            common::idutil(5, Path::new(&spelled)).arg("next"),
+            harness::idutil(5, Path::new(&spelled)).arg("next"),
             "a symlinked state dir with a trailing slash or dot",
         );
         assert!(err.contains("symbolic link"), "{spelled}: {err}");
@@ -407,7 +406,7 @@ fn a_hard_linked_lock_file_is_refused_and_its_other_name_untouched() {
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
     fs::hard_link(&victim, dir.path().join("shard-3.lock")).unwrap();
     let err = refused(
-        common::idutil(3, dir.path()).arg("next"),
+        harness::idutil(3, dir.path()).arg("next"),
         "a hard-linked lock file",
     );
     assert!(err.contains("hard link"), "{err}");
@@ -417,12 +416,12 @@ fn a_hard_linked_lock_file_is_refused_and_its_other_name_untouched() {
 #[test]
 fn a_state_dir_under_a_directory_another_user_controls_is_refused() {
     if !is_root() {
-        common::skipped(format_args!(
+        harness::skipped(format_args!(
             "SKIPPED: needs root to hand a directory to another user"
         ));
         return;
     }
-    let outer = common::state_dir();
+    let outer = harness::state_dir();
     let parent = outer.path().join("theirs");
     fs::create_dir(&parent).unwrap();
     fs::set_permissions(&parent, fs::Permissions::from_mode(0o755)).unwrap();
@@ -436,7 +435,7 @@ fn a_state_dir_under_a_directory_another_user_controls_is_refused() {
     // new one would start over: refused, however private the dir itself.
     let dir = parent.join("state");
     let err = refused(
-        common::idutil(3, &dir).arg("next"),
+        harness::idutil(3, &dir).arg("next"),
         "a state dir under another user's directory",
     );
     assert!(err.contains("directory above it"), "{err}");
@@ -447,20 +446,20 @@ fn a_state_dir_under_a_directory_another_user_controls_is_refused() {
         .arg(&parent)
         .status()
         .unwrap();
-    common::next(3, &dir, 3);
+    harness::next(3, &dir, 3);
 }
 
 #[test]
 fn a_state_file_linked_to_a_secret_is_refused_without_leaking_it() {
     let dir = private_dir();
-    let outside = common::state_dir();
+    let outside = harness::state_dir();
     let secret = outside.path().join("secret");
     let text = "password = hunter2-SECRET-TOKEN\n";
     fs::write(&secret, text).unwrap();
-    std::os::unix::fs::symlink(&secret, common::state_file(dir.path(), 3)).unwrap();
+    std::os::unix::fs::symlink(&secret, harness::state_file(dir.path(), 3)).unwrap();
     for args in [&["next"][..], &["state"], &["state", "recover"]] {
         let err = refused(
-            common::idutil(3, dir.path()).args(args),
+            harness::idutil(3, dir.path()).args(args),
             "a linked state file",
         );
         assert!(err.contains("symbolic link"), "{args:?}: {err}");
@@ -475,17 +474,17 @@ fn a_state_file_linked_to_a_secret_is_refused_without_leaking_it() {
 #[test]
 fn recover_replaces_a_symlinked_bad_copy_instead_of_writing_through_it() {
     let dir = private_dir();
-    common::next(3, dir.path(), 10);
-    let state = common::state_file(dir.path(), 3);
+    harness::next(3, dir.path(), 10);
+    let state = harness::state_file(dir.path(), 3);
     fs::write(&state, "garbage\n").unwrap();
-    let outside = common::state_dir();
+    let outside = harness::state_dir();
     let target = outside.path().join("target");
     fs::write(&target, "keep me\n").unwrap();
     let bad = dir.path().join("shard-3.state.bad");
     std::os::unix::fs::symlink(&target, &bad).unwrap();
     // The garbage keeps no mark: the operator vouches for a time.
-    let after = (common::wall_now() + 60).to_string();
-    common::run(common::idutil(3, dir.path()).args(["state", "recover", "--after", &after]))
+    let after = (harness::wall_now() + 60).to_string();
+    harness::run(harness::idutil(3, dir.path()).args(["state", "recover", "--after", &after]))
         .expect_code(0, "state recover");
     assert_eq!(fs::read_to_string(&target).unwrap(), "keep me\n");
     let meta = fs::symlink_metadata(&bad).unwrap();
@@ -497,7 +496,7 @@ fn recover_replaces_a_symlinked_bad_copy_instead_of_writing_through_it() {
 #[test]
 fn a_fifo_as_the_state_file_fails_fast_everywhere() {
     let dir = private_dir();
-    let state = common::state_file(dir.path(), 3);
+    let state = harness::state_file(dir.path(), 3);
     let made = Command::new("mkfifo")
         .arg(&state)
         .status()
@@ -505,7 +504,7 @@ fn a_fifo_as_the_state_file_fails_fast_everywhere() {
     assert!(made.success());
     for args in [&["next"][..], &["state"], &["state", "recover"]] {
         let err = refused(
-            common::idutil(3, dir.path()).args(args),
+            harness::idutil(3, dir.path()).args(args),
             "a FIFO state file",
         );
         assert!(err.contains("not a regular file"), "{args:?}: {err}");
@@ -515,21 +514,21 @@ fn a_fifo_as_the_state_file_fails_fast_everywhere() {
 #[test]
 fn a_device_or_a_huge_file_is_refused_quickly() {
     let dir = private_dir();
-    std::os::unix::fs::symlink("/dev/zero", common::state_file(dir.path(), 3)).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", harness::state_file(dir.path(), 3)).unwrap();
     for args in [&["next"][..], &["state"], &["state", "recover"]] {
         let err = refused(
-            common::idutil(3, dir.path()).args(args),
+            harness::idutil(3, dir.path()).args(args),
             "a link to /dev/zero",
         );
         assert!(err.contains("symbolic link"), "{args:?}: {err}");
     }
-    let huge = common::state_file(dir.path(), 4);
+    let huge = harness::state_file(dir.path(), 4);
     let file = fs::File::create(&huge).unwrap();
     file.set_len(1 << 30).unwrap();
     fs::set_permissions(&huge, fs::Permissions::from_mode(0o600)).unwrap();
     for args in [&["next"][..], &["state"], &["state", "recover"]] {
         let err = refused(
-            common::idutil(4, dir.path()).args(args),
+            harness::idutil(4, dir.path()).args(args),
             "a 1 GiB state file",
         );
         assert!(err.contains("larger than"), "{args:?}: {err}");
@@ -541,41 +540,44 @@ fn a_device_or_a_huge_file_is_refused_quickly() {
 
 #[test]
 fn under_umask_000_the_dir_is_0700_and_the_files_0600() {
-    let root = common::state_dir();
+    let root = harness::state_dir();
     let dir = root.path().join("new/state");
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg("umask 000 && exec \"$0\" \"$@\"")
-        .arg(common::bin())
+        .arg(harness::bin())
         .args(["--shard", "3", "--state-dir"])
         .arg(&dir)
         .args(["next", "-n", "5"])
-        .env("IDUTIL_ID_SPACE", common::space_for(&dir));
-    common::run(&mut cmd).expect_code(0, "idutil next under umask 000");
+        .env("IDUTIL_ID_SPACE", harness::space_for(&dir));
+    harness::run(&mut cmd).expect_code(0, "idutil next under umask 000");
     let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
     assert_eq!(mode(&root.path().join("new")), 0o700);
     assert_eq!(mode(&dir), 0o700);
     assert_eq!(mode(&dir.join("shard-3.lock")), 0o600);
-    assert_eq!(mode(&common::state_file(&dir, 3)), 0o600);
+    assert_eq!(mode(&harness::state_file(&dir, 3)), 0o600);
 }
 
 #[test]
 fn a_dir_or_file_writable_by_others_is_refused_with_the_fix() {
     let dir = private_dir();
-    common::next(3, dir.path(), 10);
+    harness::next(3, dir.path(), 10);
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
     for args in [&["next"][..], &["state"]] {
-        let err = refused(common::idutil(3, dir.path()).args(args), "a 0777 state dir");
+        let err = refused(
+            harness::idutil(3, dir.path()).args(args),
+            "a 0777 state dir",
+        );
         assert!(
             err.contains(&format!("chmod 700 {}", dir.path().display())),
             "{err}"
         );
     }
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
-    let state = common::state_file(dir.path(), 3);
+    let state = harness::state_file(dir.path(), 3);
     fs::set_permissions(&state, fs::Permissions::from_mode(0o666)).unwrap();
     let err = refused(
-        common::idutil(3, dir.path()).arg("next"),
+        harness::idutil(3, dir.path()).arg("next"),
         "a 0666 state file",
     );
     assert!(
@@ -583,25 +585,25 @@ fn a_dir_or_file_writable_by_others_is_refused_with_the_fix() {
         "{err}"
     );
     fs::set_permissions(&state, fs::Permissions::from_mode(0o600)).unwrap();
-    common::next(3, dir.path(), 10);
+    harness::next(3, dir.path(), 10);
 }
 
 #[test]
 fn a_dir_owned_by_another_user_is_refused_with_the_fix() {
     if !is_root() {
-        common::skipped(format_args!(
+        harness::skipped(format_args!(
             "SKIPPED a_dir_owned_by_another_user_is_refused_with_the_fix: \
              needs root to give a directory to another user"
         ));
         return;
     }
     let dir = private_dir();
-    common::next(3, dir.path(), 10);
+    harness::next(3, dir.path(), 10);
     // `nobody` owns it now, and could delete our state file.
     std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).unwrap();
     for args in [&["next"][..], &["state"], &["state", "recover"]] {
         let err = refused(
-            common::idutil(3, dir.path()).args(args),
+            harness::idutil(3, dir.path()).args(args),
             "a dir owned by nobody",
         );
         assert!(
@@ -611,10 +613,10 @@ fn a_dir_owned_by_another_user_is_refused_with_the_fix() {
     }
     // A file in our own directory owned by someone else is refused too.
     std::os::unix::fs::chown(dir.path(), Some(0), Some(0)).unwrap();
-    let state = common::state_file(dir.path(), 3);
+    let state = harness::state_file(dir.path(), 3);
     std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
     let err = refused(
-        common::idutil(3, dir.path()).arg("next"),
+        harness::idutil(3, dir.path()).arg("next"),
         "a state file owned by nobody",
     );
     assert!(err.contains("uid 65534"), "{err}");
@@ -624,22 +626,22 @@ fn a_dir_owned_by_another_user_is_refused_with_the_fix() {
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let setpriv = Command::new("setpriv").arg("--version").output();
     if setpriv.is_err() {
-        common::skipped(format_args!(
+        harness::skipped(format_args!(
             "SKIPPED the setpriv part: no setpriv on this machine"
         ));
         return;
     }
-    let bin_copy = common::state_dir();
+    let bin_copy = harness::state_dir();
     fs::set_permissions(bin_copy.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let exe = bin_copy.path().join("idutil");
-    fs::copy(common::bin(), &exe).unwrap();
+    fs::copy(harness::bin(), &exe).unwrap();
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&exe)
         .args(["--shard", "3", "--state-dir"])
         .arg(dir.path())
         .arg("next")
-        .env("IDUTIL_ID_SPACE", common::space_for(dir.path()))
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
         .env_remove("IDUTIL_SHARD")
         .env_remove("IDUTIL_STATE_DIR");
     let err = refused(&mut cmd, "nobody on root's directory");
@@ -654,26 +656,26 @@ fn a_deleted_state_file_is_refused_not_restarted_at_the_clock() {
     let dir = private_dir();
     let mut ledger = Ledger::new();
     // Far more than a second's sequence numbers: the run borrows ahead.
-    ledger.record(&common::next(3, dir.path(), 200_000));
-    fs::remove_file(common::state_file(dir.path(), 3)).unwrap();
+    ledger.record(&harness::next(3, dir.path(), 200_000));
+    fs::remove_file(harness::state_file(dir.path(), 3)).unwrap();
     for args in [&["next"][..], &["state"]] {
         let err = refused(
-            common::idutil(3, dir.path()).args(args),
+            harness::idutil(3, dir.path()).args(args),
             "a deleted state file",
         );
         assert!(err.contains("missing"), "{args:?}: {err}");
         assert!(err.contains("state recover"), "{args:?}: {err}");
     }
     // The way out: recovery, after the latest second the shard reached.
-    let after = common::unix_second(ledger.max().unwrap());
-    common::run(common::idutil(3, dir.path()).args([
+    let after = harness::unix_second(ledger.max().unwrap());
+    harness::run(harness::idutil(3, dir.path()).args([
         "state",
         "recover",
         "--after",
         &after.to_string(),
     ]))
     .expect_code(0, "state recover --after");
-    ledger.record_after_all(&common::next(3, dir.path(), 1000));
+    ledger.record_after_all(&harness::next(3, dir.path(), 1000));
 }
 
 // ---------------------------------------------------------------------------
@@ -682,7 +684,7 @@ fn a_deleted_state_file_is_refused_not_restarted_at_the_clock() {
 #[test]
 #[ignore = "a child process entry point, run by the tests above"]
 fn child_issue_until_error() {
-    if !common::is_child() {
+    if !harness::is_child() {
         return;
     }
     use std::fmt::Write as _;
@@ -730,7 +732,7 @@ fn child_issue_until_error() {
 #[test]
 #[ignore = "a child process entry point, run by the tests above"]
 fn child_hold_shard() {
-    if common::is_child() {
-        common::hold_shard_child();
+    if harness::is_child() {
+        harness::hold_shard_child();
     }
 }

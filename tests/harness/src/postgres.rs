@@ -9,8 +9,6 @@
 //! [`Postgres::start`] prints a loud notice and returns `None`, except under
 //! `CI=true`, where it panics.
 
-#![allow(dead_code)] // each test crate uses a different part
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -40,7 +38,7 @@ impl Postgres {
                      and CI=true requires the PostgreSQL tests"
                 );
             }
-            crate::common::skipped(format_args!(
+            crate::skip::skipped(format_args!(
                 "\n*** SKIPPED: PostgreSQL (initdb, postgres) was not found on the PATH \
                  or under /usr/lib/postgresql/*/bin, so IDs were NOT checked against a \
                  real PostgreSQL server. Install Debian's `postgresql` package (as \

@@ -1,8 +1,6 @@
 //! Runs `examples/web.rs` as a real process on a loopback port and talks
 //! HTTP/1.1 to it, for the tests that check its API end to end.
 
-#![allow(dead_code)] // each test crate uses a different part
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -35,7 +33,7 @@ pub fn binary() -> &'static Path {
         let mut cargo = Command::new(env!("CARGO"));
         cargo
             .args(["build", "--quiet", "--example", "web", "--manifest-path"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml"))
             .arg("--target-dir")
             .arg(target_dir)
             .arg("--no-default-features");
@@ -111,7 +109,7 @@ impl WebApp {
             .env("IDUTIL_STATE_DIR", WebApp::state_dir_in(dir))
             .env(
                 "IDUTIL_ID_SPACE",
-                crate::common::space_for(WebApp::state_dir_in(dir)),
+                crate::space::space_for(WebApp::state_dir_in(dir)),
             )
             .env("IDUTIL_SHARD", shard.to_string())
             .env("PORT", "0")

@@ -73,7 +73,7 @@ pub fn node() -> Option<&'static str> {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("node is not installed, and CI=true requires the JavaScript check");
     }
-    super::skipped(format_args!(
+    crate::skip::skipped(format_args!(
         "\n*** SKIPPED: `node` is not on the PATH, so IDs were NOT checked in a \
          JavaScript engine. Install Node.js to run this test. ***\n"
     ));
@@ -82,7 +82,7 @@ pub fn node() -> Option<&'static str> {
 
 /// Runs `node` with a time limit.
 pub fn run_node(node: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    super::output_within(
+    crate::command::output_within(
         Command::new(node).args(args.iter().map(|a| a.as_ref())),
         NODE_TIMEOUT,
     )

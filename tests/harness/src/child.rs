@@ -1,0 +1,319 @@
+//! Child processes running library code: the test binary re-executed to run one entry point.
+//!
+//! The protocol: [`spawn_child`] (or [`ChildProc::spawn`]) starts the test
+//! binary running only one `#[ignore]`d test with [`CHILD_ENV`] set, which
+//! is the entry point: without [`CHILD_ENV`] it returns at once. Its
+//! settings come in `IDUTIL_CHILD_*` variables. It reports on stdout in
+//! lines that start with [`MARK`] (`@id N`, `@ready`, `@leased N`, ...), so
+//! libtest's own output is ignored; a line cut short by a kill is ignored
+//! too.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::ids::parse_id;
+use crate::space::space_for;
+
+/// Set in the environment of a re-executed test binary: the child entry
+/// points do nothing without it.
+pub const CHILD_ENV: &str = "IDUTIL_TEST_CHILD";
+
+/// Starts every line a child reports, so libtest's own output is ignored.
+pub const MARK: &str = "@";
+
+/// Marks an ID line printed by a child.
+pub const ID_MARK: &str = "@id ";
+
+/// Marks the line a child prints once it has done its work and waits.
+pub const READY_MARK: &str = "@ready";
+
+/// The current test binary set to run only the test `name`, with `envs`
+/// set (after the shard, state directory and Redis URL of the parent's
+/// environment are removed), stdin and stdout piped and stderr inherited.
+pub fn child_command(name: &str, envs: &[(&str, String)]) -> Command {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        name,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ])
+    .env(CHILD_ENV, "1")
+    .env_remove("IDUTIL_SHARD")
+    .env_remove("IDUTIL_STATE_DIR")
+    .env_remove("IDUTIL_REDIS_URL")
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    for (k, v) in envs {
+        cmd.env(k, v);
+        if *k == "IDUTIL_CHILD_DIR" {
+            cmd.env("IDUTIL_ID_SPACE", space_for(v));
+        }
+    }
+    cmd
+}
+
+/// Starts [`child_command`].
+pub fn spawn_child(name: &str, envs: &[(&str, String)]) -> Child {
+    child_command(name, envs)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn child {name}: {e}"))
+}
+
+/// A running child whose marked lines are read one at a time, killed when
+/// dropped.
+pub struct ChildProc {
+    /// The process.
+    pub child: Child,
+    out: Option<BufReader<ChildStdout>>,
+}
+
+impl ChildProc {
+    /// Starts [`child_command`] with stderr discarded.
+    pub fn spawn(name: &str, envs: &[(&str, String)]) -> ChildProc {
+        let mut child = child_command(name, envs)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn child {name}: {e}"));
+        let out = Some(BufReader::new(child.stdout.take().unwrap()));
+        ChildProc { child, out }
+    }
+
+    /// Hands the rest of the output to a thread that sends each marked line
+    /// (without the mark) with the time it arrived.
+    pub fn follow(&mut self) -> mpsc::Receiver<(String, Instant)> {
+        let mut out = self.out.take().expect("output followed once");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            while let Some(text) = next_marked(&mut out) {
+                if tx.send((text, Instant::now())).is_err() {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+
+    /// Writes a line to the child's stdin (the signal to go on).
+    pub fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Reads IDs up to `@done` (or the end of the output).
+    pub fn ids_until_done(&mut self) -> (Vec<u64>, bool) {
+        let mut ids = Vec::new();
+        for line in self.by_ref() {
+            if line == "done" {
+                return (ids, true);
+            }
+            if let Some(id) = line.strip_prefix("id ") {
+                ids.push(id.parse().unwrap());
+            }
+        }
+        (ids, false)
+    }
+}
+
+/// The child's marked lines, without the mark.
+impl Iterator for ChildProc {
+    type Item = String;
+
+    /// The next complete marked line; `None` at the end of the output (a
+    /// killed child's last line may be cut short: it is left out).
+    fn next(&mut self) -> Option<String> {
+        next_marked(self.out.as_mut().expect("output not followed"))
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The next complete line of `out` that holds [`MARK`], from after the
+/// mark; `None` at the end (or at a last line cut short).
+fn next_marked(out: &mut impl BufRead) -> Option<String> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match out.read_line(&mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) if !line.ends_with('\n') => return None,
+            Ok(_) => {}
+        }
+        if let Some(i) = line.find(MARK) {
+            return Some(line[i + MARK.len()..].trim_end().to_string());
+        }
+    }
+}
+
+/// Whether this process is a child started by [`spawn_child`].
+pub fn is_child() -> bool {
+    std::env::var_os(CHILD_ENV).is_some()
+}
+
+/// A required child setting.
+pub fn child_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("child needs {name}"))
+}
+
+/// Parses a child's output: IDs from complete `@id` lines (a line cut
+/// short by a kill is ignored); whether it printed the ready mark.
+pub fn child_ids(text: &str) -> (Vec<u64>, bool) {
+    let mut ids = Vec::new();
+    let mut ready = false;
+    // Only newline-terminated lines are complete.
+    let complete = match text.rfind('\n') {
+        Some(i) => &text[..=i],
+        None => "",
+    };
+    for line in complete.lines() {
+        if let Some(i) = line.find(ID_MARK) {
+            ids.push(parse_id(&line[i + ID_MARK.len()..]));
+        }
+        if line.contains(READY_MARK) {
+            ready = true;
+        }
+    }
+    (ids, ready)
+}
+
+/// Reads a child's stdout until the ready mark, returning the IDs before
+/// it; panics if the child ends first. (The children fail fast and stop on
+/// their own, so this cannot block for long.)
+pub fn read_until_ready(out: ChildStdout) -> (Vec<u64>, BufReader<ChildStdout>) {
+    let mut reader = BufReader::new(out);
+    let mut ids = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).expect("read child output");
+        assert!(n > 0, "the child ended before it was ready");
+        let (mut got, ready) = child_ids(&line);
+        ids.append(&mut got);
+        if ready {
+            return (ids, reader);
+        }
+    }
+}
+
+/// Reads everything left on a stream.
+pub fn read_rest(mut r: impl Read) -> String {
+    let mut s = String::new();
+    r.read_to_string(&mut s).expect("read output");
+    s
+}
+
+/// Kills a child with SIGKILL and reaps it.
+pub fn sigkill(child: &mut Child) {
+    // `Child::kill` sends SIGKILL on Unix.
+    child.kill().expect("SIGKILL the child");
+    let status = child.wait().expect("reap the child");
+    assert!(!status.success(), "the child was killed, not finished");
+}
+
+fn child_builder() -> idutil::Builder {
+    let shard: u32 = child_var("IDUTIL_CHILD_SHARD").parse().expect("shard");
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let mut b = idutil::Generator::builder().shard(shard).state_dir(dir);
+    if let Ok(w) = std::env::var("IDUTIL_CHILD_WINDOW") {
+        b = b.window(Duration::from_secs(w.parse().expect("window")));
+    }
+    b
+}
+
+/// Opens the shard, issues `IDUTIL_CHILD_N` IDs one by one (on a manual
+/// clock at `IDUTIL_CHILD_TIME` if set), prints them and the ready mark,
+/// then holds the shard until stdin is closed, and closes cleanly.
+pub fn hold_shard_child() {
+    let n: u64 = child_var("IDUTIL_CHILD_N").parse().expect("n");
+    let b = child_builder();
+    match std::env::var("IDUTIL_CHILD_TIME") {
+        Ok(t) => hold(
+            b.clock(idutil::ManualClock::new(t.parse().expect("time"))),
+            n,
+        ),
+        Err(_) => hold(b, n),
+    }
+}
+
+fn hold<C: idutil::Clock>(b: idutil::Builder<C>, n: u64) {
+    use std::fmt::Write as _;
+    use std::io::Write as _;
+    let g = b.open().expect("the child opens the shard");
+    let mut text = String::new();
+    for _ in 0..n {
+        let id = g.next_id().expect("the child issues an ID");
+        writeln!(text, "{ID_MARK}{id}").unwrap();
+    }
+    writeln!(text, "{READY_MARK} pid={}", std::process::id()).unwrap();
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .expect("write");
+    drop(out);
+    // Hold the shard until the parent closes our stdin (or dies).
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    g.close().expect("the child closes the generator");
+}
+
+/// Opens the shard (window `IDUTIL_CHILD_WINDOW`), prints the ready mark,
+/// then issues IDs and prints them in small flushed chunks until killed (or
+/// stdout closes, or a minute passes): one at a time, or, with
+/// `IDUTIL_CHILD_BATCH=k`, in batches of `k` of which it prints the first
+/// and the last (a batch is consecutive), borrowing seconds fast.
+pub fn issue_until_killed_child() {
+    use std::fmt::Write as _;
+    use std::io::Write as _;
+    let batch: Option<u64> = std::env::var("IDUTIL_CHILD_BATCH")
+        .ok()
+        .map(|k| k.parse().expect("batch size"));
+    let g = child_builder().open().expect("the child opens the shard");
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{READY_MARK}")
+        .and_then(|()| out.flush())
+        .expect("write");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut chunk = String::with_capacity(4096);
+    while Instant::now() < deadline {
+        chunk.clear();
+        for _ in 0..32 {
+            match batch {
+                None => {
+                    for _ in 0..2 {
+                        let id = g.next_id().expect("the child issues an ID");
+                        writeln!(chunk, "{ID_MARK}{id}").unwrap();
+                    }
+                }
+                Some(k) => {
+                    let mut ids = g.next_ids(k).expect("the child issues a batch");
+                    let first = ids.next().expect("a batch of at least one");
+                    let last = ids.last().unwrap_or(first);
+                    writeln!(chunk, "{ID_MARK}{first}").unwrap();
+                    if last != first {
+                        writeln!(chunk, "{ID_MARK}{last}").unwrap();
+                    }
+                }
+            }
+        }
+        if out
+            .write_all(chunk.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            break;
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! A real `redis-server` on a free loopback port, a proxy that cuts clients off, and records.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idutil::Layout;
+
+use crate::space::wall_now;
+
+/// A `redis-server` child on a loopback port, killed when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    /// The loopback port it listens on.
+    pub port: u16,
+    dir: tempfile::TempDir,
+    persistent: bool,
+}
+
+impl RedisServer {
+    /// Starts a server, or returns `None` (after saying so loudly) when
+    /// `redis-server` is not installed. Under `CI=true` its absence panics.
+    pub fn start(persistent: bool) -> Option<RedisServer> {
+        let found = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!(
+                    "redis-server not found on PATH; CI must install it (Debian package \
+                     redis-server) so the Redis lease is tested"
+                );
+            }
+            // Straight to stderr: libtest captures `eprintln!` of passing tests.
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n******** SKIPPED: redis-server not found on PATH; the Redis lease is NOT \
+                 tested. Install it (e.g. apt-get install redis-server) ********\n"
+            );
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("idutil-redis-")
+            .tempdir()
+            .expect("temporary directory for redis");
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            persistent,
+        };
+        // A port found free may be taken before the server binds it: retry.
+        for _ in 0..5 {
+            server.port = free_port();
+            if server.spawn() {
+                return Some(server);
+            }
+        }
+        panic!("redis-server did not start; see {}", server.log().display());
+    }
+
+    /// The server's log file.
+    pub fn log(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// Starts `redis-server` on `self.port` and waits for PING.
+    fn spawn(&mut self) -> bool {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.log())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.persistent {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let mut child = cmd.spawn().expect("spawn redis-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return false;
+            }
+            if self.ping() {
+                self.child = Some(child);
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING")
+            .query::<String>(&mut conn)
+            .is_ok_and(|p| p == "PONG")
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A new connection to the server.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect to the test redis-server")
+    }
+
+    /// SIGKILL: no shutdown, no final save.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and starts it again on the same port and files.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on port {}; see {}",
+            self.port,
+            self.log().display()
+        );
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a loopback port")
+        .port()
+}
+
+/// Writes the record a previous holder would have left on each of `shards`
+/// (under the default prefix), so that opening them does not wait one TTL
+/// for a record to be created.
+pub fn seed_records(redis: &RedisServer, shards: RangeInclusive<u32>) {
+    let mut conn = redis.conn();
+    let now = wall_now();
+    for shard in shards {
+        redis::cmd("DEL")
+            .arg(format!("idutil:mark:{shard}"))
+            .exec(&mut conn)
+            .unwrap();
+        redis::cmd("HSET")
+            .arg(format!("idutil:mark:{shard}"))
+            .arg("high_water")
+            .arg(now)
+            .arg("seen")
+            .arg(now)
+            .arg("layout")
+            .arg(Layout::DEFAULT.fingerprint())
+            .exec(&mut conn)
+            .unwrap();
+    }
+}
+
+/// The fields of the record under `key`.
+pub fn record_of(conn: &mut redis::Connection, key: &str) -> HashMap<String, String> {
+    redis::cmd("HGETALL").arg(key).query(conn).unwrap()
+}
+
+/// Whether `key` exists.
+pub fn exists(conn: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<i64>(conn).unwrap() == 1
+}
+
+/// A loopback TCP proxy that can cut a client off from Redis: existing
+/// connections are closed and new ones are accepted but never answered.
+pub struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    active: Arc<Mutex<Vec<TcpStream>>>,
+    held: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    /// Starts forwarding a new loopback port to `upstream`.
+    pub fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let active: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (c, a, h) = (cut.clone(), active.clone(), held.clone());
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if c.load(Ordering::SeqCst) {
+                    h.lock().unwrap().push(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let mut list = a.lock().unwrap();
+                list.push(client.try_clone().unwrap());
+                list.push(server.try_clone().unwrap());
+                drop(list);
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pump(server, client);
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            active,
+            held,
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT/` of the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Cuts every client off: open connections close, new ones hang.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for s in self.active.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Lets clients through again.
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+        for s in self.held.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream) {
+    thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
