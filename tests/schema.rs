@@ -19,14 +19,14 @@ fn string_schema() -> Value {
 }
 
 #[cfg(feature = "schemars")]
-mod json_schema {
+pub mod json_schema {
     use super::*;
     use idutil::Id;
     use schemars::JsonSchema;
 
+    // Public, as a user's type would be: only its schema is used here.
     #[derive(serde::Serialize, serde::Deserialize, JsonSchema)]
-    #[allow(dead_code)]
-    struct Order {
+    pub struct Order {
         id: Id,
         parent: Option<Id>,
         #[serde(with = "idutil::serde::string")]
@@ -92,14 +92,14 @@ mod json_schema {
 }
 
 #[cfg(feature = "utoipa")]
-mod openapi {
+pub mod openapi {
     use super::*;
     use idutil::Id;
     use utoipa::{OpenApi, PartialSchema, ToSchema};
 
+    // Public, as a user's type would be: only its schema is used here.
     #[derive(serde::Serialize, ToSchema)]
-    #[allow(dead_code)]
-    struct Order {
+    pub struct Order {
         id: Id,
         #[serde(with = "idutil::serde::string")]
         #[schema(schema_with = idutil::serde::string::openapi_schema)]
