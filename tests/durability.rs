@@ -1,6 +1,6 @@
-//! Library-level proofs of the durability guarantees (SPEC §3, §8): clean
-//! close and crash restarts, clock rollbacks across restarts with and
-//! without clock bits, the shard lock, and damaged state files.
+//! Library-level proofs of the durability guarantees: clean close and
+//! crash restarts, clock rollbacks across restarts with and without clock
+//! bits, the shard lock, and damaged state files.
 //!
 //! Crashes are real: a child process (this test binary, re-executed to run
 //! one `#[ignore]`d entry point) is killed with SIGKILL.

@@ -1,6 +1,6 @@
-//! Process-level proofs of the durability guarantees (SPEC §3, §6, §8):
-//! the real `idutil` binary restarted hundreds of times, killed with
-//! SIGKILL mid-output, run under `faketime` with the clock an hour back,
+//! Process-level proofs of the durability guarantees: the real `idutil`
+//! binary restarted hundreds of times, killed with SIGKILL mid-output, run
+//! under `faketime` with the clock an hour back,
 //! locked out by a live holder, refused on damaged state files; and child
 //! processes running library code (this test binary, re-executed to run one
 //! `#[ignore]`d entry point) killed at random moments.
