@@ -40,7 +40,8 @@ pub(super) struct Hot<C> {
     pub(super) limit: AtomicU64,
     /// The clock reading last acted on (Unix seconds).
     pub(super) last_now: AtomicU64,
-    pub(super) clock: C,
+    /// The time source (a [`Clock`]).
+    pub(super) time: C,
     pub(super) layout: Layout,
     pub(super) sequence_bits: u32,
     pub(super) base: u64,
@@ -119,7 +120,7 @@ impl<C: Clock> Inner<C> {
     /// Hands out `n >= 1` consecutive counter values; returns the first.
     #[inline]
     pub(super) fn take(&self, n: u64, wait: bool) -> Result<u64> {
-        if self.hot.clock.now() != self.hot.last_now.load(Relaxed) {
+        if self.hot.time.now() != self.hot.last_now.load(Relaxed) {
             self.tick();
         }
         let mut cur = self.cursor.0.load(Relaxed);
@@ -148,7 +149,7 @@ impl<C: Clock> Inner<C> {
         let mut cold = self.lock();
         // Read the clock under the lock: a reading taken before another
         // thread acted on a newer one would otherwise look like a rollback.
-        let now_unix = self.hot.clock.now();
+        let now_unix = self.hot.time.now();
         if self.hot.last_now.load(Relaxed) == now_unix {
             return;
         }
@@ -234,7 +235,7 @@ impl<C: Clock> Inner<C> {
                     }
                     drop(cold);
                     thread::sleep(LEAD_POLL);
-                    if self.hot.clock.now() != self.hot.last_now.load(Relaxed) {
+                    if self.hot.time.now() != self.hot.last_now.load(Relaxed) {
                         self.tick();
                     }
                     cold = self.lock();

@@ -134,7 +134,7 @@ impl<C: Clock> Generator<C> {
     ///
     /// # Errors
     ///
-    /// As [`next_id`](Generator::next_id); [`Error::InvalidId`] if `n` is
+    /// As [`next_id`](Generator::next_id); [`Error::BatchTooLarge`] if `n` is
     /// above 2<sup>40</sup>.
     pub fn next_ids(&self, n: u64) -> Result<IdBatch> {
         self.batch(n, true)
@@ -153,10 +153,7 @@ impl<C: Clock> Generator<C> {
 
     fn batch(&self, n: u64, wait: bool) -> Result<IdBatch> {
         if n > MAX_BATCH {
-            return Err(Error::invalid_id(
-                n.to_string(),
-                "batch larger than 2^40 IDs",
-            ));
+            return Err(Error::BatchTooLarge { n, max: MAX_BATCH });
         }
         let first = if n == 0 { 0 } else { self.inner.take(n, wait)? };
         Ok(IdBatch::new(

@@ -207,7 +207,7 @@ impl<C: Clock> Inner<C> {
         let reserved = self.hot.layout.epoch() + self.lock().reserved;
         let ahead = reserved
             .saturating_add(1)
-            .saturating_sub(self.hot.clock.now());
+            .saturating_sub(self.hot.time.now());
         if ahead == 0 {
             return;
         }
@@ -226,7 +226,7 @@ impl<C: Clock> Inner<C> {
             }
         );
         let deadline = Instant::now() + Duration::from_secs(wait);
-        while self.hot.clock.now() <= reserved {
+        while self.hot.time.now() <= reserved {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
