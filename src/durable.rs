@@ -42,7 +42,7 @@ pub(crate) struct Request<'a> {
     pub(crate) layout: &'a Layout,
     /// A shard leased without a record starts at this clock's second.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) clock: &'a dyn Clock,
+    pub(crate) time: &'a dyn Clock,
 }
 
 /// The shard's durable state, owned by the generator's reservation thread:
@@ -108,7 +108,7 @@ fn open_leased(req: &Request<'_>, config: &LeaseConfig) -> Result<(Durable, u32,
     let id_space = host_lock::resolve_id_space(req.id_space)?;
     let mut skip = Vec::new();
     loop {
-        let lease = Lease::acquire(config, req.layout, req.shard, &skip, req.clock)?;
+        let lease = Lease::acquire(config, req.layout, req.shard, &skip, req.time)?;
         let shard = lease.shard();
         match Store::open_for_generator(&dir, shard, &id_space) {
             Ok(store) => {

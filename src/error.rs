@@ -1,25 +1,34 @@
-//! The one error type of the crate.
+//! The crate's two error types: [`IdError`] for values, [`Error`] for
+//! everything a generator and its state meet at run time.
 
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::layout::LayoutError;
 use crate::shard::{HostnameProblem, ShardSource};
+use crate::state::Remedy;
 
-/// Everything that can go wrong in `idutil`.
+/// A value that is not an ID: text or a number that cannot be parsed or
+/// converted into an [`Id`](crate::Id), or parts that do not fit a
+/// [`Layout`](crate::Layout).
 ///
-/// Each message says what happened and, where there is one, what to do about
-/// it. [`Error::path`] and [`Error::shard`] give the file and shard involved,
-/// for callers that want to react to them rather than print them.
-#[derive(Debug)]
+/// Returned by `FromStr` and `TryFrom` for `Id` and by
+/// [`Layout::encode`](crate::Layout::encode) and
+/// [`Layout::decode`](crate::Layout::decode). It converts into [`Error`],
+/// so `?` works in functions that return either.
+///
+/// ```
+/// use idutil::{Id, IdError};
+/// let err = "12x".parse::<Id>().unwrap_err();
+/// assert!(matches!(err, IdError::Invalid { .. }));
+/// assert_eq!(err.to_string(), r#"invalid ID "12x": not a decimal integer"#);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Error {
-    /// A [`Layout`](crate::Layout) that cannot be built.
-    Layout(LayoutError),
+pub enum IdError {
     /// Text or a number that is not a valid ID (negative, above
     /// 2<sup>53</sup> − 1, not a decimal integer, or not fitting the layout).
-    InvalidId {
+    Invalid {
         /// The input, as given.
         input: String,
         /// Why it was rejected.
@@ -33,6 +42,53 @@ pub enum Error {
         /// The value given.
         value: u64,
         /// The largest value the field holds.
+        max: u64,
+    },
+}
+
+impl IdError {
+    pub(crate) fn invalid(input: impl Into<String>, reason: &'static str) -> IdError {
+        IdError::Invalid {
+            input: input.into(),
+            reason,
+        }
+    }
+}
+
+impl fmt::Display for IdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdError::Invalid { input, reason } => write!(f, "invalid ID {input:?}: {reason}"),
+            IdError::PartOutOfRange { part, value, max } => {
+                write!(f, "{part} {value} does not fit the layout (at most {max})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IdError {}
+
+/// Everything that can go wrong while opening a generator, issuing IDs, or
+/// looking after a shard's state.
+///
+/// Each message says what happened and, where there is one, what to do about
+/// it in terms of this library and its environment variables. The `idutil`
+/// command adds its own hints (its flags and sub-commands) when it prints
+/// them. [`Error::path`] and [`Error::shard`] give the file and shard
+/// involved, and [`Error::RecoveryRefused`] what would let a recovery go
+/// ahead, for callers that want to react rather than print.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A value that is not an ID, passed on with `?` from code that parses
+    /// or builds IDs.
+    Id(IdError),
+    /// A batch larger than [`Generator::next_ids`](crate::Generator::next_ids)
+    /// takes in one step.
+    BatchTooLarge {
+        /// The size asked for.
+        n: u64,
+        /// The largest batch.
         max: u64,
     },
     /// The shard is larger than the layout's shard field holds.
@@ -163,9 +219,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// `idutil state recover` ([`state::recover`](crate::state::recover))
-    /// refused to restart a shard's state: it cannot know where to resume
-    /// (no state file, or a high-water mark that cannot be read with
+    /// [`state::recover`](crate::state::recover) (the command `idutil state
+    /// recover`) refused to restart a shard's state: it cannot know where to
+    /// resume (no state file, or a high-water mark that cannot be read with
     /// certainty, and no time vouched for), the state file is healthy and
     /// the recovery was not forced, or resuming would leave no second of the
     /// layout.
@@ -174,8 +230,10 @@ pub enum Error {
         path: PathBuf,
         /// The shard.
         shard: u32,
-        /// Why, and what to do.
+        /// Why.
         reason: String,
+        /// What would let the recovery go ahead.
+        remedy: Remedy,
     },
     /// The generator was closed; it issues no more IDs.
     Closed,
@@ -201,10 +259,12 @@ impl Error {
         }
     }
 
-    /// The shard involved, if any.
-    pub fn shard(&self) -> Option<u64> {
+    /// The shard involved, if any. A shard number too large for a `u32`
+    /// (from `IDUTIL_SHARD` or a host name) gives `None`; the message still
+    /// names it.
+    pub fn shard(&self) -> Option<u32> {
         match self {
-            Error::ShardOutOfRange { shard, .. } => Some(*shard),
+            Error::ShardOutOfRange { shard, .. } => u32::try_from(*shard).ok(),
             Error::UnusableHostname {
                 problem: HostnameProblem::OutOfRange { digits, .. },
                 ..
@@ -213,9 +273,9 @@ impl Error {
             | Error::BadState { shard, .. }
             | Error::RecoveryRefused { shard, .. }
             | Error::HostLocked { shard, .. }
-            | Error::Fenced { shard, .. } => Some(u64::from(*shard)),
+            | Error::Fenced { shard, .. } => Some(*shard),
             #[cfg(feature = "redis")]
-            Error::Lease(e) => e.shard().map(u64::from),
+            Error::Lease(e) => e.shard(),
             _ => None,
         }
     }
@@ -227,27 +287,22 @@ impl Error {
             source,
         }
     }
-
-    pub(crate) fn invalid_id(input: impl Into<String>, reason: &'static str) -> Error {
-        Error::InvalidId {
-            input: input.into(),
-            reason,
-        }
-    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Layout(e) => write!(f, "invalid layout: {e}"),
-            Error::InvalidId { input, reason } => write!(f, "invalid ID {input:?}: {reason}"),
-            Error::PartOutOfRange { part, value, max } => {
-                write!(f, "{part} {value} does not fit the layout (at most {max})")
+            Error::Id(e) => e.fmt(f),
+            Error::BatchTooLarge { n, max } => {
+                write!(
+                    f,
+                    "a batch of {n} IDs is larger than the {max} one step takes"
+                )
             }
             Error::ShardOutOfRange { shard, max, source } => write!(
                 f,
                 "shard {shard} ({source}) is out of range 0..={max}; \
-                 set IDUTIL_SHARD or --shard to a shard in range"
+                 choose a shard in range (IDUTIL_SHARD)"
             ),
             Error::InvalidEnv { var, value, reason } => {
                 write!(f, "environment variable {var}={value:?}: {reason}")
@@ -348,8 +403,7 @@ impl fmt::Display for Error {
                 write!(
                     f,
                     "state file {} cannot be trusted: {reason}; it was left as it is. \
-                     To restart it conservatively run: idutil state recover --shard {shard} \
-                     --state-dir {}",
+                     Recovering shard {shard} in {} restarts it conservatively",
                     path.display(),
                     dir.display()
                 )
@@ -372,7 +426,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Layout(e) => Some(e),
+            Error::Id(e) => std::error::Error::source(e),
             Error::Hostname(e) | Error::Io { source: e, .. } => Some(e),
             #[cfg(feature = "redis")]
             Error::Lease(e) => std::error::Error::source(e),
@@ -381,9 +435,9 @@ impl std::error::Error for Error {
     }
 }
 
-impl From<LayoutError> for Error {
-    fn from(e: LayoutError) -> Self {
-        Error::Layout(e)
+impl From<IdError> for Error {
+    fn from(e: IdError) -> Self {
+        Error::Id(e)
     }
 }
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::error::{Error, Result};
+use crate::error::IdError;
 use crate::layout::{Layout, Parts};
 
 /// A unique ID: a non-negative integer at most 2<sup>53</sup> − 1, so that a
@@ -189,21 +189,21 @@ impl fmt::Display for Id {
 
 /// Parses a plain decimal integer: digits only, no sign, no spaces.
 impl FromStr for Id {
-    type Err = Error;
+    type Err = IdError;
 
-    fn from_str(s: &str) -> Result<Id> {
+    fn from_str(s: &str) -> Result<Id, IdError> {
         if s.is_empty() {
-            return Err(Error::invalid_id(s, "empty"));
+            return Err(IdError::invalid(s, "empty"));
         }
         if s.starts_with('-') && s.len() > 1 && s[1..].bytes().all(|b| b.is_ascii_digit()) {
-            return Err(Error::invalid_id(s, "negative"));
+            return Err(IdError::invalid(s, "negative"));
         }
         if !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(Error::invalid_id(s, "not a decimal integer"));
+            return Err(IdError::invalid(s, "not a decimal integer"));
         }
         match s.parse::<u64>() {
-            Ok(v) => Id::try_from(v).map_err(|_| Error::invalid_id(s, ABOVE_MAX)),
-            Err(_) => Err(Error::invalid_id(s, ABOVE_MAX)),
+            Ok(v) => Id::try_from(v).map_err(|_| IdError::invalid(s, ABOVE_MAX)),
+            Err(_) => Err(IdError::invalid(s, ABOVE_MAX)),
         }
     }
 }
@@ -218,16 +218,16 @@ const LOW_BITS_MASK: u64 = (1 << SECONDS_SHIFT) - 1;
 pub(crate) const ABOVE_MAX: &str = "above 2^53 - 1 (9007199254740991)";
 
 impl TryFrom<u64> for Id {
-    type Error = Error;
-    fn try_from(v: u64) -> Result<Id> {
-        Id::new(v).ok_or_else(|| Error::invalid_id(v.to_string(), ABOVE_MAX))
+    type Error = IdError;
+    fn try_from(v: u64) -> Result<Id, IdError> {
+        Id::new(v).ok_or_else(|| IdError::invalid(v.to_string(), ABOVE_MAX))
     }
 }
 
 impl TryFrom<i64> for Id {
-    type Error = Error;
-    fn try_from(v: i64) -> Result<Id> {
-        let u = u64::try_from(v).map_err(|_| Error::invalid_id(v.to_string(), "negative"))?;
+    type Error = IdError;
+    fn try_from(v: i64) -> Result<Id, IdError> {
+        let u = u64::try_from(v).map_err(|_| IdError::invalid(v.to_string(), "negative"))?;
         Id::try_from(u)
     }
 }

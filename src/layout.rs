@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::error::{Error, Result};
+use crate::error::IdError;
 use crate::id::Id;
 
 /// 2000-01-01T00:00:00Z in seconds since the Unix epoch: the default epoch.
@@ -108,7 +108,8 @@ impl std::error::Error for LayoutError {}
 pub struct Parts {
     /// Whole seconds since the layout's epoch.
     pub seconds: u64,
-    /// The clock value (0 when the layout has no clock bits).
+    /// The clock value: the clock id modulo 2<sup>clock bits</sup> (0 when
+    /// the layout has no clock bits).
     pub clock: u32,
     /// The sequence number within the second.
     pub sequence: u32,
@@ -205,7 +206,9 @@ impl Layout {
     pub const fn seconds_bits(&self) -> u32 {
         self.seconds_bits as u32
     }
-    /// Width of the clock field.
+    /// Width of the clock field, which carries the clock value: the
+    /// persistent clock id modulo 2<sup>clock bits</sup> (see the crate
+    /// docs, *Three things called clock*).
     pub const fn clock_bits(&self) -> u32 {
         self.clock_bits as u32
     }
@@ -264,7 +267,7 @@ impl Layout {
     ///
     /// # Errors
     ///
-    /// [`Error::PartOutOfRange`] if a part does not fit its field.
+    /// [`IdError::PartOutOfRange`] if a part does not fit its field.
     ///
     /// ```
     /// use idutil::{Layout, Parts};
@@ -272,7 +275,7 @@ impl Layout {
     /// assert_eq!(id.as_u64(), 1_452_736_581_206_048);
     /// # Ok::<(), idutil::Error>(())
     /// ```
-    pub fn encode(&self, parts: Parts) -> Result<Id> {
+    pub fn encode(&self, parts: Parts) -> Result<Id, IdError> {
         check("seconds", parts.seconds, self.max_seconds())?;
         check("clock", parts.clock.into(), self.max_clock().into())?;
         check(
@@ -291,12 +294,12 @@ impl Layout {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidId`] if the ID has bits set above the layout's total
+    /// [`IdError::Invalid`] if the ID has bits set above the layout's total
     /// width (only possible for layouts narrower than 53 bits).
-    pub fn decode(&self, id: Id) -> Result<Parts> {
+    pub fn decode(&self, id: Id) -> Result<Parts, IdError> {
         let v = id.as_u64();
         if v >> self.total_bits() != 0 {
-            return Err(Error::invalid_id(v.to_string(), "wider than the layout"));
+            return Err(IdError::invalid(v.to_string(), "wider than the layout"));
         }
         let h = self.shard_bits();
         let s = self.sequence_bits();
@@ -373,9 +376,9 @@ const fn mask(bits: u32) -> u64 {
     (1u64 << bits) - 1
 }
 
-fn check(part: &'static str, value: u64, max: u64) -> Result<()> {
+fn check(part: &'static str, value: u64, max: u64) -> Result<(), IdError> {
     if value > max {
-        Err(Error::PartOutOfRange { part, value, max })
+        Err(IdError::PartOutOfRange { part, value, max })
     } else {
         Ok(())
     }

@@ -153,6 +153,21 @@
 //! the clock and runs on real time; if there is none, it resumes after the
 //! lowest mark.
 //!
+//! ## Three things called clock
+//!
+//! The word has three meanings here, each with its own name:
+//!
+//! - the **time source**: the [`Clock`] trait, which [`SystemClock`] (the
+//!   wall clock) and [`ManualClock`] (a clock a test drives) implement, and
+//!   [`Builder::clock`] sets. Inside the crate, a time source is called
+//!   `time`;
+//! - the **clock id**: the persistent counter in the state file, bumped
+//!   when a rollback across a restart is found (`clock_id`, shown by
+//!   `idutil state`);
+//! - the **clock value**: the clock id modulo 2<sup>k</sup>, carried in the
+//!   layout's `k` clock bits ([`Layout::clock_bits`], [`Parts::clock`]);
+//!   high-water marks are kept per clock value.
+//!
 //! ## The state file
 //!
 //! Each shard has a lock file and a state file in the state directory
@@ -220,9 +235,10 @@
 //! second outside the layout's range, a high-water mark below the last
 //! issued second or the last run's clock, a clock value listed twice, an
 //! empty `high_water`), is never reset or repaired silently. Opening fails
-//! with [`Error::BadState`], which names the file and the command that
-//! restarts it conservatively: `idutil state recover --shard N --state-dir
-//! DIR` ([`state::recover`]). Every stored value is checked with checked
+//! with [`Error::BadState`], which names the file and says to recover the
+//! shard: [`state::recover`] (the command `idutil state recover --shard N
+//! --state-dir DIR`, which the command's message spells out) restarts it
+//! conservatively. Every stored value is checked with checked
 //! arithmetic, so no file can make a generator wrap around and start over.
 //!
 //! ## Recovery
@@ -238,11 +254,13 @@
 //!   `--after` if given, plus the reservation window.
 //! - When it cannot (no state file, a zero-length or truncated one, a
 //!   missing, garbled, empty or out-of-range `high_water` line, an unknown
-//!   version, another shard's file), it refuses, and says to pass `--after
+//!   version, another shard's file), it refuses with
+//!   [`state::Remedy::After`], and the command says to pass `--after
 //!   TIME`: a time you vouch for, no ID of the shard being later. It accepts
 //!   Unix seconds or RFC 3339 with any offset, and refuses a time that
 //!   would leave no second of the layout: a dead shard is never created.
-//! - A healthy file is replaced only with `--force`.
+//! - A healthy file is replaced only with `--force`
+//!   ([`state::Remedy::Force`] otherwise).
 //!
 //! It prints what it will do before doing it (`--dry-run` prints only),
 //! bumps the clock id, and keeps the old file as `shard-N.state.bad`
@@ -542,7 +560,7 @@ pub mod state;
 mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{Error, Result};
+pub use error::{Error, IdError, Result};
 pub use generator::{
     Builder, Generator, IdBatch, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM_SECONDS, MAX_WINDOW,
 };

@@ -59,7 +59,7 @@ use ::serde::de::{self, Deserializer, Visitor};
 use ::serde::ser::Serializer;
 use ::serde::{Deserialize, Serialize};
 
-use crate::error::Error;
+use crate::error::IdError;
 use crate::id::Id;
 use crate::id::ABOVE_MAX;
 
@@ -108,15 +108,15 @@ impl Visitor<'_> for IdVisitor {
     fn visit_u128<E: de::Error>(self, v: u128) -> Result<Id, E> {
         match u64::try_from(v) {
             Ok(v) => self.visit_u64(v),
-            Err(_) => Err(E::custom(Error::invalid_id(v.to_string(), ABOVE_MAX))),
+            Err(_) => Err(E::custom(IdError::invalid(v.to_string(), ABOVE_MAX))),
         }
     }
 
     fn visit_i128<E: de::Error>(self, v: i128) -> Result<Id, E> {
         match u64::try_from(v) {
             Ok(v) => self.visit_u64(v),
-            Err(_) if v < 0 => Err(E::custom(Error::invalid_id(v.to_string(), "negative"))),
-            Err(_) => Err(E::custom(Error::invalid_id(v.to_string(), ABOVE_MAX))),
+            Err(_) if v < 0 => Err(E::custom(IdError::invalid(v.to_string(), "negative"))),
+            Err(_) => Err(E::custom(IdError::invalid(v.to_string(), ABOVE_MAX))),
         }
     }
 

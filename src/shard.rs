@@ -113,10 +113,10 @@ impl HostnameProblem {
     /// What to do about it, for the error message.
     pub(crate) fn advice(&self) -> &'static str {
         match self {
-            HostnameProblem::OutOfRange { .. } => "set IDUTIL_SHARD or --shard to a shard in range",
+            HostnameProblem::OutOfRange { .. } => "set IDUTIL_SHARD to a shard in range",
             _ => {
                 "hosts named like this would share shards and issue duplicate IDs. \
-                 Set IDUTIL_SHARD or --shard per instance, use a StatefulSet ordinal \
+                 Set IDUTIL_SHARD per instance, use a StatefulSet ordinal \
                  (web-0, web-1, ...), or lease the shard from Redis (IDUTIL_REDIS_URL, feature `redis`)"
             }
         }

@@ -3,7 +3,7 @@
 
 use idutil_harness as harness;
 
-use idutil::{Clock, Error, Generator, Id, Layout, ManualClock, Parts};
+use idutil::{Clock, Error, Generator, Id, IdError, Layout, ManualClock, Parts};
 use proptest::prelude::*;
 
 /// A valid layout: widths that fit in 53 bits, any epoch.
@@ -66,7 +66,7 @@ proptest! {
             2 => bad.sequence = layout.max_sequence().saturating_add(excess as u32),
             _ => bad.shard = layout.max_shard().saturating_add(excess as u32),
         }
-        let is_out_of_range = matches!(layout.encode(bad), Err(Error::PartOutOfRange { .. }));
+        let is_out_of_range = matches!(layout.encode(bad), Err(IdError::PartOutOfRange { .. }));
         prop_assert!(is_out_of_range);
     }
 

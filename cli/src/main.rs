@@ -307,8 +307,44 @@ fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
         }
         None => ("error", 1),
     };
-    eprintln!("idutil: {kind}: {}", one_line(&e.to_string()));
+    let hint = e
+        .downcast_ref::<idutil::Error>()
+        .and_then(hint)
+        .map(|h| format!("; {h}"))
+        .unwrap_or_default();
+    eprintln!("idutil: {kind}: {}{hint}", one_line(&e.to_string()));
     ExitCode::from(code)
+}
+
+/// The command's own advice for a library error: its flags and
+/// sub-commands, which the library's messages do not know about.
+fn hint(e: &idutil::Error) -> Option<String> {
+    use idutil::state::Remedy;
+    use idutil::Error;
+    let recover = |path: &std::path::Path, shard: u32| {
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
+        format!(
+            "idutil state recover --shard {shard} --state-dir {}",
+            dir.display()
+        )
+    };
+    match e {
+        Error::ShardOutOfRange { .. } | Error::UnusableHostname { .. } | Error::Hostname(_) => {
+            Some("the command also takes --shard N".into())
+        }
+        Error::BadState { path, shard, .. } => Some(format!("run: {}", recover(path, *shard))),
+        Error::RecoveryRefused {
+            path,
+            shard,
+            remedy,
+            ..
+        } => match remedy {
+            Remedy::After => Some(format!("run: {} --after TIME", recover(path, *shard))),
+            Remedy::Force => Some("pass --force to replace it anyway".into()),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// `text` with its lines joined, so an error is always one line.
@@ -755,7 +791,7 @@ fn decode_lines(mut input: impl BufRead, json: bool, out: &mut impl Write) -> Re
         }
         let id: Id = text
             .parse()
-            .map_err(|e: idutil::Error| bad(e.to_string()))?;
+            .map_err(|e: idutil::IdError| bad(e.to_string()))?;
         output.row(id)?;
     }
     output.finish()?;

@@ -7,31 +7,49 @@ use crate::layout::Layout;
 /// fly: strictly increasing, no memory per ID.
 #[derive(Clone, Debug)]
 pub struct IdBatch {
-    /// The counter value of the next ID.
-    next: u64,
-    end: u64,
     /// The next ID, packed. Within a second each ID is the one before plus
     /// `step` (one sequence number), so only a new second needs
-    /// [`Layout::pack`]: an addition per ID instead of three variable
-    /// shifts.
+    /// [`Layout::pack`]: per ID, a decrement, a test and an addition.
     id: u64,
+    /// IDs left in the current second (the segment `id` is in).
+    left: u64,
+    /// The counter value just past the current segment.
+    after: u64,
+    /// The counter value just past the batch.
+    end: u64,
     step: u64,
-    sequence_mask: u64,
+    per_second: u64,
     layout: Layout,
     base: u64,
 }
 
 impl IdBatch {
     pub(super) fn new(first: u64, n: u64, layout: Layout, base: u64) -> IdBatch {
-        IdBatch {
-            next: first,
+        let mut batch = IdBatch {
+            id: 0,
+            left: 0,
+            after: first,
             end: first + n,
-            id: layout.pack(first, base),
             step: 1 << layout.shard_bits(),
-            sequence_mask: u64::from(layout.max_sequence()),
+            per_second: 1 << layout.sequence_bits(),
             layout,
             base,
-        }
+        };
+        batch.seek(first);
+        batch
+    }
+
+    /// Starts the segment at counter value `at` (`at <= end`).
+    fn seek(&mut self, at: u64) {
+        let second_end = (at | (self.per_second - 1)) + 1;
+        self.after = second_end.min(self.end);
+        self.left = self.after - at;
+        self.id = self.layout.pack(at, self.base);
+    }
+
+    /// The IDs not yet produced.
+    fn remaining(&self) -> u64 {
+        self.left + (self.end - self.after)
     }
 }
 
@@ -40,30 +58,29 @@ impl Iterator for IdBatch {
 
     #[inline]
     fn next(&mut self) -> Option<Id> {
-        if self.next == self.end {
-            return None;
+        if self.left == 0 {
+            if self.after == self.end {
+                return None;
+            }
+            self.seek(self.after);
         }
+        self.left -= 1;
         let id = self.id;
-        self.next += 1;
-        self.id = if self.next & self.sequence_mask == 0 {
-            self.layout.pack(self.next, self.base)
-        } else {
-            id + self.step
-        };
+        self.id += self.step;
         Some(Id::from_valid(id))
     }
 
     /// Skips ahead in one step, without producing the IDs in between.
     fn nth(&mut self, n: usize) -> Option<Id> {
-        let left = self.end - self.next;
         match u64::try_from(n) {
-            Ok(n) if n < left => {
-                self.next += n;
-                self.id = self.layout.pack(self.next, self.base);
+            Ok(n) if n < self.remaining() => {
+                let at = self.after - self.left + n;
+                self.seek(at);
                 self.next()
             }
             _ => {
-                self.next = self.end;
+                self.left = 0;
+                self.after = self.end;
                 None
             }
         }
@@ -71,14 +88,13 @@ impl Iterator for IdBatch {
 
     /// The batch's last ID, in one step.
     fn last(mut self) -> Option<Id> {
-        let left = self.end - self.next;
-        let skip = usize::try_from(left.checked_sub(1)?).ok()?;
+        let skip = usize::try_from(self.remaining().checked_sub(1)?).ok()?;
         self.nth(skip)
     }
 
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = usize::try_from(self.end - self.next).unwrap_or(usize::MAX);
+        let n = usize::try_from(self.remaining()).unwrap_or(usize::MAX);
         (n, Some(n))
     }
 }
@@ -126,6 +142,35 @@ mod tests {
             let mut b = batch.clone();
             assert_eq!(b.nth(k), all.get(k).copied(), "nth({k})");
             assert_eq!(b.next(), all.get(k + 1).copied(), "after nth({k})");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any mix of `next`, `nth` and `size_hint` agrees with packing
+        /// each counter value on its own.
+        #[test]
+        fn a_batch_walks_like_the_packed_counters(
+            widths in proptest::sample::select(vec![(32u32, 0u32, 16u32, 5u32), (30, 2, 16, 5), (40, 0, 8, 5), (44, 0, 1, 8)]),
+            start in 0u64..1_000_000,
+            n in 0u64..2_000,
+            steps in proptest::collection::vec(0usize..600, 0..12),
+        ) {
+            let (s, k, q, h) = widths;
+            let layout = Layout::new(s, k, q, h, L.epoch()).unwrap();
+            let base = layout.base(layout.clock_values() - 1, 1);
+            let model: Vec<u64> = (start..start + n).map(|c| layout.pack(c, base)).collect();
+            let mut batch = IdBatch::new(start, n, layout, base);
+            let mut at = 0usize;
+            for step in steps {
+                proptest::prop_assert_eq!(batch.size_hint(), (model.len() - at.min(model.len()), Some(model.len() - at.min(model.len()))));
+                let got = if step % 3 == 0 { batch.next() } else { batch.nth(step) };
+                let skip = if step % 3 == 0 { 0 } else { step };
+                let want = model.get(at + skip).copied().map(Id::from_valid);
+                proptest::prop_assert_eq!(got, want);
+                at = (at + skip + 1).min(model.len());
+            }
+            let rest: Vec<u64> = batch.map(Id::as_u64).collect();
+            proptest::prop_assert_eq!(&rest[..], &model[at..]);
         }
     }
 }

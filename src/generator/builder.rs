@@ -30,7 +30,8 @@ pub struct Builder<C: Clock = SystemClock> {
     state_dir: Option<PathBuf>,
     id_space: Option<String>,
     layout: Layout,
-    clock: C,
+    /// The time source, set with [`Builder::clock`].
+    time: C,
     window: u64,
     max_lead: Option<u64>,
     /// The state file's companions: with the feature `redis`, the lease.
@@ -51,7 +52,7 @@ impl Builder<SystemClock> {
             state_dir: None,
             id_space: None,
             layout: Layout::DEFAULT,
-            clock: SystemClock,
+            time: SystemClock,
             window: DEFAULT_WINDOW,
             max_lead: None,
             durable: durable::Settings::default(),
@@ -101,7 +102,7 @@ impl<C: Clock> Builder<C> {
             state_dir: self.state_dir,
             id_space: self.id_space,
             layout: self.layout,
-            clock,
+            time: clock,
             window: self.window,
             max_lead: self.max_lead,
             durable: self.durable,
@@ -158,7 +159,7 @@ impl<C: Clock> Builder<C> {
             state_dir: self.state_dir.as_deref(),
             id_space: self.id_space.as_deref(),
             layout: &self.layout,
-            clock: &self.clock,
+            time: &self.time,
         })?;
         Generator::start(self, durable, shard, source)
     }
@@ -172,7 +173,7 @@ impl<C: Clock> Generator<C> {
     fn start(b: Builder<C>, durable: Durable, shard: u32, source: ShardSource) -> Result<Self> {
         let layout = b.layout;
         let epoch = layout.epoch();
-        let now_unix = b.clock.now();
+        let now_unix = b.time.now();
         if layout.seconds_of(now_unix).is_none() {
             // Refused before anything is read or written: a later run must
             // not mistake such a reading for issued IDs.
@@ -221,7 +222,7 @@ impl<C: Clock> Generator<C> {
             hot: Padded(Hot {
                 limit: AtomicU64::new(0),
                 last_now: AtomicU64::new(now_unix),
-                clock: b.clock,
+                time: b.time,
                 layout,
                 sequence_bits: layout.sequence_bits(),
                 base: layout.base(value, shard),
@@ -252,6 +253,7 @@ impl<C: Clock> Generator<C> {
                 failure: None,
                 fenced: None,
                 closing: false,
+                closed_at: None,
                 file,
             })),
             changed: Condvar::new(),
@@ -262,6 +264,7 @@ impl<C: Clock> Generator<C> {
             if let Some(inner) = weak.upgrade() {
                 if on {
                     inner.cursor.0.fetch_or(FENCED, Relaxed);
+                    inner.pause();
                 } else {
                     inner.cursor.0.fetch_and(!FENCED, Relaxed);
                 }

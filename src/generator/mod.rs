@@ -114,7 +114,7 @@ impl<C: Clock> Generator<C> {
     /// a needed reservation cannot be written.
     #[inline]
     pub fn next_id(&self) -> Result<Id> {
-        self.inner.take(1, true).map(|v| self.inner.id(v))
+        self.inner.take_one().map(|v| self.inner.id(v))
     }
 
     /// Like [`next_id`](Generator::next_id), but never waits for the clock:
@@ -134,7 +134,7 @@ impl<C: Clock> Generator<C> {
     ///
     /// # Errors
     ///
-    /// As [`next_id`](Generator::next_id); [`Error::InvalidId`] if `n` is
+    /// As [`next_id`](Generator::next_id); [`Error::BatchTooLarge`] if `n` is
     /// above 2<sup>40</sup>.
     pub fn next_ids(&self, n: u64) -> Result<IdBatch> {
         self.batch(n, true)
@@ -153,10 +153,7 @@ impl<C: Clock> Generator<C> {
 
     fn batch(&self, n: u64, wait: bool) -> Result<IdBatch> {
         if n > MAX_BATCH {
-            return Err(Error::invalid_id(
-                n.to_string(),
-                "batch larger than 2^40 IDs",
-            ));
+            return Err(Error::BatchTooLarge { n, max: MAX_BATCH });
         }
         let first = if n == 0 { 0 } else { self.inner.take(n, wait)? };
         Ok(IdBatch::new(
@@ -232,10 +229,13 @@ impl<C: Clock> Generator<C> {
         let Some(handle) = crate::sync::lock(&self.extender).take() else {
             return Ok(());
         };
-        self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
+        let before = self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
         {
             let mut cold = self.inner.lock();
             cold.closing = true;
+            // Exactly where issuing stopped: a call racing with `close`
+            // may still add to the flagged cursor, but never issues.
+            cold.closed_at.get_or_insert(before & !FLAGS);
             self.inner.hot.limit.store(0, Relaxed);
             self.inner.changed.notify_all();
         }

@@ -89,6 +89,10 @@ impl<C: Clock> Inner<C> {
         if let Some(max_lead) = self.max_lead {
             limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }
+        if self.cursor.0.load(Relaxed) & FLAGS != 0 {
+            // Paused: see `Inner::take_one`.
+            limit = 0;
+        }
         self.hot.limit.store(limit, Relaxed);
     }
 
@@ -155,7 +159,12 @@ impl<C: Clock> Inner<C> {
         }
         // Clean close: every value below the cursor may have been issued,
         // none at or above it was.
-        let next = self.cursor.0.load(Relaxed) & !FLAGS;
+        // A value past the reservation was never issued: a call that
+        // added it (`Inner::take_one`) was refused or is still waiting.
+        let next = cold
+            .closed_at
+            .unwrap_or_else(|| self.cursor.0.load(Relaxed) & !FLAGS)
+            .min((cold.reserved + 1) << self.hot.sequence_bits);
         let mut file = cold.file.clone();
         file.seen_max = epoch + cold.seen_max;
         file.seen_last_run = epoch + cold.seen_run;
@@ -207,7 +216,7 @@ impl<C: Clock> Inner<C> {
         let reserved = self.hot.layout.epoch() + self.lock().reserved;
         let ahead = reserved
             .saturating_add(1)
-            .saturating_sub(self.hot.clock.now());
+            .saturating_sub(self.hot.time.now());
         if ahead == 0 {
             return;
         }
@@ -226,7 +235,7 @@ impl<C: Clock> Inner<C> {
             }
         );
         let deadline = Instant::now() + Duration::from_secs(wait);
-        while self.hot.clock.now() <= reserved {
+        while self.hot.time.now() <= reserved {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;

@@ -10,7 +10,7 @@ use redis::{Client, Connection};
 
 use super::record::{read_record, RawRecord, Record};
 use super::renewal::{RenewState, Renewer, Shared};
-use super::scripts::*;
+use super::scripts::{record_trouble, ACQUIRE, CREATE, FINISH, HOLD, RAISE, RELEASE};
 use super::{millis, new_token, with_conn, LeaseConfig, LeaseError};
 use crate::clock::Clock;
 use crate::durable::FenceHook;
@@ -48,7 +48,7 @@ impl Lease {
         layout: &Layout,
         only: Option<u32>,
         skip: &[u32],
-        clock: &dyn Clock,
+        time: &dyn Clock,
     ) -> Result<Lease> {
         let range = config.range(layout, only)?;
         let client = config.client()?;
@@ -122,7 +122,7 @@ impl Lease {
             reason,
         };
         let last_ok = match kind.as_str() {
-            "none" => lease.wait_and_create(layout, clock, granted_at)?,
+            "none" => lease.wait_and_create(layout, time, granted_at)?,
             "hash" => {
                 let raw = RawRecord {
                     high_water,
@@ -189,7 +189,7 @@ impl Lease {
     fn wait_and_create(
         &mut self,
         layout: &Layout,
-        clock: &dyn Clock,
+        time: &dyn Clock,
         granted_at: Instant,
     ) -> Result<Instant> {
         let config = &self.config;
@@ -246,7 +246,7 @@ impl Lease {
         }
         // Clamped into the layout's range, so the record is always valid; a
         // clock outside the range issues nothing anyway.
-        let now = clock.now().clamp(layout.epoch(), layout.last_unix_second());
+        let now = time.now().clamp(layout.epoch(), layout.last_unix_second());
         let sent = Instant::now();
         let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
             CREATE

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection};
 
-use super::scripts::*;
+use super::scripts::{record_trouble, RENEW};
 use super::{millis, with_conn, LeaseConfig, LeaseError};
 use crate::durable::FenceHook;
 

@@ -1,7 +1,7 @@
 //! The state directory and its files: where they are, and the checks
 //! every open goes through (owner, mode, no symbolic links, a size cap).
 
-use super::format::*;
+use super::format::parse_state;
 use super::*;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -128,7 +128,7 @@ pub(super) fn missing_state(path: &Path, shard: u32) -> Error {
         reason: format!(
             "the state file is missing although this shard had one in this directory \
              (shard-{shard}.lock records it), so starting again at the clock could re-issue \
-             IDs; if IDs may have been issued ahead of the clock, add --after with the \
+             IDs; if IDs may have been issued ahead of the clock, recover after the \
              latest time they may have reached"
         ),
     }

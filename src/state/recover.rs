@@ -43,6 +43,22 @@ impl std::fmt::Display for OldState {
     }
 }
 
+/// What would let a refused recovery ([`Error::RecoveryRefused`]) go ahead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Remedy {
+    /// A time no ID of the shard is later than, vouched for with
+    /// [`RecoverOptions::after`] (the command's `--after TIME`).
+    After,
+    /// Forcing the recovery with [`RecoverOptions::force`] (the command's
+    /// `--force`): the state file is healthy.
+    Force,
+    /// Working the recovery out again: the state file changed meanwhile.
+    Retry,
+    /// Nothing: resuming would leave no second of the layout.
+    None,
+}
+
 /// Settings for [`plan_recovery`] and [`recover`].
 ///
 /// ```
@@ -153,6 +169,7 @@ impl Recovery {
                 reason: "the state file changed since the recovery was worked out; \
                          run the recovery again"
                     .into(),
+                remedy: Remedy::Retry,
             });
         }
         if let Some(bytes) = &self.old {
@@ -229,22 +246,23 @@ pub(super) fn plan_recovery_from(
     now: u64,
 ) -> Result<Recovery> {
     let path = state_path(dir, shard);
-    let refuse = |reason: String| Error::RecoveryRefused {
+    let refuse = |reason: String, remedy: Remedy| Error::RecoveryRefused {
         path: path.clone(),
         shard,
         reason,
+        remedy,
     };
-    let vouch = format!(
-        "if you know a time no ID of shard {shard} is later than, recover with it: \
-         idutil state recover --shard {shard} --state-dir {} --after TIME",
-        dir.display()
-    );
+    let vouch =
+        format!("if you know a time no ID of shard {shard} is later than, recover after it");
     let last_second = layout.last_unix_second();
     if options.after.is_some_and(|after| after > last_second) {
-        return Err(refuse(format!(
-            "the time vouched for is past the layout's last second ({last_second} s after the \
-             Unix epoch): no ID can be issued after it"
-        )));
+        return Err(refuse(
+            format!(
+                "the time vouched for is past the layout's last second ({last_second} s after \
+                 the Unix epoch): no ID can be issued after it"
+            ),
+            Remedy::None,
+        ));
     }
     let mut evidence: Vec<(&'static str, u64)> = vec![("the wall clock", now)];
     if let Some(after) = options.after {
@@ -254,9 +272,13 @@ pub(super) fn plan_recovery_from(
     let found = match &old {
         None => {
             if options.after.is_none() {
-                return Err(refuse(format!(
-                    "there is no state file, so nothing says how far the shard has issued; {vouch}"
-                )));
+                return Err(refuse(
+                    format!(
+                        "there is no state file, so nothing says how far the shard has \
+                         issued; {vouch}"
+                    ),
+                    Remedy::After,
+                ));
             }
             OldState::Missing
         }
@@ -288,9 +310,9 @@ pub(super) fn plan_recovery_from(
                     } else {
                         return Err(refuse(
                             "the state file is healthy: a generator resumes after everything it \
-                             records by itself; to replace it anyway, force the recovery \
-                             (--force)"
+                             records by itself; to replace it anyway, force the recovery"
                                 .into(),
+                            Remedy::Force,
                         ));
                     }
                 }
@@ -304,10 +326,13 @@ pub(super) fn plan_recovery_from(
                             evidence.extend(marks.into_iter().map(|m| ("the high-water mark", m)))
                         }
                         Err(why) if options.after.is_none() => {
-                            return Err(refuse(format!(
-                                "the state file is damaged ({reason}) and its high-water mark \
-                                 cannot be read with certainty ({why}); {vouch}"
-                            )))
+                            return Err(refuse(
+                                format!(
+                                    "the state file is damaged ({reason}) and its high-water \
+                                     mark cannot be read with certainty ({why}); {vouch}"
+                                ),
+                                Remedy::After,
+                            ))
                         }
                         Err(_) => {}
                     }
@@ -329,11 +354,14 @@ pub(super) fn plan_recovery_from(
         .checked_add(options.window)
         .filter(|&r| r < last_second)
         .ok_or_else(|| {
-            refuse(format!(
-                "resuming after {latest} ({latest_from}) plus the {} s window would leave no \
-                 second of the layout, whose last is {last_second} s after the Unix epoch",
-                options.window
-            ))
+            refuse(
+                format!(
+                    "resuming after {latest} ({latest_from}) plus the {} s window would leave \
+                     no second of the layout, whose last is {last_second} s after the Unix epoch",
+                    options.window
+                ),
+                Remedy::None,
+            )
         })?;
     // Every clock value resumes after the same second, so any clock id is
     // safe; one that cannot be bumped further starts again from 1.
@@ -354,7 +382,9 @@ pub(super) fn plan_recovery_from(
             .collect(),
         last: None,
     };
-    new_state.check().map_err(refuse)?;
+    new_state
+        .check()
+        .map_err(|reason| refuse(reason, Remedy::None))?;
     let kept_as = old
         .is_some()
         .then(|| dir.join(format!("shard-{shard}.state.bad")));

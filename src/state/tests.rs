@@ -239,10 +239,15 @@ fn reasons_never_quote_the_file() {
 
 const NOW: u64 = 1_763_751_300;
 
+/// The plan, or the refusal's message followed by `(remedy R)`.
 fn plan_for(old: Option<&str>, options: &RecoverOptions) -> std::result::Result<Recovery, String> {
     let old = old.map(|t| t.as_bytes().to_vec());
-    plan_recovery_from(Path::new("/state"), 7, &Layout::DEFAULT, options, old, NOW)
-        .map_err(|e| e.to_string())
+    plan_recovery_from(Path::new("/state"), 7, &Layout::DEFAULT, options, old, NOW).map_err(|e| {
+        match &e {
+            Error::RecoveryRefused { remedy, .. } => format!("{e} (remedy {remedy:?})"),
+            _ => e.to_string(),
+        }
+    })
 }
 
 /// A state file as idutil wrote it before files carried a checksum:
@@ -267,7 +272,10 @@ fn a_checksum_catches_a_changed_digit_and_makes_nothing_certain() {
     assert!(err.contains("checksum"), "{err}");
     // So recovery cannot trust the mark, nor any other field.
     let err = plan_for(Some(&edited), &RecoverOptions::new()).unwrap_err();
-    assert!(err.contains("checksum") && err.contains("--after"), "{err}");
+    assert!(
+        err.contains("checksum") && err.contains("(remedy After)"),
+        "{err}"
+    );
     let r = plan_for(Some(&edited), &RecoverOptions::new().after(NOW + 5_000)).unwrap();
     assert!(r.resume_after >= NOW + 5_000);
     // Without a checksum, a mark below what the file says was seen is
@@ -354,7 +362,7 @@ fn recovery_refuses_without_a_certain_mark_unless_a_time_is_vouched_for() {
     for (old, want) in cases {
         let err = plan_for(old.as_deref(), &RecoverOptions::new()).unwrap_err();
         assert!(err.contains(want), "{want}: {err}");
-        assert!(err.contains("--after TIME"), "{want}: {err}");
+        assert!(err.contains("(remedy After)"), "{want}: {err}");
         // Vouching for a time is enough, and the recovery resumes after it.
         let vouched = NOW + 10_000;
         let r = plan_for(old.as_deref(), &RecoverOptions::new().after(vouched)).unwrap();
@@ -426,7 +434,10 @@ fn recovery_resumes_after_every_legible_second_plus_the_window() {
 fn recovery_refuses_a_healthy_file_unless_forced() {
     let healthy = borrowed().render();
     let err = plan_for(Some(&healthy), &RecoverOptions::new()).unwrap_err();
-    assert!(err.contains("healthy") && err.contains("--force"), "{err}");
+    assert!(
+        err.contains("healthy") && err.contains("(remedy Force)"),
+        "{err}"
+    );
     let r = plan_for(Some(&healthy), &RecoverOptions::new().force(true)).unwrap();
     assert_eq!(r.found, OldState::Healthy);
     assert_eq!(r.resume_after, NOW + 3_000 + DEFAULT_WINDOW);
