@@ -1,9 +1,7 @@
 //! Locks that outlive a panic: every mutex in the crate guards state that a
 //! panicking holder cannot leave half-done, so a poisoned lock is used as is.
 
-#[cfg(feature = "redis")]
-use std::sync::Condvar;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(feature = "redis")]
 use std::time::Duration;
 
@@ -11,6 +9,22 @@ use std::time::Duration;
 #[inline]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits on `changed` once, ignoring poisoning.
+pub(crate) fn wait<'a, T>(changed: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    changed.wait(guard).unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits on `changed` while `condition` holds, ignoring poisoning.
+pub(crate) fn wait_while<'a, T>(
+    changed: &Condvar,
+    guard: MutexGuard<'a, T>,
+    condition: impl FnMut(&mut T) -> bool,
+) -> MutexGuard<'a, T> {
+    changed
+        .wait_while(guard, condition)
+        .unwrap_or_else(|p| p.into_inner())
 }
 
 /// Waits on `changed` for at most `timeout`, ignoring poisoning.

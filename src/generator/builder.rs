@@ -253,7 +253,6 @@ impl<C: Clock> Generator<C> {
                 failure: None,
                 fenced: None,
                 closing: false,
-                closed_at: None,
                 file,
             })),
             changed: Condvar::new(),
@@ -264,7 +263,6 @@ impl<C: Clock> Generator<C> {
             if let Some(inner) = weak.upgrade() {
                 if on {
                     inner.cursor.0.fetch_or(FENCED, Relaxed);
-                    inner.pause();
                 } else {
                     inner.cursor.0.fetch_and(!FENCED, Relaxed);
                 }

@@ -102,8 +102,6 @@ pub(super) struct Cold {
     /// writes nothing more.
     pub(super) fenced: Option<String>,
     pub(super) closing: bool,
-    /// The cursor (without flags) when [`CLOSED`] was set by `close`.
-    pub(super) closed_at: Option<u64>,
     /// The state as last written, the template for the next write.
     pub(super) file: StateFile,
 }
@@ -119,60 +117,7 @@ impl<C: Clock> Inner<C> {
         Id::from_valid(self.hot.layout.pack(counter, self.hot.base))
     }
 
-    /// Hands out one counter value, for a call that may wait: one
-    /// fetch-and-add, which never retries however many threads call at once.
-    ///
-    /// The value is this call's alone from the moment it is added, so a
-    /// value past the limit is kept, not given back: the call waits in the
-    /// slow path until the reservation covers it (or fails). A limit of 0
-    /// ([`Inner::pause`]) sends calls to [`take`](Inner::take) instead, so
-    /// a closed, fenced or failing generator does not move the cursor on
-    /// every refused call; only calls racing with the pause do, each by one.
-    #[inline]
-    pub(super) fn take_one(&self) -> Result<u64> {
-        if self.hot.time.now() != self.hot.last_now.load(Relaxed) {
-            self.tick();
-        }
-        let limit = self.hot.limit.load(Relaxed);
-        if limit == 0 {
-            return self.take(1, true);
-        }
-        let got = self.cursor.0.fetch_add(1, Relaxed);
-        if got >> self.hot.sequence_bits <= limit {
-            return Ok(got);
-        }
-        self.claimed(got)
-    }
-
-    /// [`take_one`](Inner::take_one) added `got`, past the limit or flagged.
-    #[cold]
-    fn claimed(&self, got: u64) -> Result<u64> {
-        if got & FLAGS != 0 {
-            // Closed, fenced or out of range: `got` is never issued. Later
-            // calls take the compare-and-swap path until the slow path
-            // publishes a limit again.
-            self.pause();
-            return self.take(1, true);
-        }
-        match self.slow(got >> self.hot.sequence_bits, true) {
-            Ok(()) => Ok(got),
-            Err(e) => {
-                self.pause();
-                Err(e)
-            }
-        }
-    }
-
-    /// Sends [`take_one`](Inner::take_one) to the compare-and-swap path,
-    /// which moves the cursor only for values it issues, until the slow
-    /// path publishes a limit again.
-    pub(super) fn pause(&self) {
-        self.hot.limit.store(0, Relaxed);
-    }
-
     /// Hands out `n >= 1` consecutive counter values; returns the first.
-    /// A compare-and-swap: a call that is refused leaves the cursor as it
-    /// was.
     #[inline]
     pub(super) fn take(&self, n: u64, wait: bool) -> Result<u64> {
         if self.hot.time.now() != self.hot.last_now.load(Relaxed) {
@@ -213,7 +158,6 @@ impl<C: Clock> Inner<C> {
             // Neither issued on nor recorded: a clock this wrong says
             // nothing about which IDs are free.
             self.cursor.0.fetch_or(CLOCK_OUT, Relaxed);
-            self.pause();
             if !cold.warned_out_of_range {
                 log::warn!(
                     "{} on shard {}; issuing stops until the clock is within the layout's range",
@@ -300,12 +244,9 @@ impl<C: Clock> Inner<C> {
             }
             if second > cold.reserved {
                 self.request(&mut cold, second);
-                cold = self
-                    .changed
-                    .wait_while(cold, |c| {
-                        c.reserved < second && c.failure.is_none() && !c.closing
-                    })
-                    .unwrap_or_else(|p| p.into_inner());
+                cold = crate::sync::wait_while(&self.changed, cold, |c| {
+                    c.reserved < second && c.failure.is_none() && !c.closing
+                });
                 if let Some(e) = cold.failure.take() {
                     return Err(e);
                 }

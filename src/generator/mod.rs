@@ -114,7 +114,7 @@ impl<C: Clock> Generator<C> {
     /// a needed reservation cannot be written.
     #[inline]
     pub fn next_id(&self) -> Result<Id> {
-        self.inner.take_one().map(|v| self.inner.id(v))
+        self.inner.take(1, true).map(|v| self.inner.id(v))
     }
 
     /// Like [`next_id`](Generator::next_id), but never waits for the clock:
@@ -229,13 +229,10 @@ impl<C: Clock> Generator<C> {
         let Some(handle) = crate::sync::lock(&self.extender).take() else {
             return Ok(());
         };
-        let before = self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
+        self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
         {
             let mut cold = self.inner.lock();
             cold.closing = true;
-            // Exactly where issuing stopped: a call racing with `close`
-            // may still add to the flagged cursor, but never issues.
-            cold.closed_at.get_or_insert(before & !FLAGS);
             self.inner.hot.limit.store(0, Relaxed);
             self.inner.changed.notify_all();
         }

@@ -89,10 +89,6 @@ impl<C: Clock> Inner<C> {
         if let Some(max_lead) = self.max_lead {
             limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }
-        if self.cursor.0.load(Relaxed) & FLAGS != 0 {
-            // Paused: see `Inner::take_one`.
-            limit = 0;
-        }
         self.hot.limit.store(limit, Relaxed);
     }
 
@@ -103,7 +99,7 @@ impl<C: Clock> Inner<C> {
         let mut cold = self.lock();
         while !cold.closing {
             if cold.wanted <= cold.reserved {
-                cold = self.changed.wait(cold).unwrap_or_else(|p| p.into_inner());
+                cold = crate::sync::wait(&self.changed, cold);
                 continue;
             }
             // A request waits here while the write before it lands; a
@@ -159,12 +155,7 @@ impl<C: Clock> Inner<C> {
         }
         // Clean close: every value below the cursor may have been issued,
         // none at or above it was.
-        // A value past the reservation was never issued: a call that
-        // added it (`Inner::take_one`) was refused or is still waiting.
-        let next = cold
-            .closed_at
-            .unwrap_or_else(|| self.cursor.0.load(Relaxed) & !FLAGS)
-            .min((cold.reserved + 1) << self.hot.sequence_bits);
+        let next = self.cursor.0.load(Relaxed) & !FLAGS;
         let mut file = cold.file.clone();
         file.seen_max = epoch + cold.seen_max;
         file.seen_last_run = epoch + cold.seen_run;
