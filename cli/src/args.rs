@@ -1,0 +1,230 @@
+//! The command line: the commands, their flags and the parsers of their values.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use idutil::{Id, Layout};
+
+use crate::times::parse_time;
+
+/// The most IDs one `idutil next` hands out.
+const MAX_N: u64 = 1_000_000_000;
+
+#[derive(Parser)]
+#[command(
+    name = "idutil",
+    version,
+    about = "Unique 53-bit integer IDs that stay exact in JavaScript and never repeat",
+    after_help = "Examples:\n  idutil next -n 5\n  idutil --shard 3 next --json\n  idutil decode 1452736581206048\n  \
+                  idutil next -n 2 | idutil decode\n  idutil state\n  \
+                  idutil completions bash > ~/.local/share/bash-completion/completions/idutil\n  \
+                  idutil man | man -l -\n\n\
+                  Environment: IDUTIL_SHARD (the shard, else the number ending the host name), \
+                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil), \
+                  IDUTIL_ID_SPACE (else \"default\").\n\n\
+                  Exit status: 0 on success; 2 on bad usage or bad input (arguments, IDs on \
+                  standard input, or an unusable IDUTIL_SHARD, IDUTIL_STATE_DIR, \
+                  IDUTIL_ID_SPACE or host-name shard); 1 on any other error. \
+                  Every error is one line on stderr; output cut short by an error is \
+                  incomplete, whatever it looks like."
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Args)]
+pub(crate) struct Common {
+    /// Shard to use, 0 to 31 (default: IDUTIL_SHARD, else the host name's trailing digits)
+    #[arg(long, global = true, value_name = "N", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(Layout::DEFAULT.max_shard())))]
+    pub(crate) shard: Option<u32>,
+    /// State directory, an absolute path (default: IDUTIL_STATE_DIR, else the platform's state directory)
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+    /// ID space: one generator per shard and ID space on a host; generators whose IDs share a
+    /// table must share one (default: IDUTIL_ID_SPACE, else "default")
+    #[arg(long, global = true, value_name = "NAME", value_parser = parse_id_space)]
+    pub(crate) id_space: Option<String>,
+    /// Lease the shard from this Redis server instead (redis://host:port/db); with
+    /// --shard, lease only that shard. `state` then shows the leases
+    #[cfg(feature = "redis")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = idutil::lease::REDIS_URL_ENV,
+        hide_env_values = true,
+        value_parser = parse_redis_url
+    )]
+    redis: Option<String>,
+}
+
+impl Common {
+    /// The lease settings, when `--redis` or `IDUTIL_REDIS_URL` is given.
+    #[cfg(feature = "redis")]
+    pub(crate) fn lease(&self) -> Option<idutil::lease::LeaseConfig> {
+        self.redis.as_deref().map(idutil::lease::LeaseConfig::new)
+    }
+}
+
+/// A Redis URL, trimmed; empty or blank is refused rather than taken to
+/// turn the lease off (the shard would silently come from elsewhere).
+#[cfg(feature = "redis")]
+fn parse_redis_url(s: &str) -> Result<String, String> {
+    let url = s.trim();
+    if url.is_empty() {
+        return Err(format!(
+            "the Redis URL is empty or blank; give redis://host:port/db, or unset {}",
+            idutil::lease::REDIS_URL_ENV
+        ));
+    }
+    Ok(url.to_string())
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Issue new IDs, one per line
+    #[command(
+        after_help = "Examples:\n  idutil next\n  idutil next -n 1000 > ids.txt\n  idutil next -n 3 --json\n  idutil next -n 10000000 --max-lead 1m\n\n\
+                      One shard issues 65,536 IDs per second; more than that borrows seconds \
+                      ahead of the wall clock, and a run that ends more than a minute ahead \
+                      says so on stderr. --max-lead waits for the clock instead.\n\n\
+                      SIGTERM, SIGINT and SIGHUP stop issuing, flush the IDs printed so far, \
+                      save the exact last ID issued and exit with 128 + the signal number; \
+                      the next run continues right after it."
+    )]
+    Next {
+        /// How many IDs (1 to 1000000000), issued and printed 1024 at a time
+        #[arg(short = 'n', long = "count", value_name = "N", default_value_t = 1,
+              allow_negative_numbers = true,
+              value_parser = parse_count)]
+        n: u64,
+        /// Print a JSON array of numbers
+        #[arg(long)]
+        json: bool,
+        /// Never run more than this far ahead of the wall clock (seconds, or
+        /// a duration such as 90s, 5m, 1h): once there, wait for the clock,
+        /// so IDs come out at 65,536 per second. After the clock steps back,
+        /// it waits until the clock catches up
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        max_lead: Option<Duration>,
+    },
+    /// Show the time, sequence, shard and clock value of IDs
+    #[command(
+        after_help = "Without ID arguments, reads IDs from standard input, one per line: \
+                      surrounding whitespace is ignored and blank lines are skipped. A bad \
+                      line stops decoding with 'line N: <reason>' and exit status 2; the \
+                      IDs before it have been printed (with --json, in an array left \
+                      unclosed, so it cannot pass for a complete one). Empty input prints \
+                      nothing ([] with --json).\n\n\
+                      Examples:\n  idutil decode 1452736581206048\n  idutil decode --json $(idutil next -n 3)\n  \
+                      idutil next -n 2 | idutil decode\n  idutil decode --json < ids.txt"
+    )]
+    Decode {
+        /// IDs: decimal integers from 0 to 9007199254740991 (default: standard input)
+        #[arg(allow_negative_numbers = true, value_name = "ID")]
+        ids: Vec<Id>,
+        /// Print a JSON array of objects: id, time, seconds, sequence, shard, clock
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the shard's state file and lock holder, or recover a damaged one
+    #[command(
+        after_help = "Examples:\n  idutil state\n  idutil --shard 3 state --json\n  idutil state recover\n  idutil state recover --after 2030-01-01T00:00:00Z"
+    )]
+    State {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<StateAction>,
+    },
+    /// Print a shell completion script
+    #[command(
+        after_help = "Examples:\n  idutil completions bash > ~/.local/share/bash-completion/completions/idutil\n  \
+                      idutil completions zsh > \"${fpath[1]}/_idutil\"\n  \
+                      idutil completions fish > ~/.config/fish/completions/idutil.fish"
+    )]
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of idutil or of one of its commands
+    #[command(
+        after_help = "Examples:\n  idutil man | man -l -\n  idutil man > idutil.1\n  idutil man decode > idutil-decode.1\n  \
+                      idutil man state recover > idutil-state-recover.1"
+    )]
+    Man {
+        /// A command whose page to print, such as `decode` or `state recover`
+        /// (default: the page of idutil itself)
+        #[arg(value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum StateAction {
+    /// Replace a damaged, lost or mismatched state file with one that resumes
+    /// after everything the old file, the clock and --after account for;
+    /// prints what it will do first
+    #[command(
+        after_help = "It refuses when it cannot know where to resume (no state file, or a \
+                      high-water mark that cannot be read with certainty): pass --after with \
+                      a time no ID of the shard is later than. It refuses a healthy file \
+                      unless --force. The old file is kept as shard-N.state.bad.\n\n\
+                      Examples:\n  idutil state recover --dry-run\n  idutil state recover\n  \
+                      idutil --shard 3 --state-dir /var/lib/idutil state recover\n  \
+                      idutil state recover --after 2030-01-01T02:00:00+02:00\n  \
+                      idutil state recover --after 1893456000"
+    )]
+    Recover {
+        /// A time you vouch for: no ID of the shard is later than it (Unix
+        /// seconds or RFC 3339, any offset). Needed when the old high-water
+        /// mark cannot be read or the file is gone
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        after: Option<u64>,
+        /// Replace the state file even if it is healthy
+        #[arg(long)]
+        force: bool,
+        /// Print what would be done, change nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+fn parse_id_space(s: &str) -> Result<String, String> {
+    idutil::host_lock::check_id_space(s)
+        .map(|()| s.to_string())
+        .map_err(str::to_string)
+}
+
+fn parse_count(s: &str) -> Result<u64, String> {
+    let out_of_range = || format!("must be from 1 to {MAX_N}");
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("not a whole number; {}", out_of_range()));
+    }
+    match s.parse::<u64>() {
+        Ok(n) if (1..=MAX_N).contains(&n) => Ok(n),
+        _ => Err(out_of_range()),
+    }
+}
+
+/// Whole seconds, or a duration such as `90s`, `5m`, `1h 30m`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| "too many digits".to_string());
+    }
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|e| format!("not seconds or a duration such as 90s or 5m: {e}"))?;
+    Duration::try_from(d).map_err(|_| "negative".to_string())
+}

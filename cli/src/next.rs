@@ -1,0 +1,186 @@
+//! `idutil next`: issuing IDs, and stopping cleanly on a signal.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::Duration;
+
+use idutil::Generator;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::args::Common;
+use crate::report::one_line;
+use crate::BoxError;
+
+/// IDs per batch that `next` issues and prints: a signal or an error stops
+/// it within one batch.
+const CHUNK: u64 = 1024;
+/// How often `next --max-lead` looks at the clock again while waiting.
+const LEAD_POLL: Duration = Duration::from_millis(5);
+/// How long after a signal `next` may take to stop on its own before the
+/// signal thread closes the generator itself: a write blocked on a pipe
+/// that nobody reads never returns.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// A run warns when it ends further than this ahead of the wall clock.
+const LEAD_WARNING: u64 = 60;
+
+/// `next` was stopped by a signal after saving its state.
+#[derive(Debug)]
+pub(crate) struct Interrupted(i32);
+
+impl Interrupted {
+    pub(crate) fn exit_status(&self) -> u8 {
+        u8::try_from(128 + self.0).unwrap_or(1)
+    }
+}
+
+impl Interrupted {
+    fn name(&self) -> &'static str {
+        match self.0 {
+            SIGTERM => "SIGTERM",
+            SIGINT => "SIGINT",
+            SIGHUP => "SIGHUP",
+            _ => "a signal",
+        }
+    }
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.name();
+        write!(
+            f,
+            "stopped by {name}: the IDs printed are complete lines, the exact last ID \
+             issued is saved, and the next run continues right after it"
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+pub(crate) fn next(
+    common: &Common,
+    n: u64,
+    json: bool,
+    max_lead: Option<Duration>,
+    out: &mut impl Write,
+) -> Result<(), BoxError> {
+    let mut builder = Generator::builder();
+    if let Some(shard) = common.shard {
+        builder = builder.shard(shard);
+    }
+    if let Some(dir) = &common.state_dir {
+        builder = builder.state_dir(dir);
+    }
+    if let Some(space) = &common.id_space {
+        builder = builder.id_space(space);
+    }
+    if let Some(max_lead) = max_lead {
+        builder = builder.max_lead(max_lead);
+    }
+    #[cfg(feature = "redis")]
+    if let Some(lease) = common.lease() {
+        builder = builder.redis_lease(lease);
+    }
+    // Caught from before the generator opens: a signal during the opening
+    // waits in `signals` and stops the run before its first ID, with a
+    // clean close.
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let generator = builder.open()?;
+    let signal = AtomicI32::new(0);
+    let signals_handle = signals.handle();
+    let (done, finished) = mpsc::channel::<()>();
+    let issued = thread::scope(|scope| {
+        let (signals, signal, generator) = (&mut signals, &signal, &generator);
+        scope.spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                signal.store(sig, SeqCst);
+                if finished.recv_timeout(STOP_GRACE) == Err(RecvTimeoutError::Timeout) {
+                    // Still stuck in a write nobody reads: every ID taken so
+                    // far counts as issued, and the output may end mid-line.
+                    let saved = generator.close();
+                    eprintln!(
+                        "idutil: stopped by {} while stuck writing the output, which may end \
+                         in a cut line; every ID taken is saved as issued, and the next run \
+                         continues after them",
+                        Interrupted(sig).name()
+                    );
+                    if let Err(e) = saved {
+                        eprintln!("idutil: error: {}", one_line(&e.to_string()));
+                    }
+                    std::process::exit(i32::from(Interrupted(sig).exit_status()));
+                }
+            }
+        });
+        let issued = issue(generator, n, json, signal, out).and_then(|()| Ok(out.flush()?));
+        let _ = done.send(());
+        signals_handle.close();
+        issued
+    });
+    let lead = generator.lead();
+    let closed = generator.close();
+    issued?;
+    closed?;
+    if lead > LEAD_WARNING {
+        let lead = jiff::SignedDuration::from_secs(i64::try_from(lead).unwrap_or(i64::MAX));
+        log::warn!(
+            "shard {} now runs {lead:#} ahead of the wall clock: one shard issues 65,536 IDs \
+             per second and borrows later seconds beyond that. Spread the load over more \
+             shards, or cap the lead with --max-lead",
+            generator.shard(),
+        );
+    }
+    match signal.load(SeqCst) {
+        0 => Ok(()),
+        sig => Err(Interrupted(sig).into()),
+    }
+}
+
+/// Issues and prints `n` IDs, [`CHUNK`] at a time, until done or a signal
+/// arrives.
+fn issue(
+    generator: &Generator,
+    n: u64,
+    json: bool,
+    signal: &AtomicI32,
+    out: &mut impl Write,
+) -> Result<(), BoxError> {
+    if json {
+        out.write_all(b"[")?;
+    }
+    let mut left = n;
+    let mut first = true;
+    while left > 0 {
+        if signal.load(SeqCst) != 0 {
+            // Whatever was printed is flushed by the caller; a JSON array
+            // stays open, so it cannot pass for a complete one.
+            return Ok(());
+        }
+        let k = left.min(CHUNK);
+        let batch = match generator.try_next_ids(k) {
+            Ok(batch) => batch,
+            Err(idutil::Error::LeadCapReached { .. }) => {
+                thread::sleep(LEAD_POLL);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for id in batch {
+            if !json {
+                writeln!(out, "{id}")?;
+            } else if first {
+                write!(out, "{id}")?;
+                first = false;
+            } else {
+                write!(out, ",{id}")?;
+            }
+        }
+        left -= k;
+    }
+    if json {
+        out.write_all(b"]\n")?;
+    }
+    Ok(())
+}
