@@ -156,20 +156,21 @@ fn sigkill_at_random_moments_never_repeats() {
         }
         let mut child = common::spawn_child("child_issue_until_killed", &env);
         let stdout = child.stdout.take().unwrap();
-        let reader = if rng.range(0, 4) == 0 {
+        let (mut ids, reader) = if rng.range(0, 4) == 0 {
             // Any moment from the start, opening included.
             let reader = thread::spawn(move || common::read_rest(stdout));
             thread::sleep(Duration::from_millis(rng.range(0, 60)));
-            reader
+            (Vec::new(), reader)
         } else {
-            // A moment while it issues.
-            let (_, rest) = common::read_until_ready(stdout);
+            // A moment while it issues (once it does: on a loaded machine
+            // getting there may take longer than the pause).
+            let (first, rest) = common::read_until_issuing(stdout);
             let reader = thread::spawn(move || common::read_rest(rest));
             thread::sleep(Duration::from_millis(rng.range(0, 150)));
-            reader
+            (first, reader)
         };
         common::sigkill(&mut child);
-        let (ids, _) = common::child_ids(&reader.join().unwrap());
+        ids.extend(common::child_ids(&reader.join().unwrap()).0);
         if let (Some(mark), Some(&first)) = (crash_mark, ids.first()) {
             assert!(
                 unix_second(first) > mark,
