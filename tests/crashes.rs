@@ -236,7 +236,7 @@ fn a_signal_while_stdout_is_stuck_still_closes_cleanly() {
     // Nobody reads stdout: the command blocks in a write once the pipe is
     // full, and must still stop on SIGTERM.
     let mut child = common::spawn_next(shard, dir.path(), 100_000_000);
-    thread::sleep(Duration::from_millis(500));
+    wait_until_full(child.stdout.as_ref().unwrap(), Duration::from_secs(60));
     send(&child, "TERM");
     let status = wait_within(&mut child, Duration::from_secs(10));
     assert_eq!(status.code(), Some(143));
@@ -249,6 +249,28 @@ fn a_signal_while_stdout_is_stuck_still_closes_cleanly() {
     let mut ledger = Ledger::new();
     ledger.record(&printed);
     ledger.record_after_all(&again);
+}
+
+/// Waits (at most `limit`) until the pipe a child writes to is full, so
+/// that the child is blocked writing to it; on a loaded machine that may
+/// take a while after the start. Full: within a page of its capacity (a
+/// write that does not fit waits for room) and not filling any more.
+fn wait_until_full(out: &std::process::ChildStdout, limit: Duration) {
+    let capacity = rustix::pipe::fcntl_getpipe_size(out).expect("the pipe's capacity") as u64;
+    let deadline = Instant::now() + limit;
+    let mut before = 0;
+    loop {
+        let queued = rustix::io::ioctl_fionread(out).expect("bytes in the pipe");
+        if queued + 4096 > capacity && queued == before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pipe held {queued} of {capacity} bytes after {limit:?}"
+        );
+        before = queued;
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `idutil next` under `faketime -f OFFSET` (e.g. `@2140-01-01 00:00:00`).
