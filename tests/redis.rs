@@ -1143,6 +1143,7 @@ fn garbled_record_refuses_the_shard_and_stays_as_it_is() {
         let before = record_of(&mut conn, key);
         let host = state_dir();
         let err = Generator::builder()
+            .id_space(common::space_for(host.path()))
             .state_dir(host.path())
             .redis_lease(
                 LeaseConfig::new(redis.url())
@@ -1195,6 +1196,7 @@ fn garbled_record_refuses_the_shard_and_stays_as_it_is() {
                     .args(["--redis", &redis.url()])
                     .args(args)
                     .env("IDUTIL_STATE_DIR", host.path())
+                    .env("IDUTIL_ID_SPACE", common::space_for(host.path()))
                     .env_remove("IDUTIL_SHARD")
                     .env_remove("IDUTIL_REDIS_URL")
                     .output()
@@ -1233,6 +1235,7 @@ fn clean_close_never_lowers_the_high_water_mark() {
     let (host_a, host_b) = (state_dir(), state_dir());
     let t = wall_now();
     let a = Generator::builder()
+        .id_space(common::space_for(host_a.path()))
         .state_dir(host_a.path())
         .clock(ManualClock::new(t))
         .redis_lease(config.clone())
@@ -1264,6 +1267,7 @@ fn clean_close_never_lowers_the_high_water_mark() {
     assert_eq!(seq.parse::<u64>().unwrap(), (last >> 5) & 0xffff);
 
     let b = Generator::builder()
+        .id_space(common::space_for(host_b.path()))
         .state_dir(host_b.path())
         .clock(ManualClock::new(t - 3600))
         .redis_lease(config)
@@ -1295,6 +1299,7 @@ fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
         let (mark, lease) = ("idutil:mark:8", "idutil:lease:8");
         let host = state_dir();
         let g = Generator::builder()
+            .id_space(common::space_for(host.path()))
             .state_dir(host.path())
             .redis_lease(LeaseConfig::new(redis.url()).shards(8..=8).ttl(ttl))
             .open()
@@ -1353,6 +1358,7 @@ fn shard_without_record_is_held_one_ttl_then_created() {
     let started = Instant::now();
     let opener = thread::spawn(move || {
         let g = Generator::builder()
+            .id_space(common::space_for(host.path()))
             .state_dir(host.path())
             .clock(ManualClock::new(t))
             .redis_lease(LeaseConfig::new(url).shards(12..=12).ttl(ttl))
