@@ -658,6 +658,16 @@ fn holder_killed_with_sigkill_is_not_reused() {
     victim.child.kill().unwrap();
     let killed_at = Instant::now();
     victim.child.wait().unwrap();
+    // The lease outlives its holder, by at most one TTL from the kill
+    // (measured by Redis, so however long this machine takes to get on).
+    let left: i64 = redis::cmd("PTTL")
+        .arg("idutil:lease:4")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(
+        0 < left && left <= ttl.as_millis() as i64,
+        "the lease has {left} ms left at the kill, TTL {ttl:?}"
+    );
     let (rest, done) = victim.ids_until_done();
     assert!(!done, "the victim was killed, not closed");
     ids.extend(rest);
@@ -675,10 +685,12 @@ fn holder_killed_with_sigkill_is_not_reused() {
         is_no_free_shard(&err),
         "the lease outlives its holder: {err}"
     );
-    let (next, got_at) = open_when_free(&builder, ttl * 5);
+    // Once it expires, the shard is taken without delay. (A generous bound:
+    // on a loaded machine this thread and Redis may be slow to get on.)
+    let (next, got_at) = open_when_free(&builder, ttl + Duration::from_secs(30));
     assert!(
-        got_at - killed_at <= ttl + Duration::from_millis(1500),
-        "the lease expired within its TTL: {:?}",
+        got_at - killed_at <= ttl + Duration::from_secs(10),
+        "the shard was taken {:?} after the kill, TTL {ttl:?}",
         got_at - killed_at
     );
     let mine: Vec<u64> = next.next_ids(10_000).unwrap().map(|i| i.as_u64()).collect();
@@ -968,9 +980,11 @@ fn redis_restarted_mid_run_keeps_ids_unique() {
     thread::sleep(Duration::from_millis(300));
     redis.restart();
     let restarted_at = Instant::now();
-    // Both holders issue again after the restart, without losing their lease.
+    // Both holders issue again after the restart, without losing their lease
+    // (a lost lease is a failure below; the deadline is only against a hang,
+    // generous for a loaded machine).
     let mut issued_after: HashSet<u32> = HashSet::new();
-    let deadline = Instant::now() + ttl * 3;
+    let deadline = Instant::now() + Duration::from_secs(60);
     while issued_after.len() < 2 {
         assert!(
             Instant::now() < deadline,
@@ -1309,10 +1323,16 @@ fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
             "FLUSHALL" => redis::cmd("FLUSHALL").exec(&mut conn).unwrap(),
             _ => redis::cmd("DEL").arg(mark).exec(&mut conn).unwrap(),
         }
+        // Issuing stops at the next renewal. A renewal that comes late on a
+        // loaded machine may first fence it for a while (it issues nothing
+        // then either); the error that stays is the lost record.
         let deadline = Instant::now() + ttl * 2;
+        let give_up = Instant::now() + Duration::from_secs(30);
         let err = loop {
+            let asked = Instant::now();
             match g.try_next_id() {
-                Ok(_) => assert!(Instant::now() < deadline, "{how}: still issuing"),
+                Ok(_) => assert!(asked < deadline, "{how}: still issuing"),
+                Err(Error::Lease(LeaseError::Fenced { .. })) if asked < give_up => {}
                 Err(e) => break e,
             }
             thread::sleep(Duration::from_millis(2));
