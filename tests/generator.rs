@@ -247,7 +247,9 @@ fn the_lead_cap_stops_borrowing() {
     for _ in 0..100_000 {
         assert!(g.try_next_id().is_err());
     }
-    // `next_id` waits for the clock instead.
+    // `next_id` waits for the clock instead. (Timed from before the ticker
+    // starts: a pause of this thread between the two cannot shorten it.)
+    let started = Instant::now();
     let ticker = {
         let clock = clock.clone();
         thread::spawn(move || {
@@ -255,9 +257,8 @@ fn the_lead_cap_stops_borrowing() {
             clock.advance(1);
         })
     };
-    let started = Instant::now();
     let id = g.next_id().unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(150), "it waited");
+    assert!(started.elapsed() >= Duration::from_millis(200), "it waited");
     assert_eq!((id.unix_seconds(), id.sequence()), (T + 3, 0));
     ticker.join().unwrap();
 }

@@ -49,7 +49,15 @@ fn hundreds_of_fast_restarts_continue_right_after_the_last_id() {
     let mut ledger = Ledger::new();
     let mut prev_last: Option<u64> = None;
     let mut same_second = 0;
-    for round in 0..300 {
+    // At least 300 restarts, and as many more as it takes (on a loaded
+    // machine a restart can take a good part of a second) for 100 of them
+    // to land in the second their predecessor ended in.
+    let mut round = 0;
+    while round < 300 || same_second < 100 {
+        assert!(
+            round < 3000,
+            "only {same_second} of {round} restarts landed in the same second"
+        );
         let ids = harness::next(1, dir.path(), 50);
         let after = wall_now();
         if let Some(last) = prev_last {
@@ -72,11 +80,8 @@ fn hundreds_of_fast_restarts_continue_right_after_the_last_id() {
         }
         ledger.record_after_all(&ids);
         prev_last = ids.last().copied();
+        round += 1;
     }
-    assert!(
-        same_second >= 100,
-        "only {same_second} of 300 restarts landed in the same second"
-    );
     ledger.assert_unique();
 }
 
@@ -155,20 +160,21 @@ fn sigkill_at_random_moments_never_repeats() {
         }
         let mut child = harness::spawn_child("child_issue_until_killed", &env);
         let stdout = child.stdout.take().unwrap();
-        let reader = if rng.range(0, 4) == 0 {
+        let (mut ids, reader) = if rng.range(0, 4) == 0 {
             // Any moment from the start, opening included.
             let reader = thread::spawn(move || harness::read_rest(stdout));
             thread::sleep(Duration::from_millis(rng.range(0, 60)));
-            reader
+            (Vec::new(), reader)
         } else {
-            // A moment while it issues.
-            let (_, rest) = harness::read_until_ready(stdout);
+            // A moment while it issues (once it does: on a loaded machine
+            // getting there may take longer than the pause).
+            let (first, rest) = harness::read_until_issuing(stdout);
             let reader = thread::spawn(move || harness::read_rest(rest));
             thread::sleep(Duration::from_millis(rng.range(0, 150)));
-            reader
+            (first, reader)
         };
         harness::sigkill(&mut child);
-        let (ids, _) = harness::child_ids(&reader.join().unwrap());
+        ids.extend(harness::child_ids(&reader.join().unwrap()).0);
         if let (Some(mark), Some(&first)) = (crash_mark, ids.first()) {
             assert!(
                 unix_second(first) > mark,
@@ -522,10 +528,13 @@ fn damaged_state_is_refused_by_the_command_until_recovered() {
         let shard = 20 + i as u32;
         let mut ledger = Ledger::new();
         // Nearly four seconds' worth: the run borrows into the reservation
-        // window, so resuming at the clock would not be enough.
+        // window, so resuming at the clock would not be enough. (Checked
+        // against the clock before the run: on a loaded machine printing
+        // and parsing 250,000 lines may take seconds.)
+        let started = wall_now();
         ledger.record(&harness::next(shard, dir.path(), 250_000));
         let issued_until = unix_second(ledger.max().unwrap());
-        assert!(issued_until > wall_now());
+        assert!(issued_until >= started + 3, "borrowed ahead of the clock");
         let damaged = kind.apply(&harness::state_file(dir.path(), shard));
         assert_command_refuses(shard, dir.path(), &damaged, kind);
 

@@ -224,9 +224,12 @@ fn a_successor_on_a_recreated_dir_never_reissues_what_a_fenced_holder_issued() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let out = holder.stdout.take().unwrap();
-    let reader = thread::spawn(move || harness::read_rest(out));
-    thread::sleep(Duration::from_millis(1500));
+    // Once it prints, it has opened the shard and issues.
+    let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert!(first.ends_with('\n'), "the holder printed no ID: {first:?}");
+    let reader = thread::spawn(move || first + &harness::read_rest(out));
     fs::remove_dir_all(&dir).unwrap();
     // The successor starts over in a new directory at the same path as soon
     // as the host lets it.

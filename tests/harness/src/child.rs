@@ -209,6 +209,22 @@ pub fn read_until_ready(out: ChildStdout) -> (Vec<u64>, BufReader<ChildStdout>) 
     }
 }
 
+/// Reads a child's stdout past the ready mark up to its first ID line, so
+/// that the child is known to be issuing (on a loaded machine it may take a
+/// while to get there); returns every ID read (at least one) and the rest
+/// of the stream. Panics if the child ends first.
+pub fn read_until_issuing(out: ChildStdout) -> (Vec<u64>, BufReader<ChildStdout>) {
+    let (mut ids, mut reader) = read_until_ready(out);
+    let mut line = String::new();
+    while ids.is_empty() {
+        line.clear();
+        let n = reader.read_line(&mut line).expect("read child output");
+        assert!(n > 0, "the child ended before it issued an ID");
+        ids.extend(child_ids(&line).0);
+    }
+    (ids, reader)
+}
+
 /// Reads everything left on a stream.
 pub fn read_rest(mut r: impl Read) -> String {
     let mut s = String::new();

@@ -25,7 +25,7 @@ pub mod web;
 
 pub use child::{
     child_ids, child_var, hold_shard_child, is_child, issue_until_killed_child, read_rest,
-    read_until_ready, sigkill, spawn_child, CHILD_ENV, ID_MARK, READY_MARK,
+    read_until_issuing, read_until_ready, sigkill, spawn_child, CHILD_ENV, ID_MARK, READY_MARK,
 };
 pub use command::{
     bin, idutil, kill_after_lines, next, output_within, run, run_input, run_to, spawn_next,
