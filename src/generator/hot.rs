@@ -53,8 +53,10 @@ impl<T> std::ops::Deref for Padded<T> {
 /// path and the reservation thread, when the limit or the clock changes,
 /// never on every ID.
 pub(super) struct Hot<C> {
-    /// The highest second the hot path may issue without asking the slow
-    /// path. Never above the durably reserved second.
+    /// The first counter value the hot path may not issue without asking
+    /// the slow path: the start of the second after the last one it may
+    /// issue, which is never above the durably reserved second. Kept as a
+    /// counter, so the hot path compares without shifting; 0 stops it.
     pub(super) limit: AtomicU64,
     /// The clock reading last acted on (Unix seconds).
     pub(super) last_now: AtomicU64,
@@ -143,9 +145,10 @@ impl<C: Clock> Inner<C> {
         }
         let mut cur = self.cursor.0.load(Relaxed);
         loop {
-            let last_second = (cur + (n - 1)) >> self.hot.sequence_bits;
-            if last_second > self.hot.limit.load(Relaxed) {
-                self.slow(last_second, wait)?;
+            // Flags, in the high bits, put `last` past any limit.
+            let last = cur + (n - 1);
+            if last >= self.hot.limit.load(Relaxed) {
+                self.slow(last >> self.hot.sequence_bits, wait)?;
                 cur = self.cursor.0.load(Relaxed);
                 continue;
             }

@@ -89,7 +89,9 @@ impl<C: Clock> Inner<C> {
         if let Some(max_lead) = self.max_lead {
             limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }
-        self.hot.limit.store(limit, Relaxed);
+        self.hot
+            .limit
+            .store((limit + 1) << self.hot.sequence_bits, Relaxed);
     }
 
     /// The reservation thread: the only writer of the state file while the
