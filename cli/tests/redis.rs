@@ -22,6 +22,15 @@ use idutil_harness::child::{self, ChildProc, MARK};
 use idutil_harness::redis_server::{exists, record_of, seed_records, Proxy, RedisServer};
 use idutil_harness::{state_dir, wall_now};
 
+/// A generator on `host` (its own state directory and ID space) that
+/// leases its shard with `config`.
+fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> idutil::Builder {
+    Generator::builder()
+        .id_space(harness::space_for(host.path()))
+        .state_dir(host.path())
+        .redis_lease(config)
+}
+
 // ---------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------
@@ -269,11 +278,8 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     let t = wall_now();
     let mut seen = HashSet::new();
 
-    let a = Generator::builder()
-        .id_space(harness::space_for(host_a.path()))
-        .state_dir(host_a.path())
+    let a = leased(&host_a, config.clone())
         .clock(ManualClock::new(t))
-        .redis_lease(config.clone())
         .open()
         .unwrap();
     assert_eq!(a.shard(), 9);
@@ -282,23 +288,15 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     let ids_a: Vec<u64> = a.next_ids(200_000).unwrap().map(|i| i.as_u64()).collect();
     assert!(a.lead() >= 2);
     // While it is held, nobody else gets the shard.
-    let err = Generator::builder()
-        .id_space(harness::space_for(host_b.path()))
-        .state_dir(host_b.path())
-        .redis_lease(config.clone())
-        .open()
-        .unwrap_err();
+    let err = leased(&host_b, config.clone()).open().unwrap_err();
     assert!(is_no_free_shard(&err), "{err}");
     assert!(err.to_string().contains("no free shard"), "{err}");
     a.close().unwrap();
     let last_a = *ids_a.last().unwrap();
     record_unique(&mut seen, ids_a, "A");
 
-    let b = Generator::builder()
-        .id_space(harness::space_for(host_b.path()))
-        .state_dir(host_b.path())
+    let b = leased(&host_b, config.clone())
         .clock(ManualClock::new(t - 3600))
-        .redis_lease(config.clone())
         .open()
         .unwrap();
     let first_b = b.next_id().unwrap().as_u64();
@@ -314,11 +312,8 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     drop(b);
 
     // A again, on its own host: its state file says less than Redis does.
-    let a2 = Generator::builder()
-        .id_space(harness::space_for(host_a.path()))
-        .state_dir(host_a.path())
+    let a2 = leased(&host_a, config.clone())
         .clock(ManualClock::new(t))
-        .redis_lease(config.clone())
         .open()
         .unwrap();
     let first_a2 = a2.next_id().unwrap().as_u64();
@@ -329,11 +324,8 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     // Redis loses its data: the local state file still keeps A's host from
     // going back.
     redis::cmd("FLUSHALL").exec(&mut redis.conn()).unwrap();
-    let a3 = Generator::builder()
-        .id_space(harness::space_for(host_a.path()))
-        .state_dir(host_a.path())
+    let a3 = leased(&host_a, config)
         .clock(ManualClock::new(t))
-        .redis_lease(config)
         .open()
         .unwrap();
     let first_a3 = a3.next_id().unwrap().as_u64();
@@ -493,14 +485,7 @@ fn holder_cut_off_from_redis_stops_before_takeover() {
     let proxy = Proxy::start(redis.port);
     let config = LeaseConfig::new(proxy.url()).ttl(ttl).shards(6..=6);
     let (host_a, host_b) = (state_dir(), state_dir());
-    let a = Arc::new(
-        Generator::builder()
-            .id_space(harness::space_for(host_a.path()))
-            .state_dir(host_a.path())
-            .redis_lease(config.clone())
-            .open()
-            .unwrap(),
-    );
+    let a = Arc::new(leased(&host_a, config.clone()).open().unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, events) = mpsc::channel();
     let driver = drive(a.clone(), stop.clone(), tx);
@@ -581,16 +566,7 @@ fn redis_restarted_mid_run_keeps_ids_unique() {
     let hosts = [state_dir(), state_dir()];
     let holders: Vec<Arc<Generator>> = hosts
         .iter()
-        .map(|h| {
-            Arc::new(
-                Generator::builder()
-                    .id_space(harness::space_for(h.path()))
-                    .state_dir(h.path())
-                    .redis_lease(config.clone())
-                    .open()
-                    .unwrap(),
-            )
-        })
+        .map(|h| Arc::new(leased(h, config.clone()).open().unwrap()))
         .collect();
     let shards: HashSet<u32> = holders.iter().map(|g| g.shard()).collect();
     assert_eq!(shards.len(), 2);
@@ -649,12 +625,7 @@ fn redis_restarted_mid_run_keeps_ids_unique() {
     // A newcomer on another host, after one more crash of Redis.
     redis.restart();
     let host_c = state_dir();
-    let newcomer = Generator::builder()
-        .id_space(harness::space_for(host_c.path()))
-        .state_dir(host_c.path())
-        .redis_lease(config)
-        .open()
-        .unwrap();
+    let newcomer = leased(&host_c, config).open().unwrap();
     let shard = u64::from(newcomer.shard());
     let max_before = ids.iter().filter(|id| *id & 31 == shard).max().copied();
     let fresh: Vec<u64> = newcomer
@@ -715,10 +686,7 @@ fn command_leases_and_shows_the_lease() {
 
     // A live holder shows up in `idutil state`.
     let elsewhere = state_dir();
-    let holder = Generator::builder()
-        .id_space(harness::space_for(elsewhere.path()))
-        .state_dir(elsewhere.path())
-        .redis_lease(LeaseConfig::new(url.clone()))
+    let holder = leased(&elsewhere, LeaseConfig::new(url.clone()))
         .open()
         .unwrap();
     let out = run(&["--redis", &url, "state", "--json"], false);
@@ -736,10 +704,7 @@ fn command_leases_and_shows_the_lease() {
     // Every shard leased: a clear error, status 1.
     let others: Vec<Generator> = (0..31)
         .map(|_| {
-            Generator::builder()
-                .id_space(harness::space_for(elsewhere.path()))
-                .state_dir(elsewhere.path())
-                .redis_lease(LeaseConfig::new(url.clone()))
+            leased(&elsewhere, LeaseConfig::new(url.clone()))
                 .open()
                 .unwrap()
         })
@@ -877,11 +842,8 @@ fn clean_close_never_lowers_the_high_water_mark() {
     let config = LeaseConfig::new(redis.url()).shards(2..=2);
     let (host_a, host_b) = (state_dir(), state_dir());
     let t = wall_now();
-    let a = Generator::builder()
-        .id_space(harness::space_for(host_a.path()))
-        .state_dir(host_a.path())
+    let a = leased(&host_a, config.clone())
         .clock(ManualClock::new(t))
-        .redis_lease(config.clone())
         .open()
         .unwrap();
     let ids: Vec<u64> = a.next_ids(100).unwrap().map(|i| i.as_u64()).collect();
@@ -909,11 +871,8 @@ fn clean_close_never_lowers_the_high_water_mark() {
     assert_eq!(sec.parse::<u64>().unwrap(), last_second);
     assert_eq!(seq.parse::<u64>().unwrap(), (last >> 5) & 0xffff);
 
-    let b = Generator::builder()
-        .id_space(harness::space_for(host_b.path()))
-        .state_dir(host_b.path())
+    let b = leased(&host_b, config)
         .clock(ManualClock::new(t - 3600))
-        .redis_lease(config)
         .open()
         .unwrap();
     assert_eq!(b.next_id().unwrap().as_u64(), last + 32);
@@ -941,10 +900,7 @@ fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
         seed_records(&redis, 8..=8);
         let (mark, lease) = ("idutil:mark:8", "idutil:lease:8");
         let host = state_dir();
-        let g = Generator::builder()
-            .id_space(harness::space_for(host.path()))
-            .state_dir(host.path())
-            .redis_lease(LeaseConfig::new(redis.url()).shards(8..=8).ttl(ttl))
+        let g = leased(&host, LeaseConfig::new(redis.url()).shards(8..=8).ttl(ttl))
             .open()
             .unwrap();
         g.next_ids(1000).unwrap();
@@ -1006,11 +962,8 @@ fn shard_without_record_is_held_one_ttl_then_created() {
     let url = redis.url();
     let started = Instant::now();
     let opener = thread::spawn(move || {
-        let g = Generator::builder()
-            .id_space(harness::space_for(host.path()))
-            .state_dir(host.path())
+        let g = leased(&host, LeaseConfig::new(url).shards(12..=12).ttl(ttl))
             .clock(ManualClock::new(t))
-            .redis_lease(LeaseConfig::new(url).shards(12..=12).ttl(ttl))
             .open()
             .unwrap();
         (g, Instant::now(), host)
