@@ -81,7 +81,7 @@ fn hint(e: &idutil::Error) -> Option<String> {
             ..
         } => match remedy {
             Remedy::After => Some(format!("run: {} --after TIME", recover(path, *shard))),
-            Remedy::Force => Some("pass --force to replace it anyway".into()),
+            Remedy::Force => Some("pass --force".into()),
             _ => None,
         },
         _ => None,
