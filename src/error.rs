@@ -302,7 +302,7 @@ impl fmt::Display for Error {
             Error::ShardOutOfRange { shard, max, source } => write!(
                 f,
                 "shard {shard} ({source}) is out of range 0..={max}; \
-                 choose a shard in range (IDUTIL_SHARD)"
+                 choose a shard in range"
             ),
             Error::InvalidEnv { var, value, reason } => {
                 write!(f, "environment variable {var}={value:?}: {reason}")

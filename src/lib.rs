@@ -491,8 +491,9 @@
 //! - **Deleted state is not a fresh start.** Once a shard has written a state
 //!   file in a directory, its lock file records it (a line `state`). A
 //!   missing state file is then [`Error::BadState`], never a restart at the
-//!   clock; `idutil state recover` (with `--after` if IDs may have been
-//!   issued ahead of the clock) is the way out. Deleting the lock file too
+//!   clock; `idutil state recover --after TIME` (the latest time IDs of the
+//!   shard may have reached, or now if none were issued ahead of the
+//!   clock) is the way out. Deleting the lock file too
 //!   (or the whole directory) does make a fresh start: that is data loss
 //!   idutil cannot see.
 //!

@@ -668,6 +668,7 @@ fn a_deleted_state_file_is_refused_not_restarted_at_the_clock() {
         );
         assert!(err.contains("missing"), "{args:?}: {err}");
         assert!(err.contains("state recover"), "{args:?}: {err}");
+        assert!(err.contains("--after TIME"), "{args:?}: {err}");
     }
     // The way out: recovery, after the latest second the shard reached.
     let after = harness::unix_second(ledger.max().unwrap());

@@ -128,8 +128,8 @@ pub(super) fn missing_state(path: &Path, shard: u32) -> Error {
         reason: format!(
             "the state file is missing although this shard had one in this directory \
              (shard-{shard}.lock records it), so starting again at the clock could re-issue \
-             IDs; if IDs may have been issued ahead of the clock, recover after the \
-             latest time they may have reached"
+             IDs; recover it after the latest time IDs of this shard may have reached \
+             (the current time if none were issued ahead of the clock)"
         ),
     }
 }
