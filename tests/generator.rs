@@ -4,6 +4,7 @@
 use idutil_harness as harness;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -399,6 +400,53 @@ fn a_clock_outside_the_layout_issues_nothing_records_nothing_and_passes() {
     }
     let g = open(&dir, 29, &clock);
     assert!(g.next_id().unwrap() > last);
+}
+
+#[test]
+fn a_clock_flickering_out_of_the_layout_while_threads_issue_is_never_the_end_of_the_range() {
+    // One thread's call can see the out-of-range flag in the cursor just
+    // before another thread, back in range, clears it: the call must then
+    // retry, not read the flag as a second past the end.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = Arc::new(open(&dir, 25, &clock));
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (g, stop) = (Arc::clone(&g), Arc::clone(&stop));
+            thread::spawn(move || {
+                let mut last = None;
+                while !stop.load(Relaxed) {
+                    let got = if t % 2 == 0 {
+                        g.next_id()
+                    } else {
+                        g.next_ids(3).map(|b| b.last().unwrap())
+                    };
+                    match got {
+                        Ok(id) => {
+                            assert!(Some(id) > last, "{id:?} after {last:?}");
+                            last = Some(id);
+                        }
+                        Err(Error::ClockOutOfRange { .. }) => {}
+                        Err(e) => panic!("with the clock flickering: {e:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut second = T;
+    while started.elapsed() < Duration::from_millis(1500) {
+        clock.set(Layout::DEFAULT.epoch() - 1);
+        thread::sleep(Duration::from_micros(50));
+        second += 1;
+        clock.set(second);
+        thread::sleep(Duration::from_micros(50));
+    }
+    stop.store(true, Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
 }
 
 #[test]
