@@ -265,6 +265,50 @@ fn the_lead_cap_stops_borrowing() {
 }
 
 #[test]
+fn a_batch_the_lead_cap_can_never_let_through_is_refused_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = Arc::new(
+        Generator::builder()
+            .id_space(harness::space_for(dir.path()))
+            .shard(24)
+            .state_dir(dir.path())
+            .clock(clock.clone())
+            .max_lead(Duration::from_secs(1))
+            .open()
+            .unwrap(),
+    );
+    // Two seconds of sequence numbers span a lead of 1 from the start of
+    // the clock's second; one more ID never fits, whatever the clock does.
+    let call = {
+        let g = Arc::clone(&g);
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || tx.send(g.next_ids(2 * PER_SECOND + 1).map(|b| b.len())));
+        rx
+    };
+    for _ in 0..20 {
+        clock.advance(1);
+        thread::sleep(Duration::from_millis(10));
+    }
+    let got = call
+        .recv_timeout(Duration::from_secs(10))
+        .expect("next_ids waited for good");
+    assert!(
+        matches!(got, Err(Error::BatchTooLarge { n, max }) if n == 2 * PER_SECOND + 1 && max == 2 * PER_SECOND),
+        "{got:?}"
+    );
+    assert!(matches!(
+        g.try_next_ids(2 * PER_SECOND + 1),
+        Err(Error::BatchTooLarge { .. })
+    ));
+    // Nothing was taken: the largest batch the cap allows still fits.
+    let ids: Vec<Id> = g.next_ids(2 * PER_SECOND).unwrap().collect();
+    assert_eq!(ids[0].unix_seconds(), T + 20);
+    assert_eq!(ids[0].sequence(), 0);
+    assert_eq!(ids.last().unwrap().unix_seconds(), T + 21);
+}
+
+#[test]
 fn a_rollback_does_not_count_towards_the_lead_cap() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
