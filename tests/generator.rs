@@ -4,6 +4,7 @@
 use idutil_harness as harness;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -264,6 +265,50 @@ fn the_lead_cap_stops_borrowing() {
 }
 
 #[test]
+fn a_batch_the_lead_cap_can_never_let_through_is_refused_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = Arc::new(
+        Generator::builder()
+            .id_space(harness::space_for(dir.path()))
+            .shard(24)
+            .state_dir(dir.path())
+            .clock(clock.clone())
+            .max_lead(Duration::from_secs(1))
+            .open()
+            .unwrap(),
+    );
+    // Two seconds of sequence numbers span a lead of 1 from the start of
+    // the clock's second; one more ID never fits, whatever the clock does.
+    let call = {
+        let g = Arc::clone(&g);
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || tx.send(g.next_ids(2 * PER_SECOND + 1).map(|b| b.len())));
+        rx
+    };
+    for _ in 0..20 {
+        clock.advance(1);
+        thread::sleep(Duration::from_millis(10));
+    }
+    let got = call
+        .recv_timeout(Duration::from_secs(10))
+        .expect("next_ids waited for good");
+    assert!(
+        matches!(got, Err(Error::BatchTooLarge { n, max }) if n == 2 * PER_SECOND + 1 && max == 2 * PER_SECOND),
+        "{got:?}"
+    );
+    assert!(matches!(
+        g.try_next_ids(2 * PER_SECOND + 1),
+        Err(Error::BatchTooLarge { .. })
+    ));
+    // Nothing was taken: the largest batch the cap allows still fits.
+    let ids: Vec<Id> = g.next_ids(2 * PER_SECOND).unwrap().collect();
+    assert_eq!(ids[0].unix_seconds(), T + 20);
+    assert_eq!(ids[0].sequence(), 0);
+    assert_eq!(ids.last().unwrap().unix_seconds(), T + 21);
+}
+
+#[test]
 fn a_rollback_does_not_count_towards_the_lead_cap() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
@@ -399,6 +444,53 @@ fn a_clock_outside_the_layout_issues_nothing_records_nothing_and_passes() {
     }
     let g = open(&dir, 29, &clock);
     assert!(g.next_id().unwrap() > last);
+}
+
+#[test]
+fn a_clock_flickering_out_of_the_layout_while_threads_issue_is_never_the_end_of_the_range() {
+    // One thread's call can see the out-of-range flag in the cursor just
+    // before another thread, back in range, clears it: the call must then
+    // retry, not read the flag as a second past the end.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = Arc::new(open(&dir, 25, &clock));
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (g, stop) = (Arc::clone(&g), Arc::clone(&stop));
+            thread::spawn(move || {
+                let mut last = None;
+                while !stop.load(Relaxed) {
+                    let got = if t % 2 == 0 {
+                        g.next_id()
+                    } else {
+                        g.next_ids(3).map(|b| b.last().unwrap())
+                    };
+                    match got {
+                        Ok(id) => {
+                            assert!(Some(id) > last, "{id:?} after {last:?}");
+                            last = Some(id);
+                        }
+                        Err(Error::ClockOutOfRange { .. }) => {}
+                        Err(e) => panic!("with the clock flickering: {e:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut second = T;
+    while started.elapsed() < Duration::from_millis(1500) {
+        clock.set(Layout::DEFAULT.epoch() - 1);
+        thread::sleep(Duration::from_micros(50));
+        second += 1;
+        clock.set(second);
+        thread::sleep(Duration::from_micros(50));
+    }
+    stop.store(true, Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
 }
 
 #[test]

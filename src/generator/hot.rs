@@ -148,7 +148,10 @@ impl<C: Clock> Inner<C> {
             // Flags, in the high bits, put `last` past any limit.
             let last = cur + (n - 1);
             if last >= self.hot.limit.load(Relaxed) {
-                self.slow(last >> self.hot.sequence_bits, wait)?;
+                // Without the flags: another thread may clear them before
+                // the slow path looks, and a flag read as a second is past
+                // the end of the range.
+                self.slow((last & !FLAGS) >> self.hot.sequence_bits, wait)?;
                 cur = self.cursor.0.load(Relaxed);
                 continue;
             }

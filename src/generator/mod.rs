@@ -135,7 +135,9 @@ impl<C: Clock> Generator<C> {
     /// # Errors
     ///
     /// As [`next_id`](Generator::next_id); [`Error::BatchTooLarge`] if `n` is
-    /// above 2<sup>40</sup>.
+    /// above 2<sup>40</sup>, or, with a lead cap, if the batch spans more
+    /// seconds than the cap lets one batch span (`max_lead + 1` seconds of
+    /// sequence numbers): waiting for the clock could never let it through.
     pub fn next_ids(&self, n: u64) -> Result<IdBatch> {
         self.batch(n, true)
     }
@@ -154,6 +156,16 @@ impl<C: Clock> Generator<C> {
     fn batch(&self, n: u64, wait: bool) -> Result<IdBatch> {
         if n > MAX_BATCH {
             return Err(Error::BatchTooLarge { n, max: MAX_BATCH });
+        }
+        // Even from the first sequence number of the clock's second, a
+        // batch spans at least `(n - 1) >> sequence_bits` seconds of lead.
+        if let Some(max_lead) = self.inner.max_lead {
+            let max = max_lead
+                .saturating_add(1)
+                .saturating_mul(1 << self.inner.hot.sequence_bits);
+            if n > max {
+                return Err(Error::BatchTooLarge { n, max });
+            }
         }
         let first = if n == 0 { 0 } else { self.inner.take(n, wait)? };
         Ok(IdBatch::new(
