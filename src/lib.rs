@@ -130,6 +130,13 @@
 //! clock's next seconds are already taken. How far ahead it runs is the
 //! [`Generator::lead`]; [`Builder::max_lead`] caps it.
 //!
+//! When threads call at once, a call whose compare-and-swap loses waits 32
+//! spin-loop hints (under a microsecond) before trying again, so that the
+//! winning core keeps the counter's cache line and issues a run of IDs:
+//! two threads together then issue about as fast as one, where retrying at
+//! once made the cores trade the line on every attempt and cost several
+//! times as much (BENCHMARKS.md, *Sustained burst*).
+//!
 //! The wall clock is read through the C library, as `std` does (so tools
 //! such as `faketime` move it), but not once per ID: [`SystemClock`] caches
 //! the current second in an atomic that a small background thread refreshes
