@@ -9,19 +9,22 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use idutil::{Error, Generator, Id, Layout, ManualClock};
+use idutil::{Builder, Error, Generator, Id, Layout, ManualClock};
 
 const T: u64 = 1_700_000_000;
 const PER_SECOND: u64 = 65_536;
 
-fn open(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
+/// A generator for `shard` in `dir` (and its own ID space), on `clock`.
+fn builder(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Builder<ManualClock> {
     Generator::builder()
         .id_space(harness::space_for(dir.path()))
         .shard(shard)
         .state_dir(dir.path())
         .clock(clock.clone())
-        .open()
-        .expect("open")
+}
+
+fn open(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
+    builder(dir, shard, clock).open().expect("open")
 }
 
 /// Captures warnings, so tests can check what was logged for their shard.
@@ -198,12 +201,7 @@ fn stops_cleanly_at_the_end_of_the_range() {
     drop(g);
     // A clock past the range cannot even open the shard.
     clock.advance(1000);
-    let refused = Generator::builder()
-        .id_space(harness::space_for(dir.path()))
-        .shard(31)
-        .state_dir(dir.path())
-        .clock(clock.clone())
-        .open();
+    let refused = builder(&dir, 31, &clock).open();
     assert!(matches!(refused, Err(Error::ClockOutOfRange { .. })));
     // Back at the last second, the shard knows its last ID was used.
     clock.set(last_second);
@@ -228,11 +226,7 @@ fn a_batch_that_would_cross_the_end_of_the_range_is_refused_whole() {
 fn the_lead_cap_stops_borrowing() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
-    let g = Generator::builder()
-        .id_space(harness::space_for(dir.path()))
-        .shard(3)
-        .state_dir(dir.path())
-        .clock(clock.clone())
+    let g = builder(&dir, 3, &clock)
         .max_lead(Duration::from_secs(2))
         .open()
         .unwrap();
@@ -269,11 +263,7 @@ fn a_batch_the_lead_cap_can_never_let_through_is_refused_not_waited_for() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
     let g = Arc::new(
-        Generator::builder()
-            .id_space(harness::space_for(dir.path()))
-            .shard(24)
-            .state_dir(dir.path())
-            .clock(clock.clone())
+        builder(&dir, 24, &clock)
             .max_lead(Duration::from_secs(1))
             .open()
             .unwrap(),
@@ -312,11 +302,7 @@ fn a_batch_the_lead_cap_can_never_let_through_is_refused_not_waited_for() {
 fn a_rollback_does_not_count_towards_the_lead_cap() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
-    let g = Generator::builder()
-        .id_space(harness::space_for(dir.path()))
-        .shard(4)
-        .state_dir(dir.path())
-        .clock(clock.clone())
+    let g = builder(&dir, 4, &clock)
         .max_lead(Duration::from_secs(1))
         .open()
         .unwrap();
@@ -578,11 +564,7 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
 fn no_window_setting_can_make_a_crash_skip_to_the_end_of_the_range() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T);
-    let g = Generator::builder()
-        .id_space(harness::space_for(dir.path()))
-        .shard(26)
-        .state_dir(dir.path())
-        .clock(clock.clone())
+    let g = builder(&dir, 26, &clock)
         .window(Duration::MAX)
         .open()
         .unwrap();
