@@ -276,13 +276,17 @@ fn wait_until_full(out: &std::process::ChildStdout, limit: Duration) {
     }
 }
 
-/// `idutil next` under `faketime -f OFFSET` (e.g. `@2140-01-01 00:00:00`).
-fn next_under_faketime(faketime: &str, offset: &str, shard: u32, dir: &Path) -> harness::Run {
-    let mut cmd = Command::new(faketime);
-    cmd.args(["-f", offset, harness::bin()])
-        .env_remove("IDUTIL_SHARD")
+/// `idutil next` with its clock set by libfaketime's `OFFSET` (e.g.
+/// `@2140-01-01 00:00:00`).
+fn next_under_faketime(
+    faketime: &harness::Faketime,
+    offset: &str,
+    shard: u32,
+    dir: &Path,
+) -> harness::Run {
+    let mut cmd = faketime.command(offset, harness::bin());
+    cmd.env_remove("IDUTIL_SHARD")
         .env_remove("IDUTIL_STATE_DIR")
-        .env_remove("FAKETIME")
         .env("IDUTIL_ID_SPACE", harness::space_for(dir))
         .args(["--shard", &shard.to_string(), "--state-dir"])
         .arg(dir)
@@ -299,7 +303,7 @@ fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_wor
     let shard = 11;
     let mut ledger = Ledger::new();
     // A fresh shard: nothing is written at all.
-    let r = next_under_faketime(faketime, "@2140-01-01 00:00:00", shard, dir.path());
+    let r = next_under_faketime(&faketime, "@2140-01-01 00:00:00", shard, dir.path());
     let r = r.expect_code(1, "next in 2140");
     assert!(r.stdout.is_empty(), "{}", r.stdout);
     assert!(r.stderr.contains("clock"), "{}", r.stderr);
@@ -313,17 +317,15 @@ fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_wor
         "@2136-02-07 06:28:16",
         "+400000000000",
     ] {
-        let r = next_under_faketime(faketime, offset, shard, dir.path());
+        let r = next_under_faketime(&faketime, offset, shard, dir.path());
         let r = r.expect_code(1, offset);
         assert!(r.stdout.is_empty(), "{offset}: {}", r.stdout);
         assert_eq!(r.stderr.lines().count(), 1, "{offset}: {}", r.stderr);
         let after = std::fs::read(harness::state_file(dir.path(), shard)).unwrap();
         assert_eq!(before, after, "{offset}: the state file changed");
         // Inspecting such a shard under such a clock does not panic either.
-        let mut cmd = Command::new(faketime);
-        cmd.args(["-f", offset, harness::bin()])
-            .env_remove("FAKETIME")
-            .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
+        let mut cmd = faketime.command(offset, harness::bin());
+        cmd.env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
             .args(["--shard", &shard.to_string(), "--state-dir"])
             .arg(dir.path())
             .arg("state");

@@ -9,7 +9,7 @@ use idutil_harness as harness;
 
 use std::io::BufReader;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::thread;
 use std::time::Duration;
 
@@ -245,13 +245,11 @@ fn a_crash_right_after_a_large_borrow_resumes_after_the_reservation() {
 }
 
 /// `idutil next -n N` with the wall clock an hour back.
-fn next_an_hour_ago(faketime: &str, shard: u32, dir: &Path, n: u64) -> harness::Run {
-    let mut cmd = Command::new(faketime);
-    cmd.args(["-f", "-1h", harness::bin()])
-        .env_remove("IDUTIL_SHARD")
+fn next_an_hour_ago(faketime: &harness::Faketime, shard: u32, dir: &Path, n: u64) -> harness::Run {
+    let mut cmd = faketime.command("-1h", harness::bin());
+    cmd.env_remove("IDUTIL_SHARD")
         .env_remove("IDUTIL_STATE_DIR")
         .env("IDUTIL_ID_SPACE", harness::space_for(dir))
-        .env_remove("FAKETIME")
         .args(["--shard", &shard.to_string(), "--state-dir"])
         .arg(dir)
         .args(["next", "-n", &n.to_string()]);
@@ -268,7 +266,7 @@ fn a_clock_rolled_back_an_hour_across_a_restart_bumps_the_clock_id() {
     // faketime really moves the binary's clock: a fresh shard starts at
     // the faked time.
     let before = wall_now();
-    let fresh = harness::parse_ids(&next_an_hour_ago(faketime, 9, dir.path(), 1).stdout);
+    let fresh = harness::parse_ids(&next_an_hour_ago(&faketime, 9, dir.path(), 1).stdout);
     let after = wall_now();
     let faked = unix_second(fresh[0]);
     assert!(
@@ -281,7 +279,7 @@ fn a_clock_rolled_back_an_hour_across_a_restart_bumps_the_clock_id() {
     ledger.record(&harness::next(4, dir.path(), 1000));
     assert_eq!(harness::state_json(4, dir.path())["state"]["clock_id"], 0);
 
-    let r = next_an_hour_ago(faketime, 4, dir.path(), 1000);
+    let r = next_an_hour_ago(&faketime, 4, dir.path(), 1000);
     let ids = harness::parse_ids(&r.stdout);
     assert_eq!(ids.len(), 1000);
     ledger.record_after_all(&ids);
@@ -309,7 +307,7 @@ fn a_clock_rolled_back_an_hour_across_a_restart_bumps_the_clock_id() {
     );
 
     // Still an hour back: no new rollback, no new bump, no warning.
-    let r = next_an_hour_ago(faketime, 4, dir.path(), 1000);
+    let r = next_an_hour_ago(&faketime, 4, dir.path(), 1000);
     assert_eq!(r.stderr, "");
     ledger.record_after_all(&harness::parse_ids(&r.stdout));
     assert_eq!(harness::state_json(4, dir.path())["state"]["clock_id"], 1);

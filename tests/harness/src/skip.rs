@@ -1,6 +1,8 @@
-//! Tools a test needs from the system (`faketime`), and loud notices when they are missing.
+//! Tools a test needs from the system (libfaketime), and loud notices when they are missing.
 
-use std::process::{Command, Stdio};
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::process::Command;
 
 /// Says that a test skipped what it could not run, on stderr past libtest's
 /// capture (which hides `eprintln!` of a passing test), so a plain
@@ -10,25 +12,58 @@ pub fn skipped(message: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr(), "{message}");
 }
 
-/// `faketime`, or `None` after a loud skip message; under CI its absence
+/// libfaketime, preloaded into a command to move its wall clock.
+pub struct Faketime {
+    lib: PathBuf,
+}
+
+impl Faketime {
+    /// `program` with its clock set by `spec`, in libfaketime's `FAKETIME`
+    /// format (as `faketime -f` takes it): `@2140-01-01 00:00:00` starts the
+    /// clock there, `-1h` or `+400000000000` shifts it.
+    ///
+    /// The library is preloaded directly, not through the `faketime`
+    /// wrapper: the wrapper keeps a semaphore and shared memory named after
+    /// its pid in /dev/shm, leaves them behind when it does not exit
+    /// cleanly, and then fails ("sem_open: File exists") in a later run
+    /// that reuses the pid.
+    pub fn command(&self, spec: &str, program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env("LD_PRELOAD", &self.lib).env("FAKETIME", spec);
+        cmd
+    }
+}
+
+/// Where Debian's `faketime` package (and a local build) put libfaketime.
+fn find_libfaketime() -> Option<PathBuf> {
+    let mut dirs = vec![PathBuf::from("/usr/lib"), PathBuf::from("/usr/local/lib")];
+    // Multiarch directories: /usr/lib/x86_64-linux-gnu and the like.
+    if let Ok(entries) = std::fs::read_dir("/usr/lib") {
+        dirs.extend(
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with("-linux-gnu")),
+        );
+    }
+    dirs.into_iter()
+        .map(|d| d.join("faketime/libfaketime.so.1"))
+        .find(|lib| lib.is_file())
+}
+
+/// libfaketime, or `None` after a loud skip message; under CI its absence
 /// is a failure.
-pub fn faketime() -> Option<&'static str> {
-    let found = Command::new("faketime")
-        .arg("--help")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if found {
-        return Some("faketime");
+pub fn faketime() -> Option<Faketime> {
+    if let Some(lib) = find_libfaketime() {
+        return Some(Faketime { lib });
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("faketime is not on PATH; CI must install it (apt-get install faketime)");
+        panic!("libfaketime is not installed; CI must install it (apt-get install faketime)");
     }
     skipped(format_args!(
         "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-         !!! SKIPPED: faketime is not on PATH, so the clock rollback of the\n\
-         !!! real binary is NOT tested. Install it: apt-get install faketime\n\
+         !!! SKIPPED: libfaketime is not installed, so the clock rollback of\n\
+         !!! the real binary is NOT tested. Install it: apt-get install faketime\n\
          !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
     ));
     None
