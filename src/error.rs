@@ -218,6 +218,10 @@ pub enum Error {
         shard: u32,
         /// What is wrong with it.
         reason: String,
+        /// What lets the shard go on: [`Remedy::Recover`], or
+        /// [`Remedy::After`] when the file is gone and nothing says how far
+        /// the shard got.
+        remedy: Remedy,
     },
     /// [`state::recover`](crate::state::recover) (the command `idutil state
     /// recover`) refused to restart a shard's state: it cannot know where to
@@ -398,6 +402,7 @@ impl fmt::Display for Error {
                 path,
                 shard,
                 reason,
+                ..
             } => {
                 let dir = path.parent().unwrap_or(Path::new("."));
                 write!(

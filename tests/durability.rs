@@ -428,7 +428,11 @@ fn assert_refused(dir: &Path, shard: u32, damaged: &[u8], kind: Damage) {
         .open()
         .expect_err("a damaged state file is refused");
     assert!(
-        matches!(&err, Error::BadState { path: p, shard: s, .. } if *p == path && *s == shard),
+        matches!(
+            &err,
+            Error::BadState { path: p, shard: s, remedy: Remedy::Recover, .. }
+                if *p == path && *s == shard
+        ),
         "{kind:?}: {err:?}"
     );
     let msg = err.to_string();

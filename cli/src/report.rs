@@ -68,30 +68,25 @@ fn hint(e: &idutil::Error) -> Option<String> {
         Error::ShardOutOfRange { .. } | Error::UnusableHostname { .. } | Error::Hostname(_) => {
             Some("the command also takes --shard N".into())
         }
-        // A state file that is gone says nothing about how far the shard
-        // got: recovery then needs a vouched time.
-        Error::BadState { path, shard, .. } if is_missing(path) => {
-            Some(format!("run: {} --after TIME", recover(path, *shard)))
+        Error::BadState {
+            path,
+            shard,
+            remedy,
+            ..
         }
-        Error::BadState { path, shard, .. } => Some(format!("run: {}", recover(path, *shard))),
-        Error::RecoveryRefused {
+        | Error::RecoveryRefused {
             path,
             shard,
             remedy,
             ..
         } => match remedy {
+            Remedy::Recover => Some(format!("run: {}", recover(path, *shard))),
             Remedy::After => Some(format!("run: {} --after TIME", recover(path, *shard))),
             Remedy::Force => Some("pass --force".into()),
             _ => None,
         },
         _ => None,
     }
-}
-
-/// Whether `path` is gone (a damaged or unreadable file is not).
-fn is_missing(path: &std::path::Path) -> bool {
-    path.symlink_metadata()
-        .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
 }
 
 /// `text` with its lines joined, so an error is always one line.

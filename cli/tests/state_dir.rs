@@ -15,6 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use harness::{Ledger, ID_MARK, READY_MARK};
+use idutil::state::Remedy;
 use idutil::{Error, Generator, ManualClock};
 
 /// Marks the error line a child prints when it stops issuing.
@@ -670,6 +671,21 @@ fn a_deleted_state_file_is_refused_not_restarted_at_the_clock() {
         assert!(err.contains("state recover"), "{args:?}: {err}");
         assert!(err.contains("--after TIME"), "{args:?}: {err}");
     }
+    // The library says the same in its own terms.
+    let err = harness::builder(dir.path())
+        .shard(3)
+        .open()
+        .expect_err("a deleted state file");
+    assert!(
+        matches!(
+            err,
+            Error::BadState {
+                remedy: Remedy::After,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     // The way out: recovery, after the latest second the shard reached.
     let after = harness::unix_second(ledger.max().unwrap());
     harness::run(harness::idutil(3, dir.path()).args([

@@ -15,7 +15,7 @@ use crate::durable::{self, Durable};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::shard::ShardSource;
-use crate::state;
+use crate::state::{self, Remedy};
 
 /// Configures and opens a [`Generator`].
 ///
@@ -195,6 +195,7 @@ impl<C: Clock> Generator<C> {
             path: durable.path().to_path_buf(),
             shard,
             reason,
+            remedy: Remedy::Recover,
         })?;
         if let Some(back) = rollback {
             log::warn!(

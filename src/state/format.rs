@@ -344,6 +344,7 @@ pub(super) fn parse_state(bytes: &[u8], path: &Path, shard: u32) -> Result<State
         path: path.to_path_buf(),
         shard,
         reason,
+        remedy: Remedy::Recover,
     };
     let text = std::str::from_utf8(bytes).map_err(|_| bad("not text".into()))?;
     let state = StateFile::parse(text).map_err(bad)?;
@@ -364,6 +365,7 @@ pub(crate) fn check_layout(path: &Path, state: &StateFile, layout: &Layout) -> R
                 state.layout.fingerprint(),
                 layout.fingerprint()
             ),
+            remedy: Remedy::Recover,
         });
     }
     Ok(())

@@ -131,6 +131,7 @@ pub(super) fn missing_state(path: &Path, shard: u32) -> Error {
              IDs; recover it after the latest time IDs of this shard may have reached \
              (the current time if none were issued ahead of the clock)"
         ),
+        remedy: Remedy::After,
     }
 }
 

@@ -43,12 +43,17 @@ impl std::fmt::Display for OldState {
     }
 }
 
-/// What would let a refused recovery ([`Error::RecoveryRefused`]) go ahead.
+/// What would let a shard go on: after a state file that cannot be
+/// trusted ([`Error::BadState`]), or a refused recovery
+/// ([`Error::RecoveryRefused`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Remedy {
-    /// A time no ID of the shard is later than, vouched for with
-    /// [`RecoverOptions::after`] (the command's `--after TIME`).
+    /// A recovery ([`recover`], the command's `idutil state recover`); it
+    /// may still ask for a vouched time if the file's mark is not certain.
+    Recover,
+    /// A recovery with a time no ID of the shard is later than, vouched for
+    /// with [`RecoverOptions::after`] (the command's `--after TIME`).
     After,
     /// Forcing the recovery with [`RecoverOptions::force`] (the command's
     /// `--force`): the state file is healthy.
