@@ -1,21 +1,21 @@
-//! What makes a generator's IDs survive it: the state file and, with the
-//! feature `redis`, the shard's lease and record in Redis, behind one small
-//! interface (where to resume, reserve up to, close with the exact last ID,
-//! are we fenced).
+//! What makes a generator's IDs survive it: the state file and, with a
+//! lease engine (`postgres-lease`, `redis`), the shard's lease and record in
+//! the lease's store, behind one small interface (where to resume, reserve
+//! up to, close with the exact last ID, are we fenced).
 //!
-//! The generator never asks which of the two it runs on. Every write goes
-//! to the state file first and then to Redis, and counts only once both
-//! have it.
+//! The generator never asks which of the two it runs on, nor which store
+//! holds the lease. Every write goes to the state file first and then to
+//! the lease, and counts only once both have it.
 
 use std::path::Path;
-#[cfg(feature = "redis")]
+#[cfg(feature = "lease")]
 use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::host_lock;
 use crate::layout::Layout;
-#[cfg(feature = "redis")]
+#[cfg(feature = "lease")]
 use crate::lease::{Lease, LeaseConfig};
 use crate::shard::{self, ShardSource};
 use crate::state::{self, StateFile, Store};
@@ -23,25 +23,25 @@ use crate::state::{self, StateFile, Store};
 /// Sets (`true`) or clears (`false`) the generator's fence.
 pub(crate) type FenceHook = Box<dyn Fn(bool) + Send + Sync>;
 
-/// How the durability layer is set up beyond the state directory: with
-/// the feature `redis`, the lease asked for (if any).
+/// How the durability layer is set up beyond the state directory: with a
+/// lease engine, the lease asked for (if any).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Settings {
-    #[cfg(feature = "redis")]
+    #[cfg(feature = "lease")]
     pub(crate) lease: Option<LeaseConfig>,
 }
 
 /// Where a generator's state lives, as the builder asked for it.
 pub(crate) struct Request<'a> {
     /// Read only with a lease.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg_attr(not(feature = "lease"), allow(dead_code))]
     pub(crate) settings: &'a Settings,
     pub(crate) shard: Option<u32>,
     pub(crate) state_dir: Option<&'a Path>,
     pub(crate) id_space: Option<&'a str>,
     pub(crate) layout: &'a Layout,
     /// A shard leased without a record starts at this clock's second.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg_attr(not(feature = "lease"), allow(dead_code))]
     pub(crate) time: &'a dyn Clock,
 }
 
@@ -50,21 +50,21 @@ pub(crate) struct Request<'a> {
 /// shard's locks.
 pub(crate) struct Durable {
     store: Store,
-    #[cfg(feature = "redis")]
+    #[cfg(feature = "lease")]
     lease: Option<Arc<Lease>>,
 }
 
 /// The side of the durability layer the hot path and the close consult:
 /// why issuing is fenced, and giving the shard back.
 pub(crate) struct Fence {
-    #[cfg(feature = "redis")]
+    #[cfg(feature = "lease")]
     lease: Option<Arc<Lease>>,
 }
 
 /// Takes the shard (from the settings, `IDUTIL_SHARD`, the host name, or a
-/// Redis lease) and its state file's locks.
+/// lease) and its state file's locks.
 pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
-    #[cfg(feature = "redis")]
+    #[cfg(feature = "lease")]
     {
         let config = match &req.settings.lease {
             Some(config) => Some(config.clone()),
@@ -75,19 +75,21 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
         }
     }
     // A lease that was asked for is never silently turned off.
-    #[cfg(not(feature = "redis"))]
-    if let Some(url) = std::env::var_os("IDUTIL_REDIS_URL") {
-        return Err(Error::InvalidEnv {
-            var: "IDUTIL_REDIS_URL",
-            // A URL may hold a password.
-            value: if url.is_empty() {
-                String::new()
-            } else {
-                "***".into()
-            },
-            reason: "set, but this build of idutil has no Redis lease (feature `redis`); \
-                     unset it, or build with the `redis` feature",
-        });
+    #[cfg(not(feature = "lease"))]
+    for var in ["IDUTIL_LEASE_URL", "IDUTIL_REDIS_URL"] {
+        if let Some(url) = std::env::var_os(var) {
+            return Err(Error::InvalidEnv {
+                var,
+                // A URL may hold a password.
+                value: if url.is_empty() {
+                    String::new()
+                } else {
+                    "***".into()
+                },
+                reason: "set, but this build of idutil has no lease engine (features \
+                         `postgres-lease`, `redis`); unset it, or build with one",
+            });
+        }
     }
     let (shard, source) = shard::resolve_shard(req.shard, req.layout)?;
     let dir = state::state_dir(req.state_dir)?;
@@ -96,13 +98,10 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
     Ok((Durable::new(store), shard, source))
 }
 
-#[cfg(feature = "redis")]
+#[cfg(feature = "lease")]
 fn open_leased(req: &Request<'_>, config: &LeaseConfig) -> Result<(Durable, u32, ShardSource)> {
     if req.shard.is_none() && std::env::var_os(shard::SHARD_ENV).is_some() {
-        log::warn!(
-            "{} is ignored: the shard is leased from Redis",
-            shard::SHARD_ENV
-        );
+        log::warn!("{} is ignored: the shard is leased", shard::SHARD_ENV);
     }
     let dir = state::state_dir(req.state_dir)?;
     let id_space = host_lock::resolve_id_space(req.id_space)?;
@@ -132,7 +131,7 @@ impl Durable {
     fn new(store: Store) -> Durable {
         Durable {
             store,
-            #[cfg(feature = "redis")]
+            #[cfg(feature = "lease")]
             lease: None,
         }
     }
@@ -153,13 +152,13 @@ impl Durable {
     }
 
     /// Where to resume: `start` (worked out from this host's state file),
-    /// or later if the shard's record in Redis says a holder elsewhere
-    /// issued past it. Redis's record covers every holder of the shard, the
-    /// state file only this host: the later of the two wins, and the
-    /// highest wall-clock second either saw goes into `file`.
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    /// or later if the shard's lease record says a holder elsewhere issued
+    /// past it. The record covers every holder of the shard, the state file
+    /// only this host: the later of the two wins, and the highest
+    /// wall-clock second either saw goes into `file`.
+    #[cfg_attr(not(feature = "lease"), allow(unused_variables))]
     pub(crate) fn resume(&self, layout: &Layout, start: u64, file: &mut StateFile) -> u64 {
-        #[cfg(feature = "redis")]
+        #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
             let record = lease.record();
             if let Some(seen) = record.seen {
@@ -171,16 +170,16 @@ impl Durable {
     }
 
     /// Reserves every second up to `until` (Unix seconds): writes `file`
-    /// (which records it), then raises the shard's record in Redis. The
+    /// (which records it), then raises the shard's lease record. The
     /// reservation counts only once both have it.
     ///
     /// # Errors
     ///
     /// As [`Store::save`], and a lost or untrustworthy lease.
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    #[cfg_attr(not(feature = "lease"), allow(unused_variables))]
     pub(crate) fn reserve(&self, file: &StateFile, until: u64) -> Result<()> {
         self.store.save(file)?;
-        #[cfg(feature = "redis")]
+        #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
             lease.raise(until, file.seen_max)?;
         }
@@ -188,8 +187,9 @@ impl Durable {
     }
 
     /// Closes cleanly: writes `file`, which holds the exact last ID, and
-    /// hands it to Redis with the lease. If the state directory gave way
-    /// ([`Error::Fenced`]) nothing goes to Redis: the caller fences.
+    /// hands it to the lease's record with the lease. If the state
+    /// directory gave way ([`Error::Fenced`]) nothing goes to the lease's
+    /// store: the caller fences.
     ///
     /// # Errors
     ///
@@ -199,7 +199,7 @@ impl Durable {
         if let Err(Error::Fenced { .. }) = saved {
             return saved;
         }
-        #[cfg(feature = "redis")]
+        #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
             lease.finish(file.last, file.seen_max);
         }
@@ -210,7 +210,7 @@ impl Durable {
     /// back.
     pub(crate) fn fence(&self) -> Fence {
         Fence {
-            #[cfg(feature = "redis")]
+            #[cfg(feature = "lease")]
             lease: self.lease.clone(),
         }
     }
@@ -219,9 +219,9 @@ impl Durable {
 impl Fence {
     /// Calls `hook` whenever the shard's lease is lost (`true`) or
     /// regained (`false`). Without a lease it is never called.
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    #[cfg_attr(not(feature = "lease"), allow(unused_variables))]
     pub(crate) fn on_change(&self, hook: FenceHook) {
-        #[cfg(feature = "redis")]
+        #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
             lease.set_hook(hook);
         }
@@ -230,7 +230,7 @@ impl Fence {
     /// Why a fenced generator does not issue: the lease's trouble, or
     /// [`Error::Closed`] without one.
     pub(crate) fn error(&self) -> Error {
-        #[cfg(feature = "redis")]
+        #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
             return Error::Lease(lease.fence_error());
         }
@@ -240,26 +240,31 @@ impl Fence {
     /// Gives the shard back without a last ID: every ID issued is below a
     /// reservation already recorded, and `seen` (Unix seconds) is the
     /// highest wall-clock second seen.
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    #[cfg_attr(not(feature = "lease"), allow(unused_variables))]
     pub(crate) fn give_up(&self, seen: u64) {
-        #[cfg(feature = "redis")]
+        #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
             lease.finish(None, seen);
         }
     }
 }
 
-#[cfg(feature = "redis")]
+#[cfg(feature = "lease")]
 impl<C: Clock> crate::Builder<C> {
-    /// Leases the shard from Redis instead of taking it from
-    /// `IDUTIL_SHARD` or the host name (feature `redis`). An explicit
+    /// Leases the shard from the store `config` names (PostgreSQL with
+    /// feature `postgres-lease`, Redis with feature `redis`) instead of
+    /// taking it from `IDUTIL_SHARD` or the host name. An explicit
     /// [`shard`](crate::Builder::shard) narrows the lease to that one shard.
-    /// Without this call, `IDUTIL_REDIS_URL` turns the lease on when it is
-    /// set (set but empty or blank, opening fails with
-    /// [`Error::InvalidEnv`]). See [`lease`](crate::lease) and the crate
-    /// docs, *The Redis lease*.
-    pub fn redis_lease(mut self, config: LeaseConfig) -> Self {
+    /// Without this call, `IDUTIL_LEASE_URL` (or `IDUTIL_REDIS_URL`) turns
+    /// the lease on when it is set (set but empty or blank, opening fails
+    /// with [`Error::InvalidEnv`]). See [`lease`](crate::lease).
+    pub fn lease(mut self, config: LeaseConfig) -> Self {
         self.durable.lease = Some(config);
         self
+    }
+
+    /// The same as [`lease`](crate::Builder::lease), under its older name.
+    pub fn redis_lease(self, config: LeaseConfig) -> Self {
+        self.lease(config)
     }
 }

@@ -243,9 +243,10 @@ pub enum Error {
     Closed,
     /// The process-wide generator was already initialized.
     AlreadyInitialized,
-    /// The Redis lease (feature `redis`): no free shard, the lease could not
-    /// be renewed in time or was lost, or Redis could not be reached.
-    #[cfg(feature = "redis")]
+    /// The shard lease (features `postgres-lease`, `redis`): no free shard,
+    /// the lease could not be renewed in time or was lost, the clocks
+    /// disagree, or the store could not be reached.
+    #[cfg(feature = "lease")]
     Lease(crate::lease::LeaseError),
 }
 
@@ -278,7 +279,7 @@ impl Error {
             | Error::RecoveryRefused { shard, .. }
             | Error::HostLocked { shard, .. }
             | Error::Fenced { shard, .. } => Some(*shard),
-            #[cfg(feature = "redis")]
+            #[cfg(feature = "lease")]
             Error::Lease(e) => e.shard(),
             _ => None,
         }
@@ -422,7 +423,7 @@ impl fmt::Display for Error {
             Error::AlreadyInitialized => {
                 write!(f, "the process-wide generator is already initialized")
             }
-            #[cfg(feature = "redis")]
+            #[cfg(feature = "lease")]
             Error::Lease(e) => e.fmt(f),
         }
     }
@@ -433,7 +434,7 @@ impl std::error::Error for Error {
         match self {
             Error::Id(e) => std::error::Error::source(e),
             Error::Hostname(e) | Error::Io { source: e, .. } => Some(e),
-            #[cfg(feature = "redis")]
+            #[cfg(feature = "lease")]
             Error::Lease(e) => std::error::Error::source(e),
             _ => None,
         }

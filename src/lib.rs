@@ -557,8 +557,8 @@ mod global;
 pub mod host_lock;
 mod id;
 mod layout;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[cfg(feature = "lease")]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres-lease", feature = "redis"))))]
 pub mod lease;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
@@ -575,7 +575,9 @@ pub use generator::{
 pub use global::IdUtil;
 pub use host_lock::ID_SPACE_ENV;
 pub use id::Id;
-pub use layout::{Layout, LayoutError, Parts, EPOCH_2000, MAX_TOTAL_BITS};
+pub use layout::{
+    Layout, LayoutError, ParseLayoutError, Parts, EPOCH_2000, LAYOUT_ENV, MAX_TOTAL_BITS,
+};
 pub use shard::{resolve_shard, shard_from_hostname, HostnameProblem, ShardSource, SHARD_ENV};
 pub use state::STATE_DIR_ENV;
 

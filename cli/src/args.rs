@@ -38,10 +38,17 @@ pub(crate) struct Cli {
 
 #[derive(Args)]
 pub(crate) struct Common {
-    /// Shard to use, 0 to 31 (default: IDUTIL_SHARD, else the host name's trailing digits)
+    /// Shard to use, 0 to 31 (more with --layout) (default: IDUTIL_SHARD, else the host name's
+    /// trailing digits)
     #[arg(long, global = true, value_name = "N", allow_negative_numbers = true,
-          value_parser = clap::value_parser!(u32).range(0..=i64::from(Layout::DEFAULT.max_shard())))]
+          value_parser = parse_shard)]
     pub(crate) shard: Option<u32>,
+    /// Layout of the IDs, e.g. "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800" for
+    /// 1,024 shards of 2,048 IDs a second (default: IDUTIL_LAYOUT, else seconds:32 clock:0
+    /// sequence:16 shard:5 epoch:946684800)
+    #[arg(long, global = true, value_name = "LAYOUT", env = idutil::LAYOUT_ENV,
+          value_parser = parse_layout)]
+    pub(crate) layout: Option<Layout>,
     /// State directory, an absolute path (default: IDUTIL_STATE_DIR, else the platform's state directory)
     #[arg(long, global = true, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
@@ -49,40 +56,83 @@ pub(crate) struct Common {
     /// table must share one (default: IDUTIL_ID_SPACE, else "default")
     #[arg(long, global = true, value_name = "NAME", value_parser = parse_id_space)]
     pub(crate) id_space: Option<String>,
-    /// Lease the shard from this Redis server instead (redis://host:port/db); with
+    /// Lease the shard from this store instead: postgres://user@host/db (several hosts:
+    /// postgres://a,b/db?target_session_attrs=read-write) or redis://host:port/db; with
     /// --shard, lease only that shard. `state` then shows the leases
-    #[cfg(feature = "redis")]
+    #[cfg(feature = "lease")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = idutil::lease::LEASE_URL_ENV,
+        hide_env_values = true,
+        value_parser = parse_lease_url
+    )]
+    lease: Option<String>,
+    /// Older name of --lease
+    #[cfg(feature = "lease")]
     #[arg(
         long,
         global = true,
         value_name = "URL",
         env = idutil::lease::REDIS_URL_ENV,
         hide_env_values = true,
-        value_parser = parse_redis_url
+        value_parser = parse_lease_url,
+        conflicts_with = "lease"
     )]
     redis: Option<String>,
 }
 
 impl Common {
-    /// The lease settings, when `--redis` or `IDUTIL_REDIS_URL` is given.
-    #[cfg(feature = "redis")]
+    /// The lease settings, when `--lease`, `--redis`, `IDUTIL_LEASE_URL` or
+    /// `IDUTIL_REDIS_URL` is given.
+    #[cfg(feature = "lease")]
     pub(crate) fn lease(&self) -> Option<idutil::lease::LeaseConfig> {
-        self.redis.as_deref().map(idutil::lease::LeaseConfig::new)
+        self.lease
+            .as_deref()
+            .or(self.redis.as_deref())
+            .map(idutil::lease::LeaseConfig::new)
+    }
+
+    /// The layout: `--layout`, `IDUTIL_LAYOUT`, or the default.
+    pub(crate) fn layout(&self) -> Layout {
+        self.layout.unwrap_or_default()
     }
 }
 
-/// A Redis URL, trimmed; empty or blank is refused rather than taken to
+/// A lease URL, trimmed; empty or blank is refused rather than taken to
 /// turn the lease off (the shard would silently come from elsewhere).
-#[cfg(feature = "redis")]
-fn parse_redis_url(s: &str) -> Result<String, String> {
+#[cfg(feature = "lease")]
+fn parse_lease_url(s: &str) -> Result<String, String> {
     let url = s.trim();
     if url.is_empty() {
         return Err(format!(
-            "the Redis URL is empty or blank; give redis://host:port/db, or unset {}",
-            idutil::lease::REDIS_URL_ENV
+            "the lease URL is empty or blank; give postgres://user@host/db or \
+             redis://host:port/db, or unset {}",
+            idutil::lease::LEASE_URL_ENV
         ));
     }
     Ok(url.to_string())
+}
+
+/// A shard number; the layout (which may be wider than the default's 32
+/// shards) is checked when the generator opens.
+fn parse_shard(s: &str) -> Result<u32, String> {
+    s.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= 0xFFFF)
+        .ok_or_else(|| {
+            format!(
+                "{s:?} is not a shard: shards are 0..={} in the default layout (up to \
+                 0..=65535 with --layout)",
+                Layout::DEFAULT.max_shard()
+            )
+        })
+}
+
+fn parse_layout(s: &str) -> Result<Layout, String> {
+    s.parse::<Layout>().map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand)]

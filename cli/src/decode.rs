@@ -20,8 +20,7 @@ struct Decoded {
 }
 
 impl Decoded {
-    fn new(id: Id) -> Result<Decoded, idutil::Error> {
-        let layout = Layout::DEFAULT;
+    fn new(id: Id, layout: Layout) -> Result<Decoded, idutil::Error> {
         let p = layout.decode(id)?;
         Ok(Decoded {
             id: id.as_u64(),
@@ -40,16 +39,22 @@ impl Decoded {
 struct DecodeOutput<'a, W: Write> {
     out: &'a mut W,
     json: bool,
+    layout: Layout,
     rows: u64,
 }
 
 impl<'a, W: Write> DecodeOutput<'a, W> {
-    fn new(out: &'a mut W, json: bool) -> Self {
-        DecodeOutput { out, json, rows: 0 }
+    fn new(out: &'a mut W, json: bool, layout: Layout) -> Self {
+        DecodeOutput {
+            out,
+            json,
+            layout,
+            rows: 0,
+        }
     }
 
     fn row(&mut self, id: Id) -> Result<(), BoxError> {
-        let d = Decoded::new(id)?;
+        let d = Decoded::new(id, self.layout)?;
         if self.json {
             self.out
                 .write_all(if self.rows == 0 { b"[" } else { b"," })?;
@@ -74,8 +79,13 @@ impl<'a, W: Write> DecodeOutput<'a, W> {
     }
 }
 
-pub(crate) fn decode(ids: &[Id], json: bool, out: &mut impl Write) -> Result<(), BoxError> {
-    let mut output = DecodeOutput::new(out, json);
+pub(crate) fn decode(
+    ids: &[Id],
+    json: bool,
+    layout: Layout,
+    out: &mut impl Write,
+) -> Result<(), BoxError> {
+    let mut output = DecodeOutput::new(out, json, layout);
     for &id in ids {
         output.row(id)?;
     }
@@ -92,9 +102,10 @@ const MAX_LINE: usize = 4096;
 pub(crate) fn decode_lines(
     mut input: impl BufRead,
     json: bool,
+    layout: Layout,
     out: &mut impl Write,
 ) -> Result<(), BoxError> {
-    let mut output = DecodeOutput::new(out, json);
+    let mut output = DecodeOutput::new(out, json, layout);
     let mut line = Vec::new();
     for number in 1u64.. {
         line.clear();

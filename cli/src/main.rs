@@ -59,9 +59,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 )
                 .into());
             }
-            decode_lines(stdin.lock(), json, &mut out)?
+            decode_lines(stdin.lock(), json, cli.common.layout(), &mut out)?
         }
-        Command::Decode { ids, json } => decode(&ids, json, &mut out)?,
+        Command::Decode { ids, json } => decode(&ids, json, cli.common.layout(), &mut out)?,
         Command::Completions { shell } => completions(shell, &mut out)?,
         Command::Man { command } => man(&command, &mut out)?,
         Command::State { json, action: None } => show_state(&cli.common, json, &mut out)?,

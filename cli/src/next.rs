@@ -80,9 +80,10 @@ pub(crate) fn next(
     if let Some(max_lead) = max_lead {
         builder = builder.max_lead(max_lead);
     }
-    #[cfg(feature = "redis")]
+    builder = builder.layout(common.layout());
+    #[cfg(feature = "lease")]
     if let Some(lease) = common.lease() {
-        builder = builder.redis_lease(lease);
+        builder = builder.lease(lease);
     }
     // Caught from before the generator opens: a signal during the opening
     // waits in `signals` and stops the run before its first ID, with a

@@ -13,7 +13,7 @@ use crate::times::rfc3339;
 use crate::BoxError;
 
 fn shard_and_dir(common: &Common) -> Result<(u32, PathBuf), BoxError> {
-    let (shard, _) = idutil::resolve_shard(common.shard, &Layout::DEFAULT)?;
+    let (shard, _) = idutil::resolve_shard(common.shard, &common.layout())?;
     let dir = state::state_dir(common.state_dir.as_deref())?;
     Ok((shard, dir))
 }
@@ -23,9 +23,9 @@ pub(crate) fn show_state(
     json: bool,
     out: &mut impl Write,
 ) -> Result<(), BoxError> {
-    #[cfg(feature = "redis")]
+    #[cfg(feature = "lease")]
     if let Some(lease) = common.lease() {
-        show_leases(&lease, common.shard, json, out)?;
+        show_leases(&lease, &common.layout(), common.shard, json, out)?;
         // A leased shard's local state needs the shard named.
         if json || common.shard.is_none() {
             return Ok(());
@@ -112,15 +112,16 @@ pub(crate) fn show_state(
     Ok(())
 }
 
-/// The leases and Redis's record of each shard (or of `only`).
-#[cfg(feature = "redis")]
+/// The leases and the store's record of each shard (or of `only`).
+#[cfg(feature = "lease")]
 fn show_leases(
     config: &idutil::lease::LeaseConfig,
+    layout: &Layout,
     only: Option<u32>,
     json: bool,
     out: &mut impl Write,
 ) -> Result<(), BoxError> {
-    let leases: Vec<_> = idutil::lease::inspect(config, &Layout::DEFAULT)?
+    let leases: Vec<_> = idutil::lease::inspect(config, layout)?
         .into_iter()
         .filter(|l| only.is_none_or(|s| s == l.shard))
         .collect();
@@ -136,12 +137,13 @@ fn show_leases(
                     "last_issued": l.last.map(|(sec, seq)| json!({"second": sec, "time": rfc3339(sec), "sequence": seq})),
                     "seen_max": l.seen,
                     "layout": l.layout,
+                    "epoch": l.epoch,
                     "invalid": l.invalid,
                 })
             })
             .collect();
         let doc = json!({
-            "redis": config.url_redacted(), "prefix": config.key_prefix(),
+            "lease": config.url_redacted(), "prefix": config.key_prefix(),
             "ttl_ms": config.lease_ttl().as_millis() as u64, "leases": rows,
         });
         serde_json::to_writer_pretty(&mut *out, &doc)?;
@@ -151,7 +153,7 @@ fn show_leases(
     let held = leases.iter().filter(|l| l.holder.is_some()).count();
     writeln!(
         out,
-        "redis:        {} (key prefix {:?}), {held} of {} shards leased",
+        "lease:        {} (ID space {:?}), {held} of {} shards leased",
         config.url_redacted(),
         config.key_prefix(),
         leases.len()
@@ -204,7 +206,7 @@ pub(crate) fn recover(
     if let Some(after) = after {
         options = options.after(after);
     }
-    let r = state::plan_recovery(&dir, shard, &Layout::DEFAULT, &options)?;
+    let r = state::plan_recovery(&dir, shard, &common.layout(), &options)?;
     writeln!(out, "state file:   {}", r.path.display())?;
     writeln!(out, "found:        {}", r.found)?;
     writeln!(

@@ -723,12 +723,13 @@ fn command_leases_and_shows_the_lease() {
 
 /// A garbled field of the shard's record (a `high_water` too big for any
 /// layout, or written as a float, a `last` past `high_water`, a `seen` that
-/// is not a number) refuses the shard, naming the key and the field. The
-/// lease is given back, the generator does not move on to another shard,
+/// is not a number) refuses the shard when it is asked for by number,
+/// naming the key and the field; among other shards it is skipped, so one
+/// bad record does not stop the fleet. Either way the lease is given back
 /// and the record is left exactly as it was; `inspect` and `idutil state`
 /// show the field as invalid.
 #[test]
-fn garbled_record_refuses_the_shard_and_stays_as_it_is() {
+fn garbled_record_is_skipped_or_refused_and_stays_as_it_is() {
     let Some(redis) = RedisServer::start(false) else {
         return;
     };
@@ -751,15 +752,18 @@ fn garbled_record_refuses_the_shard_and_stays_as_it_is() {
             .unwrap();
         let before = record_of(&mut conn, key);
         let host = state_dir();
-        let err = Generator::builder()
-            .id_space(harness::space_for(host.path()))
-            .state_dir(host.path())
-            .redis_lease(
-                LeaseConfig::new(redis.url())
-                    .shards(3..=4)
-                    .ttl(Duration::from_secs(1)),
-            )
-            .open()
+        let open = |config: LeaseConfig, only: Option<u32>| {
+            let mut b = Generator::builder()
+                .id_space(harness::space_for(host.path()))
+                .state_dir(host.path())
+                .redis_lease(config.ttl(Duration::from_secs(1)));
+            if let Some(shard) = only {
+                b = b.shard(shard);
+            }
+            b.open()
+        };
+        // Asked for by number: refused, naming the key and the field.
+        let err = open(LeaseConfig::new(redis.url()).shards(3..=4), Some(3))
             .map(|g| g.shard())
             .expect_err("a garbled record must refuse the shard");
         match &err {
@@ -784,8 +788,25 @@ fn garbled_record_refuses_the_shard_and_stays_as_it_is() {
         );
         assert!(
             !exists(&mut conn, "idutil:lease:4"),
-            "no silent move to another shard"
+            "no silent move to another shard when one was asked for"
         );
+        // Among others: skipped, and the next shard leased; the fleet goes on.
+        let g = open(LeaseConfig::new(redis.url()).shards(3..=4), None)
+            .expect("the unusable shard is skipped");
+        assert_eq!(g.shard(), 4);
+        assert!(!exists(&mut conn, "idutil:lease:3"));
+        drop(g);
+        // The only shard of the range: no free shard, and the message says
+        // which was skipped and why.
+        let err = open(LeaseConfig::new(redis.url()).shards(3..=3), None)
+            .map(|g| g.shard())
+            .expect_err("no usable shard");
+        assert!(
+            matches!(&err, Error::Lease(LeaseError::NoFreeShard { skipped, .. }) if skipped.len() == 1),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("shard 3") && text.contains(key), "{text}");
         assert_eq!(record_of(&mut conn, key), before, "the record is untouched");
 
         let rows =
@@ -927,7 +948,7 @@ fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
             "{how}: {err}"
         );
         let text = err.to_string();
-        assert!(text.contains("Redis lost the record of shard 8"), "{text}");
+        assert!(text.contains("lost the record of shard 8"), "{text}");
         assert!(text.contains(mark), "{text}");
         // Three more renewal periods: a holder that re-created the record
         // or took the lease back would have done so by now.
@@ -1040,7 +1061,7 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
         }
     };
     assert!(
-        a_error.starts_with("error Redis lost the record of shard 5"),
+        a_error.starts_with("error the lease's store lost the record of shard 5"),
         "{a_error}"
     );
     assert!(

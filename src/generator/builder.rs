@@ -21,15 +21,16 @@ use crate::state::{self, Remedy};
 ///
 /// Every setting has a default: the shard from `IDUTIL_SHARD` or the host
 /// name, the state directory from `IDUTIL_STATE_DIR` or the platform's
-/// state directory, the ID space from `IDUTIL_ID_SPACE` or `default`,
-/// [`Layout::DEFAULT`], the [`SystemClock`], a reservation window of 5
-/// seconds and no lead cap.
+/// state directory, the ID space from `IDUTIL_ID_SPACE` or `default`, the
+/// layout from `IDUTIL_LAYOUT` or [`Layout::DEFAULT`], the [`SystemClock`],
+/// a reservation window of 5 seconds and no lead cap.
 #[derive(Clone, Debug)]
 pub struct Builder<C: Clock = SystemClock> {
     shard: Option<u32>,
     state_dir: Option<PathBuf>,
     id_space: Option<String>,
-    layout: Layout,
+    /// `None`: `IDUTIL_LAYOUT`, else [`Layout::DEFAULT`].
+    layout: Option<Layout>,
     /// The time source, set with [`Builder::clock`].
     time: C,
     window: u64,
@@ -51,7 +52,7 @@ impl Builder<SystemClock> {
             shard: None,
             state_dir: None,
             id_space: None,
-            layout: Layout::DEFAULT,
+            layout: None,
             time: SystemClock,
             window: DEFAULT_WINDOW,
             max_lead: None,
@@ -89,9 +90,10 @@ impl<C: Clock> Builder<C> {
         self
     }
 
-    /// Uses this layout.
+    /// Uses this layout instead of the one `IDUTIL_LAYOUT` names, or
+    /// [`Layout::DEFAULT`].
     pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
+        self.layout = Some(layout);
         self
     }
 
@@ -148,17 +150,24 @@ impl<C: Clock> Builder<C> {
     /// the state directory or a file in it fails the checks in the crate
     /// docs (*Security*),
     /// [`Error::BadState`] if the state file cannot be trusted,
-    /// [`Error::Io`] if the state directory cannot be used; with a Redis
-    /// lease, `Error::Lease` if no shard is free, Redis cannot be reached or
-    /// the shard's record in Redis cannot be trusted, and
-    /// [`Error::InvalidEnv`] if `IDUTIL_REDIS_URL` is set but blank.
-    pub fn open(self) -> Result<Generator<C>> {
+    /// [`Error::Io`] if the state directory cannot be used,
+    /// [`Error::InvalidEnv`] if `IDUTIL_LAYOUT` cannot be read; with a
+    /// lease, `Error::Lease` if no shard is free, the store cannot be
+    /// reached, its clock and this host's disagree or the shard's record
+    /// cannot be trusted, and [`Error::InvalidEnv`] if `IDUTIL_LEASE_URL`
+    /// is set but blank.
+    pub fn open(mut self) -> Result<Generator<C>> {
+        let layout = match self.layout {
+            Some(layout) => layout,
+            None => Layout::from_env()?.unwrap_or_default(),
+        };
+        self.layout = Some(layout);
         let (durable, shard, source) = durable::open(&durable::Request {
             settings: &self.durable,
             shard: self.shard,
             state_dir: self.state_dir.as_deref(),
             id_space: self.id_space.as_deref(),
-            layout: &self.layout,
+            layout: &layout,
             time: &self.time,
         })?;
         Generator::start(self, durable, shard, source)
@@ -171,7 +180,7 @@ fn whole_seconds(d: Duration) -> u64 {
 
 impl<C: Clock> Generator<C> {
     fn start(b: Builder<C>, durable: Durable, shard: u32, source: ShardSource) -> Result<Self> {
-        let layout = b.layout;
+        let layout = b.layout.unwrap_or_default();
         let epoch = layout.epoch();
         let now_unix = b.time.now();
         if layout.seconds_of(now_unix).is_none() {

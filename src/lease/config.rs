@@ -1,42 +1,70 @@
-//! How to reach Redis and which shards to lease: [`LeaseConfig`].
+//! How to reach the lease's store and which shards to lease:
+//! [`LeaseConfig`].
 
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use redis::Client;
-
 use super::LeaseError;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 
-/// Environment variable that names the Redis server to lease the shard from.
+/// Environment variable that names the store to lease the shard from
+/// (`postgres://...`, `redis://...`).
+pub const LEASE_URL_ENV: &str = "IDUTIL_LEASE_URL";
+/// Older name of [`LEASE_URL_ENV`], still read when that one is not set.
 pub const REDIS_URL_ENV: &str = "IDUTIL_REDIS_URL";
-/// Default key prefix.
+/// Default name of the fleet's ID space in the store: the Redis key prefix,
+/// the `space` column in PostgreSQL.
 pub const DEFAULT_PREFIX: &str = "idutil";
+/// Default limit on the difference between the host's clock and the
+/// store's.
+pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(5);
 /// Default lease TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// Shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
 
-/// How to lease a shard from Redis: the server, the key prefix, the TTL and
-/// which shards may be leased.
+/// Which engine a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    #[cfg(feature = "redis")]
+    Redis,
+    #[cfg(feature = "postgres-lease")]
+    Postgres,
+}
+
+/// Each engine's URL schemes, and the feature that builds it.
+const SCHEMES: &[(&str, &str)] = &[
+    ("postgres", "postgres-lease"),
+    ("postgresql", "postgres-lease"),
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("redis+unix", "redis"),
+    ("unix", "redis"),
+];
+
+/// How to lease a shard: the store (its URL names the engine), the fleet's
+/// ID space in it, the TTL, which shards may be leased and how far the
+/// host's clock may be from the store's.
 ///
 /// ```
 /// use idutil::lease::LeaseConfig;
 /// use std::time::Duration;
 ///
-/// let config = LeaseConfig::new("redis://127.0.0.1:6379/")
+/// let config = LeaseConfig::new("postgres://app@db.internal/app")
 ///     .prefix("orders")
 ///     .ttl(Duration::from_secs(15));
 /// assert_eq!(config.renew_every(), Duration::from_secs(5));
 /// ```
 #[derive(Clone)]
 pub struct LeaseConfig {
-    pub(super) url: String,
-    pub(super) prefix: String,
-    pub(super) ttl: Duration,
-    pub(super) shards: Option<RangeInclusive<u32>>,
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+    pub(crate) ttl: Duration,
+    pub(crate) shards: Option<RangeInclusive<u32>>,
+    pub(crate) max_skew: Duration,
+    pub(crate) schema: Option<String>,
 }
 
 impl fmt::Debug for LeaseConfig {
@@ -46,24 +74,34 @@ impl fmt::Debug for LeaseConfig {
             .field("prefix", &self.prefix)
             .field("ttl", &self.ttl)
             .field("shards", &self.shards)
+            .field("max_skew", &self.max_skew)
+            .field("schema", &self.schema)
             .finish()
     }
 }
 
 impl LeaseConfig {
-    /// A lease from the Redis server at `url` (`redis://[:password@]host[:port][/db]`),
-    /// with the default prefix (`idutil`), TTL (10 s) and every shard of the
-    /// layout.
+    /// A lease from the store at `url`, whose scheme names the engine:
+    /// `postgres://` or `postgresql://` (feature `postgres-lease`; see
+    /// [`lease::postgres`](crate::lease::postgres) for the URL's options),
+    /// `redis://` (feature `redis`). A string of PostgreSQL `key=value`
+    /// options (`host=a,b dbname=app`) is a PostgreSQL lease too. Every
+    /// other setting at its default:
+    /// ID space `idutil`, TTL 10 s, every shard of the layout, clock skew
+    /// up to 5 s. The URL is checked when the lease is taken.
     pub fn new(url: impl Into<String>) -> Self {
         LeaseConfig {
             url: url.into(),
             prefix: DEFAULT_PREFIX.to_string(),
             ttl: DEFAULT_TTL,
             shards: None,
+            max_skew: DEFAULT_MAX_SKEW,
+            schema: None,
         }
     }
 
-    /// A lease from the server named by `IDUTIL_REDIS_URL`, if it is set.
+    /// A lease from the store named by `IDUTIL_LEASE_URL` (or, when that is
+    /// not set, its older name `IDUTIL_REDIS_URL`), if it is set.
     ///
     /// # Errors
     ///
@@ -71,12 +109,16 @@ impl LeaseConfig {
     /// UTF-8: a lease that was meant to be on is never silently turned off
     /// (the shard would then come from `IDUTIL_SHARD` or the host name).
     pub fn from_env() -> Result<Option<Self>> {
-        let Some(raw) = std::env::var_os(REDIS_URL_ENV) else {
-            return Ok(None);
+        let (var, raw) = match std::env::var_os(LEASE_URL_ENV) {
+            Some(raw) => (LEASE_URL_ENV, raw),
+            None => match std::env::var_os(REDIS_URL_ENV) {
+                Some(raw) => (REDIS_URL_ENV, raw),
+                None => return Ok(None),
+            },
         };
         let invalid = |reason| Error::InvalidEnv {
-            var: REDIS_URL_ENV,
-            value: raw.to_string_lossy().into_owned(),
+            var,
+            value: redact(&raw.to_string_lossy()),
             reason,
         };
         let url = raw
@@ -85,16 +127,17 @@ impl LeaseConfig {
             .trim();
         if url.is_empty() {
             return Err(invalid(
-                "the Redis URL is empty or blank; set it to redis://host:port/db, or unset it \
-                 to take the shard from IDUTIL_SHARD or the host name",
+                "the lease URL is empty or blank; set it to postgres://... or redis://..., or \
+                 unset it to take the shard from IDUTIL_SHARD or the host name",
             ));
         }
         Ok(Some(LeaseConfig::new(url)))
     }
 
-    /// Keeps the keys under `prefix` instead of `idutil`. Fleets that share
-    /// a Redis server but not an ID space (or not a layout) use different
-    /// prefixes.
+    /// Names the fleet's ID space in the store instead of `idutil`: the
+    /// Redis key prefix, the `space` column of PostgreSQL's table. Fleets
+    /// that share a store but not an ID space (or not a layout) use
+    /// different names.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -115,12 +158,36 @@ impl LeaseConfig {
         self
     }
 
-    /// The Redis URL, with any password replaced by `***`.
+    /// How far the host's wall clock may be from the store's (default
+    /// 5 s), where the store tells its time (PostgreSQL and Redis both
+    /// do). Beyond it, opening is refused and a running generator stops
+    /// issuing until the clocks agree again; a generator never raises the
+    /// shard's mark for a clock further ahead of the store's than this.
+    pub fn max_skew(mut self, max_skew: Duration) -> Self {
+        self.max_skew = max_skew;
+        self
+    }
+
+    /// The PostgreSQL schema of the lease table (default: the first schema
+    /// of the connection's `search_path`, usually `public`). It must exist;
+    /// the table in it is created on first use. Redis ignores it.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// The limit set by [`max_skew`](LeaseConfig::max_skew).
+    pub fn skew_limit(&self) -> Duration {
+        self.max_skew
+    }
+
+    /// The URL, with any password replaced by `***`.
     pub fn url_redacted(&self) -> String {
         redact(&self.url)
     }
 
-    /// The key prefix.
+    /// The ID space's name: the key prefix (Redis), the `space` column
+    /// (PostgreSQL).
     pub fn key_prefix(&self) -> &str {
         &self.prefix
     }
@@ -142,18 +209,48 @@ impl LeaseConfig {
         self.ttl - self.margin()
     }
 
-    pub(super) fn margin(&self) -> Duration {
+    pub(crate) fn margin(&self) -> Duration {
         self.ttl / 4
     }
 
     /// Pause between retries after a failed renewal.
-    pub(super) fn retry_every(&self) -> Duration {
+    pub(crate) fn retry_every(&self) -> Duration {
         (self.ttl / 20).max(Duration::from_millis(10))
     }
 
-    /// Longest wait for one Redis round trip.
-    pub(super) fn op_timeout(&self) -> Duration {
+    /// Longest wait for one round trip to the store.
+    pub(crate) fn op_timeout(&self) -> Duration {
         self.ttl / 5
+    }
+
+    /// The engine the URL's scheme names.
+    pub(crate) fn kind(&self) -> Result<Kind> {
+        let url = self.url.trim();
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        let invalid = |reason: String| Error::from(LeaseError::InvalidConfig { reason });
+        // A PostgreSQL key-value string: `host=a,b dbname=app ...`.
+        let scheme = scheme.or_else(|| url.contains('=').then(|| "postgres".to_string()));
+        let Some(scheme) = scheme else {
+            return Err(invalid(format!(
+                "the lease URL {} has no scheme; give postgres://... or redis://...",
+                redact(url)
+            )));
+        };
+        let Some((_, feature)) = SCHEMES.iter().find(|(s, _)| *s == scheme) else {
+            return Err(invalid(format!(
+                "the lease URL's scheme {scheme}:// names no lease engine; give postgres://, \
+                 postgresql:// or redis://"
+            )));
+        };
+        match *feature {
+            #[cfg(feature = "redis")]
+            "redis" => Ok(Kind::Redis),
+            #[cfg(feature = "postgres-lease")]
+            "postgres-lease" => Ok(Kind::Postgres),
+            _ => Err(invalid(format!(
+                "a {scheme}:// lease needs idutil built with the feature `{feature}`"
+            ))),
+        }
     }
 
     /// The shards that may be leased under `layout`, narrowed to `only`.
@@ -182,35 +279,34 @@ impl LeaseConfig {
         }
         if self.url.trim().is_empty() {
             return Err(LeaseError::InvalidConfig {
-                reason: "the Redis URL is empty or blank".to_string(),
+                reason: "the lease URL is empty or blank".to_string(),
             }
             .into());
         }
-        if self.prefix.is_empty() {
+        if self.prefix.is_empty() || self.prefix.len() > 64 {
             return Err(LeaseError::InvalidConfig {
-                reason: "the key prefix is empty".to_string(),
+                reason: "the ID space name (key prefix) must be 1 to 64 bytes".to_string(),
             }
             .into());
         }
         Ok(range)
     }
-
-    pub(super) fn lease_key(&self, shard: u32) -> String {
-        format!("{}:lease:{shard}", self.prefix)
-    }
-
-    pub(super) fn mark_key(&self, shard: u32) -> String {
-        format!("{}:mark:{shard}", self.prefix)
-    }
-
-    pub(super) fn client(&self) -> Result<Client> {
-        Client::open(self.url.as_str())
-            .map_err(|e| LeaseError::redis("connect to", &self.url, e).into())
-    }
 }
 
-/// Hides the password of a `redis://user:password@host` URL.
-pub(super) fn redact(url: &str) -> String {
+/// Hides the password of a `scheme://user:password@host` URL, and of a
+/// `password=` or `pass=` option.
+pub(crate) fn redact(url: &str) -> String {
+    if !url.contains("://") {
+        // A PostgreSQL key-value string: `host=a password=b`.
+        return url
+            .split_whitespace()
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => pair.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
     // `unix://` URLs carry the password in the query: `?pass=...`.
     let (url, query) = match url.split_once('?') {
         Some((url, query)) => {

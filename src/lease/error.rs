@@ -1,23 +1,28 @@
-//! What can go wrong with the Redis lease: [`LeaseError`].
+//! What can go wrong with a shard lease: [`LeaseError`].
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::config::redact;
 use crate::error::Error;
 
-/// What went wrong with the Redis lease.
+/// What went wrong with a shard lease.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum LeaseError {
-    /// Every shard that may be leased is leased by a live holder.
+    /// Every shard that may be leased is leased by a live holder (or was
+    /// skipped as unusable, see `skipped`).
     NoFreeShard {
         /// The first shard that may be leased.
         first: u32,
         /// The last shard that may be leased.
         last: u32,
-        /// The key prefix.
+        /// The ID space (key prefix).
         prefix: String,
+        /// Shards passed over because their record cannot be used, each
+        /// with why (named in the warnings logged when they were skipped).
+        skipped: Vec<String>,
     },
     /// The lease could not be renewed in time, or expired: the generator
     /// issues nothing until it holds the lease again.
@@ -27,55 +32,92 @@ pub enum LeaseError {
         /// Why the lease is not known to be held.
         reason: String,
     },
-    /// Another holder took the shard after this lease expired: the generator
-    /// issues nothing more.
+    /// Another holder took the shard after this lease expired, or the
+    /// record was rewritten under this holder (its mark lowered, its
+    /// fencing epoch moved): the generator issues nothing more.
     Lost {
         /// The shard.
         shard: u32,
+        /// What was found.
+        reason: String,
     },
-    /// The shard's record in Redis vanished while this generator held the
-    /// shard (`FLUSHALL`, `FLUSHDB`, `DEL`, or Redis restarted without
-    /// persistence): the generator issues nothing more and does not
+    /// The shard's record vanished while this generator held the shard
+    /// (Redis `FLUSHALL`, `DEL`, a restart without persistence; a deleted
+    /// PostgreSQL row): the generator issues nothing more and does not
     /// re-create the record, whose high-water second it cannot vouch for
     /// beyond its own IDs.
     RecordLost {
         /// The shard.
         shard: u32,
-        /// The record's key, `{prefix}:mark:{shard}`.
+        /// The record: its Redis key, or its PostgreSQL table and row.
         key: String,
     },
-    /// A field of the shard's record in Redis is not a valid value: the
-    /// shard is refused (or, while held, issuing stops for good) rather than
-    /// the record taken for an absent one.
+    /// A field of the shard's record is not a valid value: the shard is
+    /// refused (or, while held, issuing stops for good) rather than the
+    /// record taken for an absent one.
     InvalidRecord {
         /// The shard.
         shard: u32,
-        /// The record's key, `{prefix}:mark:{shard}`.
+        /// The record: its Redis key, or its PostgreSQL table and row.
         key: String,
         /// The field, e.g. `high_water`.
         field: &'static str,
         /// What is wrong with it.
         reason: String,
     },
-    /// The shard's record in Redis was written under another layout.
+    /// The shard's record was written under another layout.
     LayoutMismatch {
         /// The shard.
         shard: u32,
-        /// The key prefix.
+        /// The ID space (key prefix).
         prefix: String,
-        /// The layout recorded in Redis.
+        /// The layout recorded in the store.
         recorded: String,
         /// This generator's layout.
         ours: String,
     },
-    /// Redis could not be reached or answered with an error.
-    Redis {
+    /// The host's wall clock and the store's differ by more than the
+    /// configured limit ([`LeaseConfig::max_skew`](super::LeaseConfig::max_skew)):
+    /// opening is refused, and a running generator issues nothing until
+    /// they agree again.
+    ClockSkew {
+        /// The shard, if one is held.
+        shard: Option<u32>,
+        /// How far the host's clock is ahead of the store's (negative:
+        /// behind), in seconds.
+        ahead: f64,
+        /// The limit.
+        limit: Duration,
+    },
+    /// A raise of the high-water second was not confirmed by the store's
+    /// replicas in time (Redis `WAIT`): it is not used, and the generator
+    /// issues nothing past the mark it had until a raise is confirmed.
+    NotReplicated {
+        /// The shard.
+        shard: u32,
+        /// Replicas the server had.
+        replicas: i64,
+        /// Replicas that confirmed.
+        confirmed: i64,
+    },
+    /// The store is set up in a way that can lose the lease's records,
+    /// such as a Redis server that evicts keys under memory pressure.
+    UnsafeStore {
+        /// The store, with any password hidden.
+        url: String,
+        /// What is unsafe and what to change.
+        reason: String,
+    },
+    /// The store could not be reached or answered with an error.
+    Store {
+        /// The engine: `"Redis"`, `"PostgreSQL"`.
+        engine: &'static str,
         /// What was being done, e.g. `"lease a shard from"`.
         action: &'static str,
-        /// The server, with any password hidden.
+        /// The store, with any password hidden.
         url: String,
         /// The underlying error.
-        source: Arc<redis::RedisError>,
+        source: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// The lease settings cannot be used.
     InvalidConfig {
@@ -85,8 +127,14 @@ pub enum LeaseError {
 }
 
 impl LeaseError {
-    pub(super) fn redis(action: &'static str, url: &str, e: redis::RedisError) -> LeaseError {
-        LeaseError::Redis {
+    pub(crate) fn store(
+        engine: &'static str,
+        action: &'static str,
+        url: &str,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> LeaseError {
+        LeaseError::Store {
+            engine,
             action,
             url: redact(url),
             source: Arc::new(e),
@@ -97,10 +145,12 @@ impl LeaseError {
     pub fn shard(&self) -> Option<u32> {
         match self {
             LeaseError::Fenced { shard, .. }
-            | LeaseError::Lost { shard }
+            | LeaseError::Lost { shard, .. }
             | LeaseError::RecordLost { shard, .. }
             | LeaseError::InvalidRecord { shard, .. }
-            | LeaseError::LayoutMismatch { shard, .. } => Some(*shard),
+            | LeaseError::LayoutMismatch { shard, .. }
+            | LeaseError::NotReplicated { shard, .. } => Some(*shard),
+            LeaseError::ClockSkew { shard, .. } => *shard,
             _ => None,
         }
     }
@@ -113,30 +163,41 @@ impl fmt::Display for LeaseError {
                 first,
                 last,
                 prefix,
-            } => write!(
-                f,
-                "no free shard: all {} shards ({first}..={last}) under Redis key prefix {prefix:?} \
-                 are leased by live generators, and a shard is never shared. Close idle \
-                 generators, wait for a crashed holder's lease to expire, or use a layout with \
-                 more shard bits",
-                last - first + 1
-            ),
+                skipped,
+            } => {
+                write!(
+                    f,
+                    "no free shard: all {} shards ({first}..={last}) of ID space {prefix:?} are \
+                     leased by live generators",
+                    last - first + 1
+                )?;
+                if !skipped.is_empty() {
+                    write!(f, " or unusable ({})", skipped.join("; "))?;
+                }
+                write!(
+                    f,
+                    ", and a shard is never shared. Close idle generators, wait for a crashed \
+                     holder's lease to expire, or use a layout with more shard bits \
+                     (IDUTIL_LAYOUT, --layout)"
+                )
+            }
             LeaseError::Fenced { shard, reason } => write!(
                 f,
-                "the Redis lease on shard {shard} is not known to be held ({reason}), so this \
-                 generator issues no IDs until it renews the lease; check that Redis is reachable"
+                "the lease on shard {shard} is not known to be held ({reason}), so this \
+                 generator issues no IDs until it renews the lease; check that the lease's \
+                 store is reachable"
             ),
-            LeaseError::Lost { shard } => write!(
+            LeaseError::Lost { shard, reason } => write!(
                 f,
-                "the Redis lease on shard {shard} expired and another generator took the shard; \
-                 this generator issues no more IDs: close it and open a new one"
+                "the lease on shard {shard} is lost ({reason}); this generator issues no more \
+                 IDs: close it and open a new one"
             ),
             LeaseError::RecordLost { shard, key } => write!(
                 f,
-                "Redis lost the record of shard {shard} ({key}: flushed or restarted without \
-                 persistence) while this generator held the shard; it issues no more IDs and \
-                 does not re-create the record: close it and open a new one (the first \
-                 generator on a shard without a record waits one lease TTL)"
+                "the lease's store lost the record of shard {shard} ({key}: flushed, deleted \
+                 or restarted without persistence) while this generator held the shard; it \
+                 issues no more IDs and does not re-create the record: close it and open a \
+                 new one"
             ),
             LeaseError::InvalidRecord {
                 shard,
@@ -145,10 +206,10 @@ impl fmt::Display for LeaseError {
                 reason,
             } => write!(
                 f,
-                "the Redis record of shard {shard} cannot be trusted: {key} field {field} \
+                "the lease record of shard {shard} cannot be trusted: {key} field {field} \
                  {reason}; the shard is refused rather than risk issuing IDs twice. Find out \
                  what wrote it, then set the field to a valid value at or after every ID \
-                 issued on the shard, or use another key prefix"
+                 issued on the shard, or use another ID space"
             ),
             LeaseError::LayoutMismatch {
                 shard,
@@ -157,16 +218,51 @@ impl fmt::Display for LeaseError {
                 ours,
             } => write!(
                 f,
-                "shard {shard} under Redis key prefix {prefix:?} was used with layout {recorded}, \
-                 not {ours}; IDs of two layouts can collide, so use another key prefix for this \
-                 layout"
+                "shard {shard} of ID space {prefix:?} was used with layout {recorded}, not \
+                 {ours}; IDs of two layouts can collide, so use another ID space (key prefix) \
+                 for this layout"
             ),
-            LeaseError::Redis {
+            LeaseError::ClockSkew {
+                shard,
+                ahead,
+                limit,
+            } => {
+                let side = if *ahead >= 0.0 { "ahead of" } else { "behind" };
+                if let Some(s) = shard {
+                    write!(f, "shard {s}: ")?;
+                }
+                write!(
+                    f,
+                    "this host's clock is {:.1} s {side} the lease store's, more than the \
+                     {:.1} s allowed, so no IDs are issued until they agree; fix the host's \
+                     clock (NTP), or raise the limit (LeaseConfig::max_skew)",
+                    ahead.abs(),
+                    limit.as_secs_f64()
+                )
+            }
+            LeaseError::NotReplicated {
+                shard,
+                replicas,
+                confirmed,
+            } => write!(
+                f,
+                "shard {shard}: the raise of the high-water second reached {confirmed} of the \
+                 server's {replicas} replicas in time, so it is not used (a failover could \
+                 lose it); IDs past the mark stop until a raise is confirmed"
+            ),
+            LeaseError::UnsafeStore { url, reason } => {
+                write!(
+                    f,
+                    "the lease store at {url} cannot keep the promise: {reason}"
+                )
+            }
+            LeaseError::Store {
+                engine,
                 action,
                 url,
                 source,
-            } => write!(f, "cannot {action} Redis at {url}: {source}"),
-            LeaseError::InvalidConfig { reason } => write!(f, "invalid Redis lease: {reason}"),
+            } => write!(f, "cannot {action} {engine} at {url}: {source}"),
+            LeaseError::InvalidConfig { reason } => write!(f, "invalid lease: {reason}"),
         }
     }
 }
@@ -174,7 +270,7 @@ impl fmt::Display for LeaseError {
 impl std::error::Error for LeaseError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            LeaseError::Redis { source, .. } => Some(&**source),
+            LeaseError::Store { source, .. } => Some(&**source),
             _ => None,
         }
     }

@@ -1,48 +1,39 @@
-//! A held lease: acquiring a shard, raising its high-water second, and
-//! finishing with the exact last ID.
+//! A held lease, whatever the engine: acquiring a usable shard, raising its
+//! high-water second, and finishing with the exact last ID. The rules every
+//! engine shares live here and in `renewal.rs`.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Instant;
 
-use redis::{Client, Connection};
-
-use super::record::{read_record, RawRecord, Record};
-use super::renewal::{RenewState, Renewer, Shared};
-use super::scripts::{record_trouble, ACQUIRE, CREATE, FINISH, HOLD, RAISE, RELEASE};
-use super::{millis, new_token, with_conn, LeaseConfig, LeaseError};
+use super::renewal::{ahead, check_skew, Renewer, Shared};
+use super::{connect, host_time, new_token, Ask, Engine, LeaseConfig, LeaseError, Record, Trouble};
 use crate::clock::Clock;
 use crate::durable::FenceHook;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 
-/// A held lease: the shard, the renewal thread and the connection for
-/// writing the high-water second.
+/// A held lease: the shard, its engine and the renewal thread.
 pub(crate) struct Lease {
+    engine: Arc<dyn Engine>,
     config: LeaseConfig,
-    client: Client,
     shard: u32,
-    token: String,
     record: Record,
-    layout: String,
     /// The layout's first and last Unix seconds.
     epoch: u64,
     last_second: u64,
-    /// For the reservation thread and the close; the renewal thread has its
-    /// own, so a slow write never delays a renewal.
-    conn: Mutex<Option<Connection>>,
     shared: Arc<Shared>,
     renewer: Mutex<Option<JoinHandle<()>>>,
-    finished: std::sync::atomic::AtomicBool,
+    finished: AtomicBool,
 }
 
 impl Lease {
-    /// Leases the first free shard of the allowed range (`only` narrows it
-    /// to one shard; `skip` leaves some out), checks or creates its record
-    /// and starts renewing it. A shard without a record is held for one TTL
-    /// before its record is created, with `clock`'s second as its
-    /// high-water mark (see [`Lease::wait_and_create`]).
+    /// Leases the first free, usable shard of the allowed range (`only`
+    /// narrows it to one shard; `skip` leaves some out) and starts renewing
+    /// it. A shard whose record cannot be used (garbled, or at the end of
+    /// the layout's range) is given back and skipped with a warning naming
+    /// it, unless it was asked for by number; a clock too far from the
+    /// store's refuses the lease.
     pub(crate) fn acquire(
         config: &LeaseConfig,
         layout: &Layout,
@@ -51,226 +42,113 @@ impl Lease {
         time: &dyn Clock,
     ) -> Result<Lease> {
         let range = config.range(layout, only)?;
-        let client = config.client()?;
         let token = new_token();
-        let mut conn = None;
-        type Granted = (
-            u32,
-            String,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-        );
-        let granted: Option<Granted> = with_conn(&client, &mut conn, config.op_timeout(), |c| {
-            let mut call = ACQUIRE.prepare_invoke();
-            call.arg(&config.prefix)
-                .arg(range.start())
-                .arg(range.end())
-                .arg(&token)
-                .arg(millis(config.ttl));
-            for s in skip {
-                call.arg(s);
-            }
-            call.invoke(c)
-        })
-        .map_err(|e| LeaseError::redis("lease a shard from", &config.url, e))?;
-        // After the reply, not before the request: a holder that lost the
-        // record renewed for the last time before the script ran.
-        let granted_at = Instant::now();
-        let Some((shard, kind, high_water, last, seen, recorded)) = granted else {
-            return Err(LeaseError::NoFreeShard {
-                first: *range.start(),
-                last: *range.end(),
-                prefix: config.prefix.clone(),
-            }
-            .into());
-        };
-        let shared = Arc::new(Shared {
-            state: Mutex::new(RenewState {
-                stop: false,
-                fenced: None,
-                lost: false,
-                last_error: None,
-            }),
-            changed: Condvar::new(),
-            hook: Mutex::new(None),
-            known_hw: AtomicU64::new(0),
-        });
-        let mut lease = Lease {
-            config: config.clone(),
-            client: client.clone(),
-            shard,
-            token: token.clone(),
-            record: Record::default(),
-            layout: layout.fingerprint().to_string(),
-            epoch: layout.epoch(),
-            last_second: layout.last_unix_second(),
-            conn: Mutex::new(conn),
-            shared: Arc::clone(&shared),
-            renewer: Mutex::new(None),
-            finished: false.into(),
-        };
-        // From here on, dropping `lease` releases the shard: a record that
-        // cannot be trusted refuses it, and opening fails rather than move
-        // on to another shard.
-        let key = config.mark_key(shard);
-        let invalid = |field, reason| LeaseError::InvalidRecord {
-            shard,
-            key: key.clone(),
-            field,
-            reason,
-        };
-        let last_ok = match kind.as_str() {
-            "none" => lease.wait_and_create(layout, time, granted_at)?,
-            "hash" => {
-                let raw = RawRecord {
-                    high_water,
-                    last,
-                    seen,
-                    layout: recorded,
-                };
-                if let Some(recorded) = raw.layout.as_ref().filter(|r| **r != lease.layout) {
-                    return Err(LeaseError::LayoutMismatch {
-                        shard,
-                        prefix: config.prefix.clone(),
-                        recorded: recorded.clone(),
-                        ours: lease.layout.clone(),
-                    }
-                    .into());
-                }
-                let (record, problems) = read_record(&raw, layout);
-                if let Some((field, reason)) = problems.into_iter().next() {
-                    return Err(invalid(field, reason).into());
-                }
-                lease.record = record;
-                granted_at
-            }
-            other => {
-                return Err(invalid(
-                    "high_water",
-                    format!("cannot be read: the key holds a {other}, not a hash"),
-                )
-                .into())
-            }
-        };
-        shared
-            .known_hw
-            .store(lease.record.high_water.unwrap_or(0), Relaxed);
-        let renewer = Renewer {
-            config: config.clone(),
-            client,
-            shard,
-            token,
-            layout: lease.layout.clone(),
-            shared,
-            last_ok,
-        };
-        let handle = thread::Builder::new()
-            .name(format!("idutil-lease-{shard}"))
-            .spawn(move || renewer.run())
-            .map_err(|e| LeaseError::InvalidConfig {
-                reason: format!("cannot start the renewal thread: {e}"),
-            })?;
-        *crate::sync::lock(&lease.renewer) = Some(handle);
-        Ok(lease)
-    }
-
-    /// A shard without a record: either nobody used it under this prefix,
-    /// or Redis lost the record (a flush, a restart without persistence)
-    /// under a holder that may still be issuing. That holder stops at its
-    /// next renewal, and at the latest three quarters of a TTL after its
-    /// last successful one, which came before this lease was granted. So
-    /// the lease is held (renewed) for one whole TTL from `granted_at`
-    /// before the record is created, with the clock's second as its
-    /// high-water mark: the first ID is then in a later second than any the
-    /// old holder issued by the same clock. Returns when the lease was last
-    /// renewed.
-    fn wait_and_create(
-        &mut self,
-        layout: &Layout,
-        time: &dyn Clock,
-        granted_at: Instant,
-    ) -> Result<Instant> {
-        let config = &self.config;
-        log::warn!(
-            "shard {} has no record in Redis ({}): first use of the shard under this key \
-             prefix, or Redis lost its data; waiting one lease TTL ({:?}) before the first ID \
-             so that a holder that lost its record has stopped",
-            self.shard,
-            config.mark_key(self.shard),
-            config.ttl
-        );
-        let lost = |reason: &str| LeaseError::Fenced {
-            shard: self.shard,
-            reason: format!("{reason} while waiting to create the shard's record"),
-        };
-        let appeared = || LeaseError::InvalidRecord {
-            shard: self.shard,
-            key: config.mark_key(self.shard),
-            field: "high_water",
-            reason: "appeared while this generator held the lease and waited to create it: \
-                     something else writes these keys"
-                .to_string(),
-        };
-        let ready_at = granted_at + config.ttl;
-        let mut slot = crate::sync::lock(&self.conn);
-        let mut held_at = granted_at;
+        let mut skip = skip.to_vec();
+        let mut skipped = Vec::new();
         loop {
-            let now = Instant::now();
-            if now >= ready_at {
-                break;
+            let ask = Ask {
+                config,
+                layout,
+                range: range.clone(),
+                skip: &skip,
+                time,
+                token: &token,
+            };
+            let (engine, grant) = match connect(&ask) {
+                Ok(granted) => granted,
+                Err(Error::Lease(LeaseError::NoFreeShard {
+                    first,
+                    last,
+                    prefix,
+                    ..
+                })) => {
+                    return Err(LeaseError::NoFreeShard {
+                        first,
+                        last,
+                        prefix,
+                        skipped,
+                    }
+                    .into())
+                }
+                Err(e) => return Err(e),
+            };
+            let engine: Arc<dyn Engine> = Arc::from(engine);
+            let shard = grant.shard;
+            let give_back = |e: LeaseError| {
+                if let Err(trouble) = engine.finish(None, 0) {
+                    log::warn!(
+                        "cannot give back the lease on shard {shard}: {}",
+                        trouble.into_error()
+                    );
+                }
+                e
+            };
+            if let Some(e) = grant
+                .server_time
+                .and_then(|server| check_skew(config, None, host_time(), server))
+            {
+                return Err(give_back(e).into());
             }
-            thread::sleep(
-                (held_at + config.renew_every())
-                    .min(ready_at)
-                    .saturating_duration_since(now),
-            );
-            if Instant::now() >= ready_at {
-                break;
+            let record = match grant.record {
+                Ok(record) if record.resume_at(layout) >= layout.counter_end() => {
+                    Err(LeaseError::InvalidRecord {
+                        shard,
+                        key: engine.describe(),
+                        field: "high_water",
+                        reason: format!(
+                            "= {} is the layout's last second: the shard has no second left",
+                            record.high_water.unwrap_or_default()
+                        ),
+                    })
+                }
+                other => other,
+            };
+            let record = match record {
+                Ok(record) => record,
+                // One ID space is one layout: a shard of another is refused,
+                // not skipped.
+                Err(e @ LeaseError::LayoutMismatch { .. }) => return Err(give_back(e).into()),
+                Err(e) if only.is_some() => return Err(give_back(e).into()),
+                Err(e) => {
+                    let e = give_back(e);
+                    log::warn!("skipping shard {shard}: {e}");
+                    skipped.push(format!("shard {shard}: {}", short(&e)));
+                    skip.push(shard);
+                    continue;
+                }
+            };
+            let shared = Arc::new(Shared::new(record.high_water.unwrap_or(0)));
+            if let Some(server) = grant.server_time {
+                shared.lock().server = Some((server, std::time::Instant::now()));
             }
-            let sent = Instant::now();
-            let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
-                HOLD.key(config.lease_key(self.shard))
-                    .key(config.mark_key(self.shard))
-                    .arg(&self.token)
-                    .arg(millis(config.ttl))
-                    .invoke(c)
-            })
-            .map_err(|e| LeaseError::redis("hold the leased shard in", &config.url, e))?;
-            match answer {
-                1 => held_at = sent,
-                2 => return Err(appeared().into()),
-                _ => return Err(lost("the lease expired").into()),
-            }
+            let renewer = Renewer {
+                config: config.clone(),
+                engine: Arc::clone(&engine),
+                shard,
+                shared: Arc::clone(&shared),
+                last_ok: grant.at,
+            };
+            let lease = Lease {
+                engine,
+                config: config.clone(),
+                shard,
+                record,
+                epoch: layout.epoch(),
+                last_second: layout.last_unix_second(),
+                shared,
+                renewer: Mutex::new(None),
+                finished: false.into(),
+            };
+            // From here on, dropping `lease` gives the shard back.
+            let handle = thread::Builder::new()
+                .name(format!("idutil-lease-{shard}"))
+                .spawn(move || renewer.run())
+                .map_err(|e| LeaseError::InvalidConfig {
+                    reason: format!("cannot start the renewal thread: {e}"),
+                })?;
+            *crate::sync::lock(&lease.renewer) = Some(handle);
+            return Ok(lease);
         }
-        // Clamped into the layout's range, so the record is always valid; a
-        // clock outside the range issues nothing anyway.
-        let now = time.now().clamp(layout.epoch(), layout.last_unix_second());
-        let sent = Instant::now();
-        let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
-            CREATE
-                .key(config.lease_key(self.shard))
-                .key(config.mark_key(self.shard))
-                .arg(&self.token)
-                .arg(millis(config.ttl))
-                .arg(now)
-                .arg(&self.layout)
-                .invoke(c)
-        })
-        .map_err(|e| LeaseError::redis("create the shard's record in", &config.url, e))?;
-        match answer {
-            1 => {}
-            2 => return Err(appeared().into()),
-            _ => return Err(lost("the lease expired").into()),
-        }
-        drop(slot);
-        self.record = Record {
-            high_water: Some(now),
-            last: None,
-            seen: Some(now),
-        };
-        Ok(sent)
     }
 
     pub(crate) fn shard(&self) -> u32 {
@@ -285,10 +163,9 @@ impl Lease {
     /// Installs the generator's fence and applies the current state.
     pub(crate) fn set_hook(&self, hook: FenceHook) {
         let state = self.shared.lock();
-        let fenced = state.fenced.is_some();
         *crate::sync::lock(&self.shared.hook) = Some(hook);
-        if fenced {
-            self.shared.set_fence(true);
+        if state.fenced().is_some() {
+            self.shared.apply(&state);
         }
     }
 
@@ -296,61 +173,52 @@ impl Lease {
     pub(crate) fn fence_error(&self) -> LeaseError {
         self.shared
             .lock()
-            .fenced
-            .clone()
+            .fenced()
+            .cloned()
             .unwrap_or_else(|| LeaseError::Fenced {
                 shard: self.shard,
                 reason: "the lease is being renewed".to_string(),
             })
     }
 
-    /// Records in Redis that IDs up to `high_water` (Unix seconds) may be
-    /// issued, if the lease is still held. Must succeed before any such ID
-    /// is issued. A record found gone or garbled stops the generator for
-    /// good; it is never re-created or overwritten.
+    /// Records in the store that IDs up to `high_water` (Unix seconds) may
+    /// be issued, if the lease is still held. Must succeed before any such
+    /// ID is issued. A record found gone, garbled or taken stops the
+    /// generator for good; it is never re-created or overwritten. So does a
+    /// generator whose clock has read further ahead of the store's than the
+    /// skew limit: the mark is never raised for such a clock.
     pub(crate) fn raise(&self, high_water: u64, seen: u64) -> Result<()> {
-        let mut slot = crate::sync::lock(&self.conn);
-        let done: i64 = with_conn(&self.client, &mut slot, self.config.op_timeout(), |c| {
-            RAISE
-                .key(self.config.lease_key(self.shard))
-                .key(self.config.mark_key(self.shard))
-                .arg(&self.token)
-                .arg(high_water)
-                .arg(self.seen_arg(seen))
-                .arg(&self.layout)
-                .invoke(c)
-        })
-        .map_err(|e| {
-            LeaseError::redis(
-                "record the high-water second of the leased shard in",
-                &self.config.url,
-                e,
-            )
-        })?;
-        match done {
-            1 => {
+        let server_now = self.shared.lock().server_now();
+        if let Some(server) = server_now {
+            let limit = self.config.max_skew;
+            let ahead = ahead(std::time::Duration::from_secs(seen), server);
+            if ahead > limit.as_secs_f64() + 1.0 {
+                let e = LeaseError::ClockSkew {
+                    shard: Some(self.shard),
+                    ahead,
+                    limit,
+                };
+                self.shared.fence_for_good(self.shard, e.clone());
+                return Err(e.into());
+            }
+        }
+        match self.engine.raise(high_water, self.seen_arg(seen)) {
+            Ok(()) => {
                 self.shared.known_hw.fetch_max(high_water, Relaxed);
                 Ok(())
             }
-            0 => Err(LeaseError::Fenced {
-                shard: self.shard,
-                reason: "the lease expired in Redis before the reservation was recorded"
-                    .to_string(),
-            }
-            .into()),
-            trouble => {
-                let e = record_trouble(&self.config, self.shard, trouble);
+            Err(Trouble::Again(e)) => Err(e.into()),
+            Err(Trouble::Lost(e)) => {
                 self.shared.fence_for_good(self.shard, e.clone());
                 Err(e.into())
             }
         }
     }
 
-    /// `seen` for a script: a second outside the layout's range (a clock
-    /// past its end) is not recorded, so the record stays valid.
+    /// `seen` for the store: a second outside the layout's range (a clock
+    /// past its end) is not recorded (0), so the record stays valid.
     fn seen_arg(&self, seen: u64) -> u64 {
-        let in_range = seen >= self.epoch && seen <= self.last_second;
-        if in_range {
+        if (self.epoch..=self.last_second).contains(&seen) {
             seen
         } else {
             0
@@ -358,49 +226,25 @@ impl Lease {
     }
 
     /// Clean close: records the exact last ID (Unix second, sequence), if
-    /// any, releases the lease and stops renewing. Redis errors are logged:
-    /// the lease then expires by itself and the recorded high-water second
-    /// still covers every ID issued.
+    /// any, gives the lease back and stops renewing. A last ID past every
+    /// mark this holder raised cannot have been issued (the cursor followed
+    /// a clock that ran ahead), so it is not recorded: the mark covers
+    /// everything issued. Errors are logged: the lease then expires by
+    /// itself, and the recorded high-water second still covers every ID.
     pub(crate) fn finish(&self, last: Option<(u64, u32)>, seen: u64) {
         self.finished.store(true, Relaxed);
         self.stop_renewing();
-        let mut slot = crate::sync::lock(&self.conn);
-        let result: redis::RedisResult<i64> = with_conn(
-            &self.client,
-            &mut slot,
-            self.config.op_timeout(),
-            |c| match last {
-                Some((sec, seq)) => FINISH
-                    .key(self.config.lease_key(self.shard))
-                    .key(self.config.mark_key(self.shard))
-                    .arg(&self.token)
-                    .arg(sec)
-                    .arg(seq)
-                    .arg(self.seen_arg(seen))
-                    .arg(&self.layout)
-                    .invoke(c),
-                None => RELEASE
-                    .key(self.config.lease_key(self.shard))
-                    .arg(&self.token)
-                    .invoke(c),
-            },
-        );
-        match result {
-            Ok(1) => {}
-            Ok(0) => log::warn!(
-                "the Redis lease on shard {} was no longer held at close, so the exact last \
-                 ID was not recorded in Redis",
-                self.shard
-            ),
-            Ok(trouble) => log::warn!(
-                "shard {}: {}; the lease was released and the record left as it is",
+        let known = self.shared.known_hw.load(Relaxed);
+        let last = last.filter(|(second, _)| *second <= known);
+        let lost = self.shared.lock().lost.is_some();
+        let seen = if lost { 0 } else { self.seen_arg(seen) };
+        match self.engine.finish(last.filter(|_| !lost), seen) {
+            Ok(()) => {}
+            Err(trouble) => log::warn!(
+                "shard {}: the lease was not given back cleanly ({}); it expires within {:?}, \
+                 and the recorded high-water second covers every ID issued",
                 self.shard,
-                record_trouble(&self.config, self.shard, trouble)
-            ),
-            Err(e) => log::warn!(
-                "cannot release the Redis lease on shard {} at {}: {e}; it expires within {:?}",
-                self.shard,
-                self.config.url_redacted(),
+                trouble.into_error(),
                 self.config.ttl
             ),
         }
@@ -425,5 +269,14 @@ impl Drop for Lease {
         if !self.finished.load(Relaxed) {
             self.finish(None, 0);
         }
+    }
+}
+
+/// The first sentence of an error, for the list of skipped shards.
+fn short(e: &LeaseError) -> String {
+    let text = e.to_string();
+    match text.split_once("; ") {
+        Some((first, _)) => first.to_string(),
+        None => text,
     }
 }

@@ -1,26 +1,58 @@
-//! Where a leased shard comes from (feature `redis`): a lease on a free
-//! shard in Redis, renewed in the background, and the shard's high-water
-//! second, kept in Redis so that it travels from holder to holder.
+//! Where a leased shard comes from: a lease on a free shard in a shared
+//! store, renewed in the background, with the shard's high-water second
+//! kept in the store so that it travels from holder to holder.
 //!
-//! Two keys per shard live under the key prefix (`idutil` by default):
+//! Two engines implement it, each behind its own feature and in its own
+//! folder: [PostgreSQL](postgres) (feature `postgres-lease`, the
+//! recommended one) and [Redis](redis) (feature `redis`). The engine is
+//! chosen by the URL's scheme ([`LeaseConfig::new`]): `postgres://` or
+//! `postgresql://`, `redis://`.
 //!
-//! - `{prefix}:lease:{shard}`: the lease, a string holding the holder's
-//!   token (`host:pid:nanos:n`), with a TTL. Taken with `SET NX`, renewed and
-//!   deleted only by scripts that check the token.
-//! - `{prefix}:mark:{shard}`: a hash without a TTL, never deleted, created
-//!   once by the first holder of the shard (after waiting one TTL, see the
-//!   crate docs) and never re-created by a holder that finds it gone:
-//!   `high_water` (no ID on the shard has a later Unix second; only ever
-//!   raised), `last` (`"second sequence"`, the exact last ID after a clean
-//!   close, until the next holder reserves), `seen` (the highest wall-clock
-//!   second a holder saw) and `layout` (the layout's fingerprint).
+//! # What every engine promises
 //!
-//! Every field is read strictly: digits only, within the layout's range,
-//! `last` at or before `high_water`. A record that does not pass refuses
-//! the shard; it is never taken for an absent one.
+//! The rules below hold whatever the store; they live in this module
+//! (`holder.rs`, `renewal.rs`, `record.rs`), and an engine only says what
+//! its store answered:
 //!
-//! Every step is one Lua script, so it is atomic on the server. See the
-//! crate docs, *The Redis lease*, for the guarantees and the failure modes.
+//! - **A free shard is taken atomically**, by one statement or script, and
+//!   never shared: with every shard leased, opening fails with
+//!   [`LeaseError::NoFreeShard`].
+//! - **The mark travels with the shard.** Before the generator issues an ID
+//!   in a second past the shard's high-water second, the new mark is
+//!   committed in the store, conditioned on the lease still being this
+//!   holder's. The next holder resumes after the mark, or right after the
+//!   exact last ID that a clean close records beside it. The mark is kept
+//!   after release and **never lowered**: a renewal that finds it below
+//!   what this holder raised fences the holder for good.
+//! - **A record is read strictly**: every field parsed and checked against
+//!   the layout; a field that does not pass is never taken for an absent
+//!   one ([`LeaseError::InvalidRecord`]). Opening skips such a shard, and a
+//!   shard whose mark is at the end of the layout's range, naming its
+//!   record in a warning, and leases the next one; a shard asked for by
+//!   number is refused instead.
+//! - **The fence is a local monotonic deadline.** A renewal thread renews
+//!   every third of the TTL; if none has succeeded for three quarters of
+//!   it, counted on this host's monotonic clock from the *send* time of the
+//!   last successful one, issuing stops ([`LeaseError::Fenced`]) until a
+//!   renewal succeeds. The store expires the lease only after the full TTL.
+//! - **A lost record fences for good.** A record that is gone, rewritten,
+//!   below the holder's mark or held by another holder stops the generator
+//!   for good ([`LeaseError::Lost`], [`LeaseError::RecordLost`]): it never
+//!   re-creates the record or takes the shard back.
+//! - **The host's clock is compared with the store's** at acquisition and
+//!   at every renewal, where the store tells its time: beyond
+//!   [`LeaseConfig::max_skew`] (default 5 s) opening is refused and a
+//!   running holder stops issuing ([`LeaseError::ClockSkew`]) until the
+//!   clocks agree again. A generator whose clock has read further ahead of
+//!   the store's than that never raises the mark to it, so one bad clock
+//!   cannot push a shard into the future (to 2136, say) for the whole
+//!   fleet.
+//!
+//! # Adding an engine
+//!
+//! An engine is a folder here with a `connect` function that takes a free
+//! shard and returns an [`Engine`] and its [`Grant`]; its feature turns on
+//! `lease` and its dependencies, and [`config::Kind`] names its schemes.
 
 mod config;
 mod error;
@@ -28,23 +60,118 @@ mod holder;
 mod inspect;
 mod record;
 mod renewal;
-mod scripts;
 
+#[cfg(feature = "postgres-lease")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres-lease")))]
+pub mod postgres;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
+
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::{Client, Connection};
-
-pub use config::{LeaseConfig, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL, REDIS_URL_ENV};
+pub use config::{
+    LeaseConfig, DEFAULT_MAX_SKEW, DEFAULT_PREFIX, DEFAULT_TTL, LEASE_URL_ENV, MIN_TTL,
+    REDIS_URL_ENV,
+};
 pub use error::LeaseError;
 pub(crate) use holder::Lease;
 pub use inspect::{inspect, ShardLease};
+pub(crate) use record::Record;
+
+use crate::clock::Clock;
+use crate::layout::Layout;
+
+/// What an engine is asked to lease.
+pub(crate) struct Ask<'a> {
+    pub(crate) config: &'a LeaseConfig,
+    pub(crate) layout: &'a Layout,
+    /// The shards that may be leased.
+    pub(crate) range: RangeInclusive<u32>,
+    /// Shards to leave out (unusable, or held on this host).
+    pub(crate) skip: &'a [u32],
+    /// A new record (Redis's first use of a shard) starts at this clock.
+    pub(crate) time: &'a dyn Clock,
+    /// Names this holder in the store.
+    pub(crate) token: &'a str,
+}
+
+/// A shard an engine leased, with its record as the store held it.
+pub(crate) struct Grant {
+    pub(crate) shard: u32,
+    /// `Ok`: the record, read strictly. `Err`: what is wrong with it (the
+    /// shard is then given back or refused).
+    pub(crate) record: Result<Record, LeaseError>,
+    /// Send time of the request that granted (or last renewed) the lease:
+    /// the fence counts from it.
+    pub(crate) at: Instant,
+    /// The store's clock when it granted, if it tells it.
+    pub(crate) server_time: Option<Duration>,
+}
+
+/// What a renewal found.
+pub(crate) struct Renewed {
+    /// The record's high-water second (Unix seconds), if it has one.
+    pub(crate) mark: Option<u64>,
+    /// The store's clock, if it tells it.
+    pub(crate) server_time: Option<Duration>,
+}
+
+/// Why a store operation did not go through.
+#[derive(Debug)]
+pub(crate) enum Trouble {
+    /// The store could not be reached, did not answer in time, or the lease
+    /// is not known to be held right now: try again; the fence holds
+    /// meanwhile.
+    Again(LeaseError),
+    /// The lease or the record is gone for good.
+    Lost(LeaseError),
+}
+
+impl Trouble {
+    pub(crate) fn into_error(self) -> LeaseError {
+        match self {
+            Trouble::Again(e) | Trouble::Lost(e) => e,
+        }
+    }
+}
+
+/// A held lease in one store: the operations the rules above are built
+/// from. Each call is bounded in time by the engine (at most
+/// [`LeaseConfig::op_timeout`] per round trip), and takes its own
+/// connection, so a slow write never delays a renewal.
+pub(crate) trait Engine: Send + Sync {
+    /// Keeps the lease; answers the record's mark and the store's clock.
+    fn renew(&self, known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble>;
+    /// Raises the mark to `high_water` (and `seen`, if it is not 0), never
+    /// lowering either, if the lease is still this holder's; committed (and
+    /// replicated where the engine waits for replicas) before it returns.
+    fn raise(&self, high_water: u64, seen: u64) -> Result<(), Trouble>;
+    /// Clean close: records the exact last ID (raising the mark to its
+    /// second if it were ever below) and gives the lease back. `None`: just
+    /// gives it back.
+    fn finish(&self, last: Option<(u64, u32)>, seen: u64) -> Result<(), Trouble>;
+    /// The store, for messages (password hidden).
+    fn describe(&self) -> String;
+}
+
+/// Takes a free shard from the engine the URL names.
+pub(crate) fn connect(ask: &Ask<'_>) -> crate::error::Result<(Box<dyn Engine>, Grant)> {
+    match ask.config.kind()? {
+        #[cfg(feature = "redis")]
+        config::Kind::Redis => redis::connect(ask),
+        #[cfg(feature = "postgres-lease")]
+        config::Kind::Postgres => postgres::connect(ask),
+    }
+}
 
 static TOKENS: AtomicU64 = AtomicU64::new(0);
 
 /// A token naming this holder: host, pid, time and a counter, so `idutil
 /// state` can say who holds a shard.
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     let host = hostname::get()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown-host".to_string());
@@ -55,40 +182,15 @@ fn new_token() -> String {
     format!("{host}:{}:{nanos}:{n}", std::process::id())
 }
 
-fn millis(d: Duration) -> u64 {
+/// Whole milliseconds, at least 1.
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// Opens a connection whose every round trip is bounded by `timeout`.
-fn connect(client: &Client, timeout: Duration) -> redis::RedisResult<Connection> {
-    let timeout = timeout.max(Duration::from_millis(1));
-    let conn = client.get_connection_with_timeout(timeout)?;
-    conn.set_read_timeout(Some(timeout))?;
-    conn.set_write_timeout(Some(timeout))?;
-    Ok(conn)
-}
-
-/// Runs `f` on `slot`'s connection (opening one if needed) with round trips
-/// bounded by `timeout`; drops the connection after any error, since a reply
-/// that arrives late would answer the next command.
-fn with_conn<T>(
-    client: &Client,
-    slot: &mut Option<Connection>,
-    timeout: Duration,
-    f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
-) -> redis::RedisResult<T> {
-    let timeout = timeout.max(Duration::from_millis(1));
-    let conn = match slot {
-        Some(conn) => {
-            conn.set_read_timeout(Some(timeout))?;
-            conn.set_write_timeout(Some(timeout))?;
-            conn
-        }
-        None => slot.insert(connect(client, timeout)?),
-    };
-    let result = f(conn);
-    if result.is_err() {
-        *slot = None;
-    }
-    result
+/// The host's wall clock, to the nanosecond (through the C library, so
+/// `faketime` moves it as it moves [`SystemClock`](crate::SystemClock)).
+pub(crate) fn host_time() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
 }

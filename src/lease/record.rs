@@ -1,10 +1,11 @@
-//! A shard's record in Redis, read strictly: every field parsed and checked
-//! against the layout.
+//! A shard's record in the lease's store, read strictly: every field
+//! parsed and checked against the layout, whatever the engine. Engines hand
+//! over the fields as text ([`RawRecord`]) so that one reader judges them.
 
 use crate::layout::Layout;
 
-/// A shard's record in Redis, as found when the lease was granted (or as
-/// created, for a shard that had none). Seconds are Unix seconds.
+/// A shard's record, as found when the lease was granted (or as created,
+/// for a shard that had none). Seconds are Unix seconds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Record {
     pub(crate) high_water: Option<u64>,
@@ -28,23 +29,23 @@ impl Record {
     }
 }
 
-/// A record's fields as Redis holds them (`None`: absent).
+/// A record's fields as the store holds them, as text (`None`: absent).
 #[derive(Clone, Debug, Default)]
-pub(super) struct RawRecord {
-    pub(super) high_water: Option<String>,
-    pub(super) last: Option<String>,
-    pub(super) seen: Option<String>,
-    pub(super) layout: Option<String>,
+pub(crate) struct RawRecord {
+    pub(crate) high_water: Option<String>,
+    pub(crate) last: Option<String>,
+    pub(crate) seen: Option<String>,
+    pub(crate) layout: Option<String>,
 }
 
 /// A field that cannot be trusted, and why.
-pub(super) type Problem = (&'static str, String);
+pub(crate) type Problem = (&'static str, String);
 
 /// Reads a record under `layout`, strictly: each field that is valid, and
 /// what is wrong with the others (a missing `high_water`, `seen` or
 /// `layout` included). The layout's own value is left to the caller to
 /// compare.
-pub(super) fn read_record(raw: &RawRecord, layout: &Layout) -> (Record, Vec<Problem>) {
+pub(crate) fn read_record(raw: &RawRecord, layout: &Layout) -> (Record, Vec<Problem>) {
     let mut problems = Vec::new();
     let required = [
         ("high_water", &raw.high_water),
@@ -85,8 +86,8 @@ pub(super) fn read_record(raw: &RawRecord, layout: &Layout) -> (Record, Vec<Prob
     (record, problems)
 }
 
-/// At most 40 characters of a value from Redis, quoted, for a message.
-pub(super) fn shown(text: &str) -> String {
+/// At most 40 characters of a value from the store, quoted, for a message.
+pub(crate) fn shown(text: &str) -> String {
     let mut cut: String = text.chars().take(40).collect();
     if cut.len() < text.len() {
         cut.push('…');

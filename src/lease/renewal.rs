@@ -1,33 +1,85 @@
 //! The renewal thread: keeps the lease alive, and fences the generator
-//! when it cannot.
+//! when it cannot (the deadline), when the store's clock and the host's
+//! disagree (the skew), or for good when the record is lost.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redis::{Client, Connection};
-
-use super::scripts::{record_trouble, RENEW};
-use super::{millis, with_conn, LeaseConfig, LeaseError};
+use super::{host_time, Engine, LeaseConfig, LeaseError, Renewed, Trouble};
 use crate::durable::FenceHook;
 
 pub(super) struct Shared {
     pub(super) state: Mutex<RenewState>,
     pub(super) changed: Condvar,
     pub(super) hook: Mutex<Option<FenceHook>>,
-    /// The highest high-water second this holder wrote (Unix seconds).
+    /// The highest high-water second this holder raised (Unix seconds).
     pub(super) known_hw: AtomicU64,
 }
 
+#[derive(Default)]
 pub(super) struct RenewState {
     pub(super) stop: bool,
-    /// Why the generator is fenced, while it is.
-    pub(super) fenced: Option<LeaseError>,
-    pub(super) lost: bool,
+    /// Why the deadline passed without a renewal, while it has.
+    pub(super) late: Option<LeaseError>,
+    /// The clocks disagree, while they do.
+    pub(super) skew: Option<LeaseError>,
+    /// Gone for good, and why.
+    pub(super) lost: Option<LeaseError>,
     pub(super) last_error: Option<String>,
+    /// The store's clock at the last answer that told it, and when (on the
+    /// monotonic clock) that answer arrived.
+    pub(super) server: Option<(Duration, Instant)>,
+}
+
+impl RenewState {
+    /// Why the generator is fenced, if it is: a lost lease first, then a
+    /// skew, then a late renewal.
+    pub(super) fn fenced(&self) -> Option<&LeaseError> {
+        self.lost
+            .as_ref()
+            .or(self.skew.as_ref())
+            .or(self.late.as_ref())
+    }
+
+    /// The store's clock now, estimated on the monotonic clock from its
+    /// last answer, so that a step of this host's wall clock does not move
+    /// it.
+    pub(super) fn server_now(&self) -> Option<Duration> {
+        self.server.map(|(t, at)| t + at.elapsed())
+    }
+}
+
+/// How far `host` is ahead of `server` (negative: behind), in seconds.
+pub(super) fn ahead(host: Duration, server: Duration) -> f64 {
+    host.as_secs_f64() - server.as_secs_f64()
+}
+
+/// The skew error, if `host` and `server` differ by more than the limit.
+pub(super) fn check_skew(
+    config: &LeaseConfig,
+    shard: Option<u32>,
+    host: Duration,
+    server: Duration,
+) -> Option<LeaseError> {
+    let ahead = ahead(host, server);
+    (ahead.abs() > config.max_skew.as_secs_f64()).then_some(LeaseError::ClockSkew {
+        shard,
+        ahead,
+        limit: config.max_skew,
+    })
 }
 
 impl Shared {
+    pub(super) fn new(known_hw: u64) -> Shared {
+        Shared {
+            state: Mutex::new(RenewState::default()),
+            changed: Condvar::new(),
+            hook: Mutex::new(None),
+            known_hw: AtomicU64::new(known_hw),
+        }
+    }
+
     pub(super) fn lock(&self) -> MutexGuard<'_, RenewState> {
         crate::sync::lock(&self.state)
     }
@@ -36,19 +88,19 @@ impl Shared {
     /// stops renewing.
     pub(super) fn fence_for_good(&self, shard: u32, e: LeaseError) {
         let mut state = self.lock();
-        if !state.lost {
+        if state.lost.is_none() {
             log::warn!("shard {shard}: {e}");
+            state.lost = Some(e);
         }
-        state.lost = true;
-        state.fenced = Some(e);
-        self.set_fence(true);
+        self.apply(&state);
         drop(state);
         self.changed.notify_all();
     }
 
-    pub(super) fn set_fence(&self, on: bool) {
+    /// Sets or clears the generator's fence from the state.
+    pub(super) fn apply(&self, state: &RenewState) {
         if let Some(hook) = &*crate::sync::lock(&self.hook) {
-            hook(on);
+            hook(state.fenced().is_some());
         }
     }
 }
@@ -56,26 +108,15 @@ impl Shared {
 /// The renewal thread's own state.
 pub(super) struct Renewer {
     pub(super) config: LeaseConfig,
-    pub(super) client: Client,
+    pub(super) engine: Arc<dyn Engine>,
     pub(super) shard: u32,
-    pub(super) token: String,
-    /// The layout's fingerprint, which the record must still carry.
-    pub(super) layout: String,
     pub(super) shared: Arc<Shared>,
     /// Send time of the last successful renewal (or the acquisition).
     pub(super) last_ok: Instant,
 }
 
-pub(super) enum Renewal {
-    Held,
-    /// Gone for good: another holder took the shard, or the record vanished
-    /// or was garbled.
-    Lost(LeaseError),
-}
-
 impl Renewer {
     pub(super) fn run(mut self) {
-        let mut conn: Option<Connection> = None;
         let mut next = self.last_ok + self.config.renew_every();
         loop {
             let fence_at = self.last_ok + self.config.fence_after();
@@ -86,34 +127,34 @@ impl Renewer {
                         return;
                     }
                     let now = Instant::now();
-                    if state.fenced.is_none() && now >= fence_at {
+                    if state.late.is_none() && now >= fence_at {
+                        let waited = now - self.last_ok;
                         let reason = match &state.last_error {
-                            Some(e) => format!(
-                                "no renewal succeeded for {:?}; last error: {e}",
-                                now - self.last_ok
-                            ),
-                            None => format!("no renewal succeeded for {:?}", now - self.last_ok),
+                            Some(e) => {
+                                format!("no renewal succeeded for {waited:?}; last error: {e}")
+                            }
+                            None => format!("no renewal succeeded for {waited:?}"),
                         };
                         log::warn!(
-                            "shard {}: the Redis lease could not be renewed in time ({reason}); \
+                            "shard {}: the lease could not be renewed in time ({reason}); \
                              issuing stops until it is",
                             self.shard
                         );
-                        state.fenced = Some(LeaseError::Fenced {
+                        state.late = Some(LeaseError::Fenced {
                             shard: self.shard,
                             reason,
                         });
-                        self.shared.set_fence(true);
+                        self.shared.apply(&state);
                     }
-                    if now >= next && !state.lost {
+                    if now >= next && state.lost.is_none() {
                         break;
                     }
-                    let wake = if state.fenced.is_some() {
+                    let wake = if state.late.is_some() {
                         next
                     } else {
                         next.min(fence_at)
                     };
-                    let wait = if state.lost {
+                    let wait = if state.lost.is_some() {
                         Duration::from_secs(3600)
                     } else {
                         wake.saturating_duration_since(now)
@@ -128,54 +169,65 @@ impl Renewer {
             } else {
                 self.config.op_timeout()
             };
-            let result = self.renew(&mut conn, timeout);
-            let mut state = self.shared.lock();
+            let known = self.shared.known_hw.load(Relaxed);
+            let result = self.engine.renew(known, timeout);
             match result {
-                Ok(Renewal::Held) => {
+                Ok(renewed) => {
+                    if let Err(e) = self.held(renewed, known) {
+                        self.shared.fence_for_good(self.shard, e);
+                        continue;
+                    }
                     self.last_ok = sent;
                     next = sent + self.config.renew_every();
-                    state.last_error = None;
-                    if state.fenced.take().is_some() {
-                        log::warn!(
-                            "shard {}: the Redis lease is held again; issuing resumes",
-                            self.shard
-                        );
-                        self.shared.set_fence(false);
-                    }
                 }
-                Ok(Renewal::Lost(e)) => {
-                    drop(state);
+                Err(Trouble::Lost(e)) => {
                     self.shared.fence_for_good(self.shard, e);
                     continue;
                 }
-                Err(e) => {
-                    state.last_error = Some(e.to_string());
+                Err(Trouble::Again(e)) => {
+                    self.shared.lock().last_error = Some(e.to_string());
                     next = sent + self.config.retry_every();
                 }
             }
         }
     }
 
-    fn renew(
-        &self,
-        conn: &mut Option<Connection>,
-        timeout: Duration,
-    ) -> redis::RedisResult<Renewal> {
-        let known = self.shared.known_hw.load(Relaxed);
-        let answer: i64 = with_conn(&self.client, conn, timeout, |c| {
-            RENEW
-                .key(self.config.lease_key(self.shard))
-                .key(self.config.mark_key(self.shard))
-                .arg(&self.token)
-                .arg(millis(self.config.ttl))
-                .arg(known)
-                .arg(&self.layout)
-                .invoke(c)
-        })?;
-        Ok(match answer {
-            1 | 2 => Renewal::Held,
-            0 => Renewal::Lost(LeaseError::Lost { shard: self.shard }),
-            trouble => Renewal::Lost(record_trouble(&self.config, self.shard, trouble)),
-        })
+    /// A renewal went through: check the record's mark and the clocks, and
+    /// lift the deadline's fence. `Err`: the lease is lost for good.
+    fn held(&self, renewed: Renewed, known: u64) -> Result<(), LeaseError> {
+        if let Some(mark) = renewed.mark.filter(|mark| *mark < known) {
+            return Err(LeaseError::Lost {
+                shard: self.shard,
+                reason: format!(
+                    "the record's high-water second {mark} is below {known}, which this \
+                     holder had raised it to: the record was rewritten or restored from an \
+                     older copy, or the store lost acknowledged writes"
+                ),
+            });
+        }
+        let mut state = self.shared.lock();
+        state.last_error = None;
+        if state.late.take().is_some() {
+            log::warn!(
+                "shard {}: the lease is held again; issuing resumes",
+                self.shard
+            );
+        }
+        if let Some(server) = renewed.server_time {
+            state.server = Some((server, Instant::now()));
+            let skew = check_skew(&self.config, Some(self.shard), host_time(), server);
+            match (&state.skew, &skew) {
+                (None, Some(e)) => log::warn!("{e}"),
+                (Some(_), None) => log::warn!(
+                    "shard {}: this host's clock agrees with the lease store's again; issuing \
+                     resumes",
+                    self.shard
+                ),
+                _ => {}
+            }
+            state.skew = skew;
+        }
+        self.shared.apply(&state);
+        Ok(())
     }
 }

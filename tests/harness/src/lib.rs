@@ -16,6 +16,7 @@ pub mod ids;
 pub mod ledger;
 pub mod node;
 pub mod postgres;
+pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod rng;

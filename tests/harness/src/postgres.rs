@@ -1,7 +1,10 @@
 //! A throwaway PostgreSQL server for the database tests: a fresh cluster in
 //! a temporary directory, run as an unprivileged user (`nobody` when the
-//! tests run as root, which PostgreSQL refuses to be), listening only on a
-//! Unix socket in that directory, and stopped when dropped.
+//! tests run as root, which PostgreSQL refuses to be), listening on a Unix
+//! socket in that directory (and, for the lease tests, on a loopback TCP
+//! port), and stopped when dropped. The lease tests also kill it
+//! (`pg_ctl stop -m immediate`'s signal), start it again, and make
+//! streaming standbys of it that they promote.
 //!
 //! It needs PostgreSQL's server programs (`initdb`, `postgres`,
 //! `pg_isready`): on the PATH, or under `/usr/lib/postgresql/*/bin` as
@@ -23,8 +26,24 @@ pub struct Postgres {
     child: Option<Child>,
     socket_dir: PathBuf,
     log: PathBuf,
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    /// Whether it listens on 127.0.0.1:`port` too.
+    tcp: bool,
+    settings: Vec<String>,
+    user: Unprivileged,
     // Last, so the files go after the server has stopped.
     _dir: tempfile::TempDir,
+}
+
+/// How a lease test's server differs from the plain one.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// `max_connections` (default 20).
+    pub max_connections: Option<u32>,
+    /// More `-c name=value` settings.
+    pub settings: Vec<String>,
 }
 
 impl Postgres {
@@ -46,21 +65,51 @@ impl Postgres {
             ));
             return None;
         };
-        Some(Postgres::start_with(&bin))
+        Some(Postgres::start_with(&bin, None))
     }
 
-    fn start_with(bin: &Path) -> Postgres {
+    /// Starts a server that also listens on a free loopback TCP port, for
+    /// the lease tests, or `None` as [`Postgres::start`].
+    pub fn start_tcp(options: &Options) -> Option<Postgres> {
+        let bin = Postgres::bindir()?;
+        Some(Postgres::start_with(&bin, Some(options)))
+    }
+
+    fn bindir() -> Option<PathBuf> {
+        let found = find_bindir();
+        if found.is_none() {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!(
+                    "PostgreSQL's server programs (initdb, postgres) are not installed, \
+                     and CI=true requires the PostgreSQL tests"
+                );
+            }
+            crate::skip::skipped(format_args!(
+                "\n*** SKIPPED: PostgreSQL (initdb, postgres) was not found on the PATH \
+                 or under /usr/lib/postgresql/*/bin, so the PostgreSQL lease was NOT \
+                 tested. Install Debian's `postgresql` package (as .ci/run does). ***\n"
+            ));
+        }
+        found
+    }
+
+    fn new_dirs(user: &Unprivileged) -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
         let dir = tempfile::Builder::new()
             .prefix("idutil-pg")
             .tempdir()
             .expect("a temporary directory");
-        let user = Unprivileged::current();
         user.give(dir.path());
         let data = dir.path().join("data");
         let socket_dir = dir.path().join("socket");
         let log = dir.path().join("server.log");
         std::fs::create_dir(&socket_dir).unwrap();
         user.give(&socket_dir);
+        (dir, data, socket_dir, log)
+    }
+
+    fn start_with(bin: &Path, options: Option<&Options>) -> Postgres {
+        let user = Unprivileged::current();
+        let (dir, data, socket_dir, log) = Postgres::new_dirs(&user);
 
         let out = user
             .command(&bin.join("initdb"))
@@ -85,31 +134,70 @@ impl Postgres {
             String::from_utf8_lossy(&out.stderr)
         );
 
-        let log_file = std::fs::File::create(&log).unwrap();
-        user.give(&log);
-        let child = user
-            .command(&bin.join("postgres"))
-            .arg("-D")
-            .arg(&data)
+        let tcp = options.is_some();
+        let mut settings = vec![
+            // Durability through a crash of the machine is not what these
+            // tests measure; a killed server keeps what it committed.
+            "fsync=off".to_string(),
+            "shared_buffers=16MB".to_string(),
+            format!(
+                "max_connections={}",
+                options.and_then(|o| o.max_connections).unwrap_or(20)
+            ),
+        ];
+        if let Some(options) = options {
+            settings.extend(options.settings.iter().cloned());
+        }
+        let mut server = Postgres {
+            child: None,
+            socket_dir,
+            log,
+            bin: bin.to_path_buf(),
+            data,
+            port: if tcp { crate::proxy::free_port() } else { PORT },
+            tcp,
+            settings,
+            user,
+            _dir: dir,
+        };
+        server.spawn();
+        server
+    }
+
+    /// Starts the server on its data directory (again) and waits until it
+    /// accepts connections.
+    fn spawn(&mut self) {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        self.user.give(&self.log);
+        let listen = if self.tcp {
+            "listen_addresses=127.0.0.1"
+        } else {
+            // No TCP at all.
+            "listen_addresses="
+        };
+        let mut cmd = self.user.command(&self.bin.join("postgres"));
+        cmd.arg("-D")
+            .arg(&self.data)
             .arg("-k")
-            .arg(&socket_dir)
-            .args(["-p", &PORT.to_string()])
-            // No TCP at all; durability is not what these tests measure.
-            .args(["-c", "listen_addresses=", "-c", "fsync=off"])
-            .args(["-c", "max_connections=20", "-c", "shared_buffers=16MB"])
+            .arg(&self.socket_dir)
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", listen]);
+        for setting in &self.settings {
+            cmd.args(["-c", setting]);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)
             .spawn()
             .expect("start postgres");
-        let mut server = Postgres {
-            child: Some(child),
-            socket_dir,
-            log,
-            _dir: dir,
-        };
-        server.wait_ready(bin);
-        server
+        self.child = Some(child);
+        let bin = self.bin.clone();
+        self.wait_ready(&bin);
     }
 
     fn wait_ready(&mut self, bin: &Path) {
@@ -121,7 +209,7 @@ impl Postgres {
             let ready = Command::new(bin.join("pg_isready"))
                 .arg("-h")
                 .arg(&self.socket_dir)
-                .args(["-p", &PORT.to_string(), "-t", "1", "-q"])
+                .args(["-p", &self.port.to_string(), "-t", "1", "-q"])
                 .status()
                 .is_ok_and(|s| s.success());
             if ready {
@@ -145,7 +233,8 @@ impl Postgres {
     /// A URL for sqlx: database `postgres`, user `postgres`, over the socket.
     pub fn url(&self) -> String {
         format!(
-            "postgres://postgres@localhost:{PORT}/postgres?host={}",
+            "postgres://postgres@localhost:{}/postgres?host={}",
+            self.port,
             self.socket_dir.display()
         )
     }
@@ -153,9 +242,143 @@ impl Postgres {
     /// A libpq connection string (diesel): the same database over the socket.
     pub fn conninfo(&self) -> String {
         format!(
-            "host={} port={PORT} user=postgres dbname=postgres",
-            self.socket_dir.display()
+            "host={} port={} user=postgres dbname=postgres",
+            self.socket_dir.display(),
+            self.port
         )
+    }
+
+    /// The loopback TCP port (servers from [`Postgres::start_tcp`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A URL over loopback TCP, without TLS.
+    pub fn tcp_url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// Runs `sql` with `psql` over the socket; its output, unaligned and
+    /// without headers. Panics if it fails.
+    pub fn psql(&self, sql: &str) -> String {
+        self.try_psql(sql)
+            .unwrap_or_else(|e| panic!("psql {sql:?} failed: {e}"))
+    }
+
+    /// Runs `sql` with `psql`, within `PGCONNECT_TIMEOUT` of 5 s and a
+    /// statement timeout of 20 s.
+    pub fn try_psql(&self, sql: &str) -> Result<String, String> {
+        let out = Command::new("psql")
+            .arg("-h")
+            .arg(&self.socket_dir)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .env("PGCONNECT_TIMEOUT", "5")
+            .env("PGOPTIONS", "-c statement_timeout=20000")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run psql: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Kills the server the way `pg_ctl stop -m immediate` does (SIGQUIT:
+    /// no checkpoint, crash recovery at the next start).
+    pub fn kill_immediate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-QUIT", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a killed server again on its data and port.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the server is still running");
+        self.spawn();
+    }
+
+    /// A streaming standby of this server (`pg_basebackup -R`), itself
+    /// listening on a new loopback port. It replicates from `via` (a proxy's
+    /// port, so that a test can cut it off), or straight from this server.
+    pub fn standby(&self, via: Option<u16>) -> Postgres {
+        assert!(self.tcp, "a standby replicates over TCP");
+        let user = self.user.clone();
+        let (dir, data, socket_dir, log) = Postgres::new_dirs(&user);
+        let source = via.unwrap_or(self.port);
+        let out = user
+            .command(&self.bin.join("pg_basebackup"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &source.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .arg("-D")
+            .arg(&data)
+            .args(["-R", "-X", "stream", "--no-sync", "-c", "fast"])
+            .env("PGAPPNAME", "standby")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run pg_basebackup");
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut standby = Postgres {
+            child: None,
+            socket_dir,
+            log,
+            bin: self.bin.clone(),
+            data,
+            port: crate::proxy::free_port(),
+            tcp: true,
+            settings: self.settings.clone(),
+            user,
+            _dir: dir,
+        };
+        standby.spawn();
+        standby
+    }
+
+    /// Promotes a standby to primary, and waits until it accepts writes.
+    pub fn promote(&self) {
+        assert_eq!(self.psql("SELECT pg_promote(true, 60)"), "t");
+    }
+
+    /// Makes every commit wait for a standby (`synchronous_standby_names =
+    /// '*'`), or for none (`None`).
+    pub fn synchronous(&self, on: bool) {
+        let names = if on { "*" } else { "" };
+        self.psql(&format!(
+            "ALTER SYSTEM SET synchronous_standby_names = '{names}'"
+        ));
+        self.psql("SELECT pg_reload_conf()");
     }
 
     /// What the server logged, for failure messages.
@@ -187,6 +410,7 @@ impl Drop for Postgres {
 
 /// The user the server runs as: `nobody` when the tests run as root
 /// (PostgreSQL refuses root), else the current user.
+#[derive(Clone)]
 struct Unprivileged {
     /// `(uid, gid)` to switch to, when running as root.
     ids: Option<(u32, u32)>,

@@ -1,18 +1,16 @@
 //! A real `redis-server` on a free loopback port, a proxy that cuts clients off, and records.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::Write;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use idutil::Layout;
 
+pub use crate::proxy::{free_port, Proxy};
 use crate::space::wall_now;
 
 /// A `redis-server` child on a loopback port, killed when dropped.
@@ -159,14 +157,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a loopback port")
-        .port()
-}
-
 /// Writes the record a previous holder would have left on each of `shards`
 /// (under the default prefix), so that opening them does not wait one TTL
 /// for a record to be created.
@@ -199,88 +189,4 @@ pub fn record_of(conn: &mut redis::Connection, key: &str) -> HashMap<String, Str
 /// Whether `key` exists.
 pub fn exists(conn: &mut redis::Connection, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query::<i64>(conn).unwrap() == 1
-}
-
-/// A loopback TCP proxy that can cut a client off from Redis: existing
-/// connections are closed and new ones are accepted but never answered.
-pub struct Proxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    active: Arc<Mutex<Vec<TcpStream>>>,
-    held: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Proxy {
-    /// Starts forwarding a new loopback port to `upstream`.
-    pub fn start(upstream: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let active: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (c, a, h) = (cut.clone(), active.clone(), held.clone());
-        thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                if c.load(Ordering::SeqCst) {
-                    h.lock().unwrap().push(client);
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                    continue;
-                };
-                let mut list = a.lock().unwrap();
-                list.push(client.try_clone().unwrap());
-                list.push(server.try_clone().unwrap());
-                drop(list);
-                pump(client.try_clone().unwrap(), server.try_clone().unwrap());
-                pump(server, client);
-            }
-        });
-        Proxy {
-            port,
-            cut,
-            active,
-            held,
-        }
-    }
-
-    /// `redis://127.0.0.1:PORT/` of the proxy.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    /// Cuts every client off: open connections close, new ones hang.
-    pub fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for s in self.active.lock().unwrap().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
-
-    /// Lets clients through again.
-    pub fn heal(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-        for s in self.held.lock().unwrap().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
-}
-
-fn pump(mut from: TcpStream, mut to: TcpStream) {
-    thread::spawn(move || {
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = to.shutdown(Shutdown::Both);
-        let _ = from.shutdown(Shutdown::Both);
-    });
 }

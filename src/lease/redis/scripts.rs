@@ -3,9 +3,10 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use ::redis::Script;
 
-use super::{LeaseConfig, LeaseError};
+use super::key;
+use crate::lease::{LeaseConfig, LeaseError};
 
 /// Takes the first free shard of `ARGV[2]..=ARGV[3]` (skipping `ARGV[6..]`)
 /// and returns it with its record's key type and fields, read as they are:
@@ -23,7 +24,9 @@ const CHECK_LUA: &str = include_str!("scripts/check.lua");
 /// Renews the lease (1). If it expired, takes it again (2) only if the
 /// record's `high_water` is exactly the last one this holder wrote, so
 /// nobody reserved since; else 0 (another holder). 3 or more: the record is
-/// gone or garbled, and the lease is left alone.
+/// gone or garbled, and the lease is left alone. The answer comes first in
+/// an array, followed by the record's `high_water` and the server's `TIME`
+/// (seconds, microseconds).
 const RENEW_LUA: &str = include_str!("scripts/renew.lua");
 
 /// Raises the high-water second (and `seen`) while the lease is held; never
@@ -66,8 +69,8 @@ pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEA
 
 /// What a script that runs while a shard is held found wrong with the
 /// record, from its answer (3 to 7).
-pub(super) fn record_trouble(config: &LeaseConfig, shard: u32, answer: i64) -> LeaseError {
-    let key = config.mark_key(shard);
+pub(crate) fn record_trouble(config: &LeaseConfig, shard: u32, answer: i64) -> LeaseError {
+    let key = key(config, "mark", shard);
     let field = match answer {
         3 => return LeaseError::RecordLost { shard, key },
         5 => "seen",
@@ -104,7 +107,7 @@ mod tests {
         }
         let text = record_trouble(&c, 2, 3).to_string();
         assert!(
-            text.starts_with("Redis lost the record of shard 2"),
+            text.starts_with("the lease's store lost the record of shard 2"),
             "{text}"
         );
     }

@@ -1,0 +1,331 @@
+//! Reaching PostgreSQL: the URL's options (TLS, several hosts), and
+//! connections whose every round trip has a deadline.
+//!
+//! Each connection runs on a Tokio runtime of its own, on the calling
+//! thread (no worker threads): `tokio-postgres` then gives a deadline to
+//! every round trip (`tokio::time::timeout`), which the synchronous
+//! `postgres` crate cannot, and a renewal that outlasted its deadline would
+//! let the fence come late. A call that times out drops its connection and
+//! is never cancelled on the server: a cancelled wait for a synchronous
+//! standby reports the commit as done although the standby may not have
+//! it.
+
+use std::io;
+use std::time::Duration;
+
+use native_tls::{Certificate, TlsConnector};
+use postgres_native_tls::MakeTlsConnector;
+use tokio::runtime::{Builder, Runtime};
+use tokio_postgres::config::SslMode;
+use tokio_postgres::{Client, Config};
+
+use super::ENGINE;
+use crate::lease::{LeaseConfig, LeaseError};
+
+/// Where and how to connect: the parsed URL and its TLS settings.
+#[derive(Clone)]
+pub(super) struct Target {
+    config: Config,
+    tls: MakeTlsConnector,
+}
+
+/// What the URL asks of TLS, libpq's way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verify {
+    /// `disable`: plain text.
+    Off,
+    /// `prefer`, `require`: encrypted, the certificate not checked (unless
+    /// `sslrootcert` names a CA: then as `verify-ca`).
+    Encrypt,
+    /// `verify-ca`: the certificate chain checked, not the host name.
+    Ca,
+    /// `verify-full`: the chain and the host name checked.
+    Full,
+}
+
+impl Target {
+    /// Parses `url` (a `postgres://` URL or `key=value` options), taking
+    /// out the options this crate handles itself (`sslmode`,
+    /// `sslrootcert`).
+    pub(super) fn parse(lease: &LeaseConfig) -> Result<Target, LeaseError> {
+        let invalid = |reason: String| LeaseError::InvalidConfig { reason };
+        let (rest, options) = take_options(lease.url.trim(), &["sslmode", "sslrootcert"]);
+        let mut config: Config = rest.parse().map_err(|e| {
+            invalid(format!(
+                "the PostgreSQL URL {} cannot be read: {e}",
+                lease.url_redacted()
+            ))
+        })?;
+        let mode = options[0].as_deref().unwrap_or("prefer");
+        let root = options[1].as_deref();
+        let (ssl, verify) = match mode {
+            "disable" => (SslMode::Disable, Verify::Off),
+            "allow" | "prefer" => (SslMode::Prefer, Verify::Encrypt),
+            "require" => (SslMode::Require, Verify::Encrypt),
+            "verify-ca" => (SslMode::Require, Verify::Ca),
+            "verify-full" => (SslMode::Require, Verify::Full),
+            other => {
+                return Err(invalid(format!(
+                    "sslmode={other} is not one of disable, allow, prefer, require, verify-ca, \
+                     verify-full"
+                )))
+            }
+        };
+        // As libpq: a root certificate given makes `require` check the chain.
+        let verify = match (verify, root) {
+            (Verify::Encrypt, Some(_)) if mode == "require" => Verify::Ca,
+            (v, _) => v,
+        };
+        let mut tls = TlsConnector::builder();
+        if let Some(path) = root {
+            let pem = std::fs::read(path)
+                .map_err(|e| invalid(format!("cannot read sslrootcert {path}: {e}")))?;
+            let cert = Certificate::from_pem(&pem).map_err(|e| {
+                invalid(format!("sslrootcert {path} is not a PEM certificate: {e}"))
+            })?;
+            tls.add_root_certificate(cert);
+        }
+        match verify {
+            Verify::Off | Verify::Encrypt => {
+                tls.danger_accept_invalid_certs(true)
+                    .danger_accept_invalid_hostnames(true);
+            }
+            Verify::Ca => {
+                tls.danger_accept_invalid_hostnames(true);
+            }
+            Verify::Full => {}
+        }
+        let tls = tls
+            .build()
+            .map_err(|e| invalid(format!("cannot set up TLS: {e}")))?;
+        config.ssl_mode(ssl);
+        config.connect_timeout(lease.op_timeout().max(Duration::from_millis(100)));
+        config.keepalives_idle(Duration::from_secs(5));
+        if config.get_application_name().is_none() {
+            config.application_name("idutil-lease");
+        }
+        Ok(Target {
+            config,
+            tls: MakeTlsConnector::new(tls),
+        })
+    }
+
+    async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
+        let (client, connection) = self.config.connect(self.tls.clone()).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                log::debug!("PostgreSQL lease connection closed: {e}");
+            }
+        });
+        // The mark must be on the synchronous standby (where there is one)
+        // before an ID past it is issued, whatever the database's default.
+        client
+            .batch_execute(
+                "SELECT set_config('synchronous_commit', \
+                 CASE current_setting('synchronous_commit') \
+                 WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, false)",
+            )
+            .await?;
+        Ok(client)
+    }
+}
+
+/// Takes `names` out of a URL's query or a `key=value` string; returns the
+/// rest and each option's value (the last one given).
+fn take_options(url: &str, names: &[&str]) -> (String, Vec<Option<String>>) {
+    let mut found = vec![None; names.len()];
+    let mut keep = |pair: &str| -> bool {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match names.iter().position(|n| key.trim() == *n) {
+            Some(i) => {
+                found[i] = Some(percent_decode(value.trim().trim_matches('\'')));
+                false
+            }
+            None => true,
+        }
+    };
+    if url.contains("://") {
+        let Some((base, query)) = url.split_once('?') else {
+            return (url.to_string(), found);
+        };
+        let kept: Vec<&str> = query.split('&').filter(|p| keep(p)).collect();
+        let rest = if kept.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        (rest, found)
+    } else {
+        let kept: Vec<&str> = url.split_whitespace().filter(|p| keep(p)).collect();
+        (kept.join(" "), found)
+    }
+}
+
+/// `%XX` escapes decoded (a path in a URL's query).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Why a call did not go through.
+pub(super) enum Failure {
+    Db(tokio_postgres::Error),
+    Timeout(Duration),
+}
+
+impl Failure {
+    pub(super) fn into_error(self, action: &'static str, lease: &LeaseConfig) -> LeaseError {
+        match self {
+            Failure::Db(e) => LeaseError::store(ENGINE, action, &lease.url, e),
+            Failure::Timeout(d) => LeaseError::store(
+                ENGINE,
+                action,
+                &lease.url,
+                io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {d:?}")),
+            ),
+        }
+    }
+
+    /// The server's SQLSTATE, if it answered with an error.
+    pub(super) fn code(&self) -> Option<&str> {
+        match self {
+            Failure::Db(e) => e.code().map(|c| c.code()),
+            Failure::Timeout(_) => None,
+        }
+    }
+}
+
+/// One connection, opened when first needed and dropped after any failure,
+/// on a runtime of its own.
+pub(super) struct Conn {
+    rt: Option<Runtime>,
+    client: Option<Client>,
+}
+
+impl Conn {
+    pub(super) fn new() -> io::Result<Conn> {
+        let rt = Builder::new_current_thread().enable_all().build()?;
+        Ok(Conn {
+            rt: Some(rt),
+            client: None,
+        })
+    }
+
+    /// Runs `op` on the connection (connecting first if needed) within
+    /// `timeout`, connection included.
+    pub(super) fn run<T>(
+        &mut self,
+        target: &Target,
+        timeout: Duration,
+        op: impl AsyncFnOnce(&mut Client) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<T, Failure> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let Conn { rt, client } = self;
+        let rt = rt
+            .as_ref()
+            .expect("the runtime lives as long as the connection");
+        let result = rt.block_on(async {
+            tokio::time::timeout(timeout, async {
+                if client.is_none() {
+                    *client = Some(target.connect().await?);
+                }
+                op(client.as_mut().expect("connected above")).await
+            })
+            .await
+        });
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                // An error inside a transaction leaves it to roll back on
+                // the server; a fresh connection starts clean.
+                *client = None;
+                Err(Failure::Db(e))
+            }
+            Err(_) => {
+                *client = None;
+                Err(Failure::Timeout(timeout))
+            }
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.client = None;
+        // Dropping a runtime may block, which an async caller's thread
+        // forbids: let it go in the background.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Runs `f` where a runtime of our own may block: on this thread, or on a
+/// short-lived one when this thread is already inside a Tokio runtime (an
+/// async `main` opening a generator).
+pub(super) fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("idutil-lease-open".into())
+            .spawn_scoped(s, f)
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    })
+    .unwrap_or_else(|e| panic!("cannot start a thread for the PostgreSQL lease: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_options_are_taken_out_of_urls_and_strings() {
+        let (rest, found) = take_options(
+            "postgres://u:p@a,b/app?sslmode=verify-full&target_session_attrs=read-write&sslrootcert=%2Fetc%2Fca.pem",
+            &["sslmode", "sslrootcert"],
+        );
+        assert_eq!(
+            rest,
+            "postgres://u:p@a,b/app?target_session_attrs=read-write"
+        );
+        assert_eq!(found[0].as_deref(), Some("verify-full"));
+        assert_eq!(found[1].as_deref(), Some("/etc/ca.pem"));
+        let (rest, found) = take_options("host=a,b sslmode=require dbname=x", &["sslmode"]);
+        assert_eq!(rest, "host=a,b dbname=x");
+        assert_eq!(found[0].as_deref(), Some("require"));
+        let (rest, _) = take_options("postgres://h/db?sslmode=disable", &["sslmode"]);
+        assert_eq!(rest, "postgres://h/db");
+    }
+
+    #[test]
+    fn bad_tls_settings_are_refused_with_a_reason() {
+        for (url, says) in [
+            ("postgres://h/db?sslmode=sometimes", "sslmode=sometimes"),
+            (
+                "postgres://h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+                "sslrootcert",
+            ),
+            ("postgres://h/db?nonsense_option=1", "cannot be read"),
+        ] {
+            let e = Target::parse(&LeaseConfig::new(url)).err().expect(url);
+            assert!(e.to_string().contains(says), "{url}: {e}");
+        }
+        assert!(Target::parse(&LeaseConfig::new("postgres://a,b/db?sslmode=require")).is_ok());
+    }
+}

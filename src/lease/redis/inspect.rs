@@ -1,0 +1,76 @@
+//! Every shard's lease and record as Redis holds them, for display.
+
+use std::time::Duration;
+
+use super::{client, connection, key, ENGINE};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::lease::record::{read_record, RawRecord};
+use crate::lease::{LeaseConfig, LeaseError, ShardLease};
+
+/// Reads every shard's lease and record from Redis, for display.
+pub(crate) fn inspect(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>> {
+    let range = config.range(layout, None)?;
+    let client = client(config)?;
+    let fail = |e| {
+        Error::from(LeaseError::store(
+            ENGINE,
+            "read the leases from",
+            &config.url,
+            e,
+        ))
+    };
+    let mut conn =
+        connection(&client, config.op_timeout().max(Duration::from_secs(2))).map_err(fail)?;
+    let mut out = Vec::new();
+    for shard in range {
+        let (holder, pttl, kind): (Option<String>, i64, String) = ::redis::pipe()
+            .get(key(config, "lease", shard))
+            .pttl(key(config, "lease", shard))
+            .cmd("TYPE")
+            .arg(key(config, "mark", shard))
+            .query(&mut conn)
+            .map_err(fail)?;
+        let mut row = ShardLease {
+            shard,
+            holder,
+            expires_in: u64::try_from(pttl).ok().map(Duration::from_millis),
+            high_water: None,
+            last: None,
+            seen: None,
+            layout: None,
+            epoch: None,
+            invalid: Vec::new(),
+        };
+        match kind.as_str() {
+            "none" => {}
+            "hash" => {
+                let (high_water, last, seen, recorded) = ::redis::cmd("HMGET")
+                    .arg(key(config, "mark", shard))
+                    .arg(&["high_water", "last", "seen", "layout"])
+                    .query(&mut conn)
+                    .map_err(fail)?;
+                let raw = RawRecord {
+                    high_water,
+                    last,
+                    seen,
+                    layout: recorded,
+                };
+                let (record, problems) = read_record(&raw, layout);
+                row.high_water = record.high_water;
+                row.last = record.last;
+                row.seen = record.seen;
+                row.layout = raw.layout;
+                row.invalid = problems
+                    .into_iter()
+                    .map(|(field, reason)| format!("{field} {reason}"))
+                    .collect();
+            }
+            other => row
+                .invalid
+                .push(format!("the key holds a {other}, not a hash")),
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
