@@ -202,7 +202,8 @@ impl Lease {
                 return Err(e.into());
             }
         }
-        match self.engine.raise(high_water, self.seen_arg(seen)) {
+        let known = self.shared.known_hw.load(Relaxed);
+        match self.engine.raise(high_water, self.seen_arg(seen), known) {
             Ok(()) => {
                 self.shared.known_hw.fetch_max(high_water, Relaxed);
                 Ok(())

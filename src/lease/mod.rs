@@ -146,9 +146,12 @@ pub(crate) trait Engine: Send + Sync {
     /// Keeps the lease; answers the record's mark and the store's clock.
     fn renew(&self, known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble>;
     /// Raises the mark to `high_water` (and `seen`, if it is not 0), never
-    /// lowering either, if the lease is still this holder's; committed (and
-    /// replicated where the engine waits for replicas) before it returns.
-    fn raise(&self, high_water: u64, seen: u64) -> Result<(), Trouble>;
+    /// lowering either, if the lease is still this holder's and the mark is
+    /// not below `known_mark` (the highest this holder raised it to: a
+    /// lower one was rewritten or lost, and is [`Trouble::Lost`]);
+    /// committed (and replicated where the engine waits for replicas)
+    /// before it returns.
+    fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble>;
     /// Clean close: records the exact last ID (raising the mark to its
     /// second if it were ever below) and gives the lease back. `None`: just
     /// gives it back.
@@ -164,6 +167,19 @@ pub(crate) fn connect(ask: &Ask<'_>) -> crate::error::Result<(Box<dyn Engine>, G
         config::Kind::Redis => redis::connect(ask),
         #[cfg(feature = "postgres-lease")]
         config::Kind::Postgres => postgres::connect(ask),
+    }
+}
+
+/// A record whose mark is below what this holder raised it to: rewritten,
+/// restored from an older copy, or an acknowledged write lost.
+pub(crate) fn mark_lowered(shard: u32, record: &str) -> LeaseError {
+    LeaseError::Lost {
+        shard,
+        reason: format!(
+            "the high-water second of {record} is below what this holder raised it to: the \
+             record was rewritten or restored from an older copy, or the store lost \
+             acknowledged writes"
+        ),
     }
 }
 

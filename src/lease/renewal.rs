@@ -195,15 +195,8 @@ impl Renewer {
     /// A renewal went through: check the record's mark and the clocks, and
     /// lift the deadline's fence. `Err`: the lease is lost for good.
     fn held(&self, renewed: Renewed, known: u64) -> Result<(), LeaseError> {
-        if let Some(mark) = renewed.mark.filter(|mark| *mark < known) {
-            return Err(LeaseError::Lost {
-                shard: self.shard,
-                reason: format!(
-                    "the record's high-water second {mark} is below {known}, which this \
-                     holder had raised it to: the record was rewritten or restored from an \
-                     older copy, or the store lost acknowledged writes"
-                ),
-            });
+        if renewed.mark.unwrap_or(0) < known {
+            return Err(super::mark_lowered(self.shard, &self.engine.describe()));
         }
         let mut state = self.shared.lock();
         state.last_error = None;

@@ -187,10 +187,39 @@ pub(super) enum Failure {
     Timeout(Duration),
 }
 
+/// A `tokio-postgres` error whose message includes the server's own
+/// (`tokio-postgres` says only "db error" and keeps the rest in its source).
+#[derive(Debug)]
+struct PgError(tokio_postgres::Error);
+
+impl std::fmt::Display for PgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => write!(
+                f,
+                "{} ({}): {}",
+                db.severity(),
+                db.code().code(),
+                db.message()
+            ),
+            None => match std::error::Error::source(&self.0) {
+                Some(cause) => write!(f, "{}: {cause}", self.0),
+                None => self.0.fmt(f),
+            },
+        }
+    }
+}
+
+impl std::error::Error for PgError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
 impl Failure {
     pub(super) fn into_error(self, action: &'static str, lease: &LeaseConfig) -> LeaseError {
         match self {
-            Failure::Db(e) => LeaseError::store(ENGINE, action, &lease.url, e),
+            Failure::Db(e) => LeaseError::store(ENGINE, action, &lease.url, PgError(e)),
             Failure::Timeout(d) => LeaseError::store(
                 ENGINE,
                 action,
@@ -226,12 +255,24 @@ impl Conn {
     }
 
     /// Runs `op` on the connection (connecting first if needed) within
-    /// `timeout`, connection included.
-    pub(super) fn run<T>(
+    /// `timeout`, connection included, off any async caller's thread. A
+    /// connection found closed (the server restarted, the session was
+    /// terminated) is replaced once within the same deadline: every
+    /// operation of the lease is a conditional write that may run twice.
+    pub(super) fn run<T: Send>(
         &mut self,
         target: &Target,
         timeout: Duration,
-        op: impl AsyncFnOnce(&mut Client) -> Result<T, tokio_postgres::Error>,
+        op: impl AsyncFn(&mut Client) -> Result<T, tokio_postgres::Error> + Send + Sync,
+    ) -> Result<T, Failure> {
+        off_runtime(move || self.run_here(target, timeout, op))
+    }
+
+    fn run_here<T>(
+        &mut self,
+        target: &Target,
+        timeout: Duration,
+        op: impl AsyncFn(&mut Client) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, Failure> {
         let timeout = timeout.max(Duration::from_millis(1));
         let Conn { rt, client } = self;
@@ -240,10 +281,14 @@ impl Conn {
             .expect("the runtime lives as long as the connection");
         let result = rt.block_on(async {
             tokio::time::timeout(timeout, async {
-                if client.is_none() {
-                    *client = Some(target.connect().await?);
+                if let Some(c) = client.as_mut() {
+                    match op(c).await {
+                        Err(e) if e.is_closed() => *client = None,
+                        done => return done,
+                    }
                 }
-                op(client.as_mut().expect("connected above")).await
+                let c = client.insert(target.connect().await?);
+                op(c).await
             })
             .await
         });

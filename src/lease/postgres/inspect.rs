@@ -22,9 +22,10 @@ fn inspect_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>
         .map_err(|e| LeaseError::store(ENGINE, "start a connection to", &config.url, e))?;
     let sql = format!(
         "SELECT shard, holder, \
-             extract(epoch FROM expires_at - clock_timestamp())::float8, \
+             CASE WHEN expires_at > clock_timestamp() \
+                  THEN extract(epoch FROM expires_at - clock_timestamp())::float8 END, \
              high_water, last_second, last_sequence, seen, layout, epoch \
-         FROM {} WHERE space = $1 AND shard BETWEEN $2 AND $3 ORDER BY shard",
+         FROM {} WHERE space = $1 AND shard BETWEEN $2::bigint AND $3::bigint ORDER BY shard",
         table(config)
     );
     let (first, last) = (i64::from(*range.start()), i64::from(*range.end()));

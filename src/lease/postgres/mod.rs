@@ -104,6 +104,9 @@ const TABLE: &str = "idutil_lease";
 /// The advisory lock taken while the table or an ID space's rows are
 /// created ("idut").
 const LOCK_KEY: i64 = 0x6964_7574;
+/// How many times an acquisition is tried before every shard counts as
+/// leased.
+const MAX_TRIES: u64 = 6;
 /// `undefined_table`: the table is not there yet.
 const UNDEFINED_TABLE: &str = "42P01";
 
@@ -158,10 +161,10 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     let skip: Vec<i64> = ask.skip.iter().map(|s| i64::from(*s)).collect();
     let acquire = format!(
         "UPDATE {table} AS t SET holder = $3, epoch = t.epoch + 1, \
-             expires_at = clock_timestamp() + make_interval(secs => $4) \
+             expires_at = clock_timestamp() + make_interval(secs => $4::float8) \
          FROM (SELECT shard FROM {table} \
-               WHERE space = $1 AND layout = $2 AND shard BETWEEN $5 AND $6 \
-                 AND shard <> ALL($7) AND expires_at <= clock_timestamp() \
+               WHERE space = $1 AND layout = $2 AND shard BETWEEN $5::bigint AND $6::bigint \
+                 AND shard <> ALL($7::bigint[]) AND expires_at <= clock_timestamp() \
                ORDER BY expires_at, shard LIMIT 1 FOR UPDATE SKIP LOCKED) AS free \
          WHERE t.space = $1 AND t.shard = free.shard \
          RETURNING t.shard, t.epoch, t.high_water, t.last_second, t.last_sequence, t.seen, \
@@ -189,7 +192,7 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
         });
         let row = match granted {
             Ok(row) => row,
-            Err(f) if f.code() == Some(UNDEFINED_TABLE) && tries < 3 => {
+            Err(f) if f.code() == Some(UNDEFINED_TABLE) && tries < MAX_TRIES => {
                 create_table(&mut conn, &target, config, &table, timeout)?;
                 continue;
             }
@@ -199,8 +202,14 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
             return granted_row(ask, target, table, conn, &row, sent, layout);
         }
         // Nothing free: another layout's ID space, rows not created yet,
-        // or every shard leased.
-        if tries >= 3 || !prepare_space(&mut conn, &target, ask, &table, &layout, timeout)? {
+        // or every shard leased. Or a race: the row the statement chose was
+        // taken by a concurrent acquisition after its snapshot, and
+        // `LIMIT 1` then yields nothing rather than the next free row; a
+        // new statement (a new snapshot) finds it.
+        if prepare_space(&mut conn, &target, ask, &table, &layout, timeout)? {
+            continue;
+        }
+        if tries >= MAX_TRIES {
             return Err(LeaseError::NoFreeShard {
                 first: *ask.range.start(),
                 last: *ask.range.end(),
@@ -209,6 +218,7 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
             }
             .into());
         }
+        std::thread::sleep(Duration::from_millis(2 * tries));
     }
 }
 
@@ -268,7 +278,7 @@ fn prepare_space(
     let outcome = conn.run(target, timeout, async |c| {
         let tx = c.transaction().await?;
         tx.execute(
-            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            "SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))",
             &[&(LOCK_KEY as i32), &config.prefix],
         )
         .await?;
@@ -403,9 +413,10 @@ impl PgLease {
     }
 
     /// A conditional write changed no row: why.
-    fn gone(&self, conn: &mut Conn, timeout: Duration) -> Trouble {
+    fn gone(&self, conn: &mut Conn, timeout: Duration, known_mark: i64) -> Trouble {
         let sql = format!(
-            "SELECT epoch, holder FROM {} WHERE space = $1 AND shard = $2",
+            "SELECT epoch, holder, COALESCE(high_water, 0) FROM {} \
+             WHERE space = $1 AND shard = $2::bigint",
             self.table
         );
         let found = conn.run(&self.target, timeout, async |c| {
@@ -417,6 +428,13 @@ impl PgLease {
                 shard: self.shard,
                 key: self.describe(),
             }),
+            Ok(Some(row))
+                if row.get::<_, i64>(0) == self.epoch
+                    && row.get::<_, Option<String>>(1).as_deref() == Some(&self.token)
+                    && row.get::<_, i64>(2) < known_mark =>
+            {
+                Trouble::Lost(super::mark_lowered(self.shard, &self.describe()))
+            }
             Ok(Some(row)) => {
                 let epoch: i64 = row.get(0);
                 Trouble::Lost(LeaseError::Lost {
@@ -440,8 +458,8 @@ impl PgLease {
 impl Engine for PgLease {
     fn renew(&self, _known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble> {
         let sql = format!(
-            "UPDATE {} SET expires_at = clock_timestamp() + make_interval(secs => $5) \
-             WHERE space = $1 AND shard = $2 AND epoch = $3 AND holder = $4 \
+            "UPDATE {} SET expires_at = clock_timestamp() + make_interval(secs => $5::float8) \
+             WHERE space = $1 AND shard = $2::bigint AND epoch = $3::bigint AND holder = $4 \
              RETURNING high_water, layout, extract(epoch FROM clock_timestamp())::float8",
             self.table
         );
@@ -455,7 +473,7 @@ impl Engine for PgLease {
             })
             .map_err(|f| Trouble::Again(f.into_error("renew the lease in", &self.config)))?;
         let Some(row) = row else {
-            return Err(self.gone(&mut conn, timeout));
+            return Err(self.gone(&mut conn, timeout, 0));
         };
         if row.get::<_, String>(1) != self.layout {
             return Err(Trouble::Lost(LeaseError::InvalidRecord {
@@ -473,12 +491,13 @@ impl Engine for PgLease {
         })
     }
 
-    fn raise(&self, high_water: u64, seen: u64) -> Result<(), Trouble> {
+    fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble> {
         let sql = format!(
-            "UPDATE {} SET high_water = GREATEST(COALESCE(high_water, 0), $5), \
-                 seen = CASE WHEN $6 > 0 THEN GREATEST(COALESCE(seen, 0), $6) ELSE seen END, \
+            "UPDATE {} SET high_water = GREATEST(COALESCE(high_water, 0), $5::bigint), \
+                 seen = CASE WHEN $6::bigint > 0 THEN GREATEST(COALESCE(seen, 0), $6::bigint) ELSE seen END, \
                  last_second = NULL, last_sequence = NULL \
-             WHERE space = $1 AND shard = $2 AND epoch = $3 AND holder = $4",
+             WHERE space = $1 AND shard = $2::bigint AND epoch = $3::bigint AND holder = $4 \
+                 AND COALESCE(high_water, 0) >= $7::bigint",
             self.table
         );
         let (space, shard, epoch, token) = self.key_args();
@@ -486,11 +505,12 @@ impl Engine for PgLease {
             i64::try_from(high_water).unwrap_or(i64::MAX),
             i64::try_from(seen).unwrap_or(0),
         );
+        let known = i64::try_from(known_mark).unwrap_or(i64::MAX);
         let timeout = self.config.op_timeout();
         let mut conn = crate::sync::lock(&self.conn);
         let changed = conn
             .run(&self.target, timeout, async |c| {
-                c.execute(&sql, &[&space, &shard, &epoch, &token, &hw, &seen])
+                c.execute(&sql, &[&space, &shard, &epoch, &token, &hw, &seen, &known])
                     .await
             })
             .map_err(|f| {
@@ -502,7 +522,7 @@ impl Engine for PgLease {
         if changed == 1 {
             Ok(())
         } else {
-            Err(self.gone(&mut conn, timeout))
+            Err(self.gone(&mut conn, timeout, known))
         }
     }
 
@@ -514,12 +534,12 @@ impl Engine for PgLease {
             match last {
                 Some((sec, seq)) => {
                     let sql = format!(
-                        "UPDATE {} SET high_water = GREATEST(COALESCE(high_water, 0), $5), \
-                             last_second = $5, last_sequence = $6, \
-                             seen = CASE WHEN $7 > 0 THEN GREATEST(COALESCE(seen, 0), $7) \
+                        "UPDATE {} SET high_water = GREATEST(COALESCE(high_water, 0), $5::bigint), \
+                             last_second = $5::bigint, last_sequence = $6::bigint, \
+                             seen = CASE WHEN $7::bigint > 0 THEN GREATEST(COALESCE(seen, 0), $7::bigint) \
                                     ELSE seen END, \
                              holder = NULL, expires_at = '-infinity' \
-                         WHERE space = $1 AND shard = $2 AND epoch = $3 AND holder = $4",
+                         WHERE space = $1 AND shard = $2::bigint AND epoch = $3::bigint AND holder = $4",
                         self.table
                     );
                     let (sec, seq) = (i64::try_from(sec).unwrap_or(i64::MAX), i64::from(seq));
@@ -532,7 +552,7 @@ impl Engine for PgLease {
                 None => {
                     let sql = format!(
                         "UPDATE {} SET holder = NULL, expires_at = '-infinity' \
-                         WHERE space = $1 AND shard = $2 AND epoch = $3 AND holder = $4",
+                         WHERE space = $1 AND shard = $2::bigint AND epoch = $3::bigint AND holder = $4",
                         self.table
                     );
                     conn.run(&self.target, timeout, async |c| {

@@ -495,7 +495,7 @@ impl Engine for RedisLease {
         Ok(Renewed { mark, server_time })
     }
 
-    fn raise(&self, high_water: u64, seen: u64) -> Result<(), Trouble> {
+    fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble> {
         let mut slot = crate::sync::lock(&self.conn);
         let done: i64 = with_conn(&self.client, &mut slot, self.config.op_timeout(), |c| {
             RAISE
@@ -505,6 +505,7 @@ impl Engine for RedisLease {
                 .arg(high_water)
                 .arg(seen)
                 .arg(&self.layout)
+                .arg(known_mark)
                 .invoke(c)
         })
         .map_err(|e| {

@@ -31,7 +31,8 @@ const RENEW_LUA: &str = include_str!("scripts/renew.lua");
 
 /// Raises the high-water second (and `seen`) while the lease is held; never
 /// lowers either, never creates the record. 1: done, 0: the lease is not
-/// held, 3 or more: the record is gone or garbled.
+/// held, 3 to 7: the record is gone or garbled, 8: its `high_water` is below
+/// `ARGV[5]`, the highest this holder raised it to.
 const RAISE_LUA: &str = include_str!("scripts/raise.lua");
 
 /// Clean close while the lease is held: records the exact last ID (raising
@@ -68,11 +69,12 @@ pub(super) static CREATE: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 
 /// What a script that runs while a shard is held found wrong with the
-/// record, from its answer (3 to 7).
+/// record, from its answer (3 to 8).
 pub(crate) fn record_trouble(config: &LeaseConfig, shard: u32, answer: i64) -> LeaseError {
     let key = key(config, "mark", shard);
     let field = match answer {
         3 => return LeaseError::RecordLost { shard, key },
+        8 => return crate::lease::mark_lowered(shard, &key),
         5 => "seen",
         6 => "last",
         7 => "layout",

@@ -49,6 +49,8 @@ pub fn child_command(name: &str, envs: &[(&str, String)]) -> Command {
     .env_remove("IDUTIL_SHARD")
     .env_remove("IDUTIL_STATE_DIR")
     .env_remove("IDUTIL_REDIS_URL")
+    .env_remove("IDUTIL_LEASE_URL")
+    .env_remove("IDUTIL_LAYOUT")
     .stdin(Stdio::piped())
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
@@ -79,10 +81,16 @@ pub struct ChildProc {
 impl ChildProc {
     /// Starts [`child_command`] with stderr discarded.
     pub fn spawn(name: &str, envs: &[(&str, String)]) -> ChildProc {
-        let mut child = child_command(name, envs)
+        ChildProc::start(child_command(name, envs))
+    }
+
+    /// Starts `cmd` (made by [`child_command`], then changed) with stderr
+    /// discarded.
+    pub fn start(mut cmd: Command) -> ChildProc {
+        let mut child = cmd
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn child {name}: {e}"));
+            .unwrap_or_else(|e| panic!("spawn child {cmd:?}: {e}"));
         let out = Some(BufReader::new(child.stdout.take().unwrap()));
         ChildProc { child, out }
     }

@@ -29,8 +29,16 @@ impl Faketime {
     /// that reuses the pid.
     pub fn command(&self, spec: &str, program: impl AsRef<OsStr>) -> Command {
         let mut cmd = Command::new(program);
-        cmd.env("LD_PRELOAD", &self.lib).env("FAKETIME", spec);
+        self.apply(&mut cmd, spec);
         cmd
+    }
+
+    /// Sets `cmd`'s wall clock by `spec`, as [`Faketime::command`] does; its
+    /// monotonic clock is left alone.
+    pub fn apply(&self, cmd: &mut Command, spec: &str) {
+        cmd.env("LD_PRELOAD", &self.lib)
+            .env("FAKETIME", spec)
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
     }
 }
 
