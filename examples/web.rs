@@ -90,6 +90,12 @@ struct Args {
     /// The address to bind.
     #[arg(long, env = "HOST", default_value = "127.0.0.1")]
     host: String,
+    /// Lease the shard from this store (postgres://..., redis://...) instead
+    /// of taking it from IDUTIL_SHARD or the host name; IDUTIL_LEASE_URL
+    /// does the same without the flag. Needs a lease engine's feature
+    /// (`postgres-lease`, `redis`).
+    #[arg(long, value_name = "URL")]
+    lease: Option<String>,
 }
 const MAX_LISTED: i64 = 10_000;
 const MAX_TEXT: usize = 280;
@@ -329,13 +335,29 @@ async fn shutdown_signal() {
     }
 }
 
+/// The process-wide generator, on a leased shard when `lease` names a store.
+fn init(lease: Option<String>) -> idutil::Result<&'static Generator> {
+    let Some(url) = lease else {
+        return IdUtil::init();
+    };
+    #[cfg(feature = "lease")]
+    {
+        IdUtil::init_with(Generator::builder().lease(idutil::lease::LeaseConfig::new(url)))
+    }
+    #[cfg(not(feature = "lease"))]
+    {
+        eprintln!("web: --lease {url:?} needs a lease engine's feature (postgres-lease, redis)");
+        std::process::exit(2)
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     // Bad arguments exit 2 with clap's message; --help exits 0.
-    let Args { port, host } = clap::Parser::parse();
+    let Args { port, host, lease } = clap::Parser::parse();
     // Fail now, with the reason, rather than on the first request.
-    let generator = match IdUtil::init() {
+    let generator = match init(lease) {
         Ok(generator) => generator,
         Err(e) => {
             eprintln!("web: cannot start: {e}");

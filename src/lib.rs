@@ -79,9 +79,15 @@
 //!   string with `#[serde(with = "idutil::serde::string")]`; reading
 //!   accepts either and rejects negatives, values above 2<sup>53</sup> − 1,
 //!   fractions and junk (module `idutil::serde`).
-//! - `redis`: a shard lease from Redis, for fleets whose host names are not
-//!   unique numbers (`Builder::redis_lease`, `IDUTIL_REDIS_URL`,
-//!   `idutil --redis URL`; see *The Redis lease* below).
+//! - `postgres-lease`: a shard lease from PostgreSQL, for fleets whose host
+//!   names are not unique numbers, on the database the application already
+//!   runs (`Builder::lease`, `IDUTIL_LEASE_URL=postgres://...`,
+//!   `idutil --lease URL`; see *Beyond one host* below). The recommended
+//!   lease.
+//! - `redis`: the same lease from Redis, for one primary with
+//!   `appendfsync always` and `noeviction` (`IDUTIL_LEASE_URL=redis://...`,
+//!   or the older `IDUTIL_REDIS_URL` and `--redis`).
+//! - `lease`: the lease interface alone, turned on by the two above.
 //! - `sqlx`: [`Id`] is a sqlx column type (`Type`, `Encode`, `Decode`):
 //!   `BIGINT` in PostgreSQL and MySQL, `INTEGER` in SQLite, for any
 //!   driver the application enables (this crate enables none). Reading a
@@ -292,7 +298,7 @@
 //! where that number numbers the host. Host-name shards are safe only
 //! where names are unique and numbered (Kubernetes StatefulSets, numbered
 //! VMs); two hosts that end in the same number issue duplicate IDs. Fleets
-//! with random names need an explicit shard per instance, or the Redis
+//! with random names need an explicit shard per instance, or a
 //! lease. So the host name is read strictly, and a name that cannot be
 //! trusted is refused rather than given a shard that may collide:
 //!
@@ -341,128 +347,62 @@
 //!
 //! Letters may be in either case. A name that is
 //! refused, or that warns, is fixed by `IDUTIL_SHARD` (or `--shard`, or
-//! [`Builder::shard`]), a StatefulSet, or the Redis lease.
+//! [`Builder::shard`]), a StatefulSet, or a lease.
 //!
-//! ## The Redis lease
+//! ## Beyond one host: the lease
 //!
-//! With feature `redis`, a generator can lease its shard from a Redis
-//! server instead (`Builder::redis_lease`; `IDUTIL_REDIS_URL`, which
-//! [`IdUtil`] also reads; `idutil --redis URL`). Use it when instances come
-//! and go under names that are not unique numbers: Kubernetes Deployments,
-//! autoscaling groups, containers without persistent volumes. Where names
-//! are numbered and stable (StatefulSets, numbered VMs), the host-name shard
+//! With a lease engine, a generator leases its shard from a store the
+//! fleet shares instead (`Builder::lease`; `IDUTIL_LEASE_URL`, which
+//! [`IdUtil`] also reads; `idutil --lease URL`). Use it when instances
+//! come and go under names that are not unique numbers: Kubernetes
+//! Deployments, autoscaling groups, containers without persistent
+//! volumes. The shard's high-water second travels with the lease, so each
+//! holder resumes after everything the shard's previous holders issued,
+//! and a container needs no persistent state directory. Where names are
+//! numbered and stable (StatefulSets, numbered VMs), the host-name shard
 //! needs no extra moving part and is the better choice.
 //!
-//! **How it works.** Opening takes the first free shard with one Lua script
-//! (`SET NX` with a TTL and a token naming the holder, returning the
-//! shard's record), so two generators never get the same shard. With every
-//! shard leased, opening fails with `lease::LeaseError::NoFreeShard`; a
-//! shard is never shared. The record (a hash with no TTL, kept after release) holds the
-//! shard's **high-water second**: before issuing any ID with a later second,
-//! the generator raises it in Redis, with a script that checks the lease is
-//! still its own, as well as in its state file. A new holder resumes after
-//! the high-water second (or right after the exact last ID, which a clean
-//! close records), and after its own state file where it has one, whichever
-//! is later. So a holder whose clock is behind the previous holder's, or a
-//! previous holder that borrowed ahead, cannot lead to a duplicate, and
-//! neither can a holder that crashed or was killed. The high-water second
-//! is only ever raised, by every holder and at every step: a clean close
-//! adds the exact last ID beside it, it does not lower it.
+//! - **PostgreSQL** (feature `postgres-lease`, `postgres://`): the
+//!   recommended engine. One table, a fencing epoch, expiry by the
+//!   server's clock; with a synchronous standby no duplicate through
+//!   failover or split brain. See `lease::postgres`.
+//! - **Redis** (feature `redis`, `redis://`): for one primary with
+//!   `appendfsync always` and `noeviction`; replicas are waited for
+//!   (`WAIT`). See `lease::redis` for which deployments keep the promise.
 //!
-//! **The record is held to the state file's standard.** Every field is
-//! read strictly when a shard is leased: digits only, a second within the
-//! layout's range, a sequence within its sequence numbers, the last ID at
-//! or before the high-water second, the layout's fingerprint present. A
-//! field that does not pass (`high_water = 1795999999.0`, a number past
-//! the layout's end) refuses the shard with
-//! `lease::LeaseError::InvalidRecord`, naming the key and the field; it is
-//! never taken for an absent record, and opening fails rather than lease
-//! another shard. `idutil --redis URL state` shows such a field as invalid.
-//! Fix it by hand (a `high_water` at or after every ID issued on the shard)
-//! or use another key prefix.
+//! The rules both follow (a mark never lowered, records read strictly, a
+//! local monotonic fence, the host's clock compared with the store's,
+//! unusable shards skipped) are in the `lease` module's docs. A fleet
+//! larger than 32 chooses a layout with more shard bits without code
+//! (`IDUTIL_LAYOUT`, `idutil --layout`; ready layouts under [`Layout`]'s
+//! `FromStr`); the store remembers each ID space's layout and refuses
+//! another.
 //!
-//! **A record is created once, after one TTL.** The first generator on a
-//! shard that has no record holds the lease, renewing it, for one whole
-//! TTL before it creates the record (with its clock's second as the
-//! high-water mark) and issues its first ID. So the first use of each shard
-//! under a key prefix waits one TTL (10 s by default; `idutil` says so on
-//! stderr). The wait is what makes a lost record safe: a holder whose
-//! record vanishes under it (`FLUSHALL`, `FLUSHDB`, `DEL`, a Redis
-//! restarted without persistence) finds it gone at its next renewal or
-//! reservation, and at the latest three quarters of a TTL after its last
-//! successful renewal it stops for good with
-//! `lease::LeaseError::RecordLost`. It never re-creates the record or takes
-//! the lease back, since it cannot vouch for what others issued; reopen to
-//! go on. A holder whose lease merely expired (a network stall) takes it
-//! back only if the record is intact and its high-water second is exactly
-//! the one this holder last wrote, so nobody reserved since.
+//! **Kubernetes, stateless (a Deployment with a lease).** Point every
+//! replica at the application's own PostgreSQL; no volume is needed:
 //!
-//! **What a Redis flush can still cost.** The next holder waits until the
-//! old one has stopped, then starts after its own clock's second (and
-//! after its state file, if it has one). IDs the old holder issued in
-//! seconds beyond that clock are not covered: IDs it borrowed ahead of the
-//! clock (bursts above 65,536 a second), or issued under a clock running
-//! ahead of the new holder's, can be issued again by a new host with an
-//! empty state directory. A holder that comes back on a host with its state
-//! file still resumes after everything it issued there. Persistence
-//! (below) is what keeps a restart from being a flush.
+//! ```yaml
+//! apiVersion: apps/v1
+//! kind: Deployment
+//! metadata: { name: api }
+//! spec:
+//!   replicas: 12
+//!   selector: { matchLabels: { app: api } }
+//!   template:
+//!     metadata: { labels: { app: api } }
+//!     spec:
+//!       containers:
+//!         - name: api
+//!           image: registry.example/api:1.4
+//!           env:
+//!             - name: IDUTIL_LEASE_URL
+//!               valueFrom: { secretKeyRef: { name: db, key: url } } # postgres://app:...@db/app?sslmode=verify-full
+//!             - name: IDUTIL_STATE_DIR
+//!               value: /tmp/idutil   # an emptyDir or the container's own /tmp: the lease carries the marks
+//! ```
 //!
-//! **Renewal and fencing.** A background thread renews the lease every
-//! third of its TTL (default 10 s, `lease::LeaseConfig::ttl`). If no
-//! renewal has succeeded for three quarters of the TTL, counted on the
-//! monotonic clock from the *send* time of the last successful one, the
-//! generator stops issuing: calls return `lease::LeaseError::Fenced`
-//! (no waiting) until a renewal succeeds again. If the lease expired
-//! meanwhile and nobody reserved anything on the shard since, the same
-//! holder takes it back; if another generator took it, this one stays
-//! stopped with `lease::LeaseError::Lost` and must be reopened. The fence
-//! comes before Redis can expire the lease on one assumption: **over one
-//! TTL, this host's monotonic clock and the Redis server's clock differ in
-//! rate by less than the quarter-TTL margin** (Redis expires keys by its own
-//! clock). Real clocks differ by parts per million, but a Redis host whose
-//! wall clock is stepped forward expires leases early. Uniqueness does not
-//! rest on that assumption: a holder that keeps issuing after its lease is
-//! gone (a process paused for longer than the TTL, a stepped clock) still
-//! issues only seconds it recorded in Redis while it held the lease, and
-//! the next holder starts after them. What the fence buys is that two live
-//! generators do not issue on one shard at once.
-//!
-//! **The TTL trade-off.** A short TTL frees a crashed holder's shard
-//! sooner, but a Redis outage or network stall longer than three quarters
-//! of it stops issuing, and renewals are more frequent. A long TTL rides out
-//! longer stalls but keeps a dead holder's shard (one of only 32 by
-//! default) for longer. 10 s suits most fleets; size the shard range to the
-//! largest fleet plus the instances that may be dead but still leased.
-//!
-//! **Failure modes.**
-//!
-//! - Redis unreachable at open: opening fails with
-//!   `lease::LeaseError::Redis`. While running: IDs continue within the
-//!   reservation already recorded; past it, or past the fence, calls fail
-//!   until Redis answers again.
-//! - Redis restarted: leases and records survive only if Redis persists
-//!   them. **Run it with the append-only file on (`appendonly yes`,
-//!   ideally `appendfsync always`)**; with `everysec` a Redis crash can lose
-//!   the last second of raises. A Redis that loses its data forgets the
-//!   high-water seconds: running holders stop for good, a holder with a
-//!   state file still resumes after it, but a new host with an empty state
-//!   directory starts after its clock (see *What a Redis flush can still
-//!   cost*).
-//! - Replication: a failover to a replica that had not yet received the
-//!   latest raise has the same effect. Use a single primary with
-//!   persistence, not Redis Cluster (the keys of all shards are read by one
-//!   script) or a failover setup without `WAIT`.
-//! - All shards leased: opening fails; dead holders' shards come free
-//!   within one TTL.
-//! - An empty or blank URL (`IDUTIL_REDIS_URL=" "`, `--redis ''`) is an
-//!   error (`Error::InvalidEnv`; exit status 2), never a lease silently
-//!   turned off.
-//! - One key prefix is one ID space under one layout. A shard's record
-//!   remembers the layout, and a generator with another layout is refused
-//!   (`lease::LeaseError::LayoutMismatch`); fleets that share a server
-//!   use different prefixes (`lease::LeaseConfig::prefix`). Shards given
-//!   to hosts by other means must be kept out of the leased range
-//!   (`lease::LeaseConfig::shards`).
+//! Size the shard range to the largest number of replicas plus those that
+//! may be dead but still leased (one TTL, 10 s by default).
 //!
 //! # Security
 //!
@@ -532,7 +472,7 @@
 //! directory, gets [`Error::HostLocked`] naming the holder's pid. The scope
 //! is the network namespace: containers with a network namespace of their
 //! own are separate hosts to this lock, so give them distinct shards (or
-//! the Redis lease). On other Unix systems there is no abstract namespace
+//! a lease). On other Unix systems there is no abstract namespace
 //! and only the lock file in the state directory applies.
 //!
 //! **ID spaces.** The per-host lock is per ID space

@@ -304,3 +304,35 @@ fn refuses_to_start_with_a_bad_shard() {
         "{stderr}"
     );
 }
+
+/// The web example with `--lease postgres://...`: its shard comes from a
+/// PostgreSQL lease (IDUTIL_SHARD is ignored with a warning), it serves
+/// records, gives the lease back on SIGTERM with the exact last ID, and a
+/// restart resumes after it.
+#[cfg(feature = "postgres-lease")]
+#[test]
+fn serves_records_on_a_shard_leased_from_postgres() {
+    let Some(pg) = harness::postgres::Postgres::start_tcp(&Default::default()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = pg.tcp_url();
+    let mut last = None;
+    for run in 0..2 {
+        let app = WebApp::start_with(dir.path(), SHARD, &["--lease", &url]);
+        let r = app.post_json("/api/records", r#"{"text":"leased"}"#);
+        assert_eq!(r.status, 201, "{r:?}");
+        let id = id_of(&serde_json::from_str(&r.body).unwrap());
+        assert_eq!(id.shard(), 0, "the first free leased shard, not IDUTIL_SHARD");
+        assert!(last.is_none_or(|l| id > l), "run {run} resumes after the last");
+        let held = pg.psql("SELECT holder IS NOT NULL FROM idutil_lease WHERE shard = 0");
+        assert_eq!(held, "t");
+        let (status, stderr) = app.stop();
+        assert!(status.success(), "{stderr}");
+        let row = pg.psql(
+            "SELECT holder IS NULL, last_second IS NOT NULL FROM idutil_lease WHERE shard = 0",
+        );
+        assert_eq!(row, "t|t", "given back with the exact last ID");
+        last = Some(id);
+    }
+}

@@ -1110,7 +1110,7 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
     // A stays stopped, with the same error, while B issues.
     while let Ok((line, _)) = a_lines.try_recv() {
         assert!(
-            line.starts_with("error Redis lost the record of shard 5"),
+            line.starts_with("error the lease's store lost the record of shard 5"),
             "A after its error: {line}"
         );
     }
@@ -1153,7 +1153,7 @@ fn blank_redis_url_is_a_usage_error() {
             assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {err}");
             assert!(out.stdout.is_empty(), "{args:?} {env:?}");
             assert_eq!(err.lines().count(), 1, "{err}");
-            assert!(err.contains("Redis URL is empty or blank"), "{err}");
+            assert!(err.contains("lease URL is empty or blank"), "{err}");
         }
     }
     let child = |value: &str| {
@@ -1183,4 +1183,234 @@ fn blank_redis_url_is_a_usage_error() {
         assert!(open.starts_with("err true: "), "{blank:?}: {open}");
         assert!(open.contains("IDUTIL_REDIS_URL"), "{open}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Redis as it is really deployed: replicas, failover, eviction
+// ---------------------------------------------------------------------------
+
+/// A primary with one replica that reaches it through a proxy, and a
+/// holder `a` on the primary issuing at the clock's pace.
+struct Replicated {
+    primary: RedisServer,
+    replica: RedisServer,
+    link: Proxy,
+    a: Arc<Generator>,
+    a_driver: Option<thread::JoinHandle<(Vec<u64>, Vec<String>)>>,
+    stop: Arc<AtomicBool>,
+    ttl: Duration,
+}
+
+impl Replicated {
+    fn start() -> Option<Replicated> {
+        let primary = RedisServer::start(true)?;
+        let link = Proxy::start(primary.port);
+        let link_port = link.port().to_string();
+        let replica = RedisServer::start_with(true, &["--replicaof", "127.0.0.1", &link_port])?;
+        let mut conn = replica.conn();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut conn)
+                .unwrap();
+            if info.contains("master_link_status:up") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica never synced: {info}"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        seed_records(&primary, 0..=0);
+        let ttl = Duration::from_secs(2);
+        let host = state_dir().keep();
+        let a = Arc::new(
+            Generator::builder()
+                .id_space(harness::space_for(&host))
+                .state_dir(&host)
+                .lease(LeaseConfig::new(primary.url()).ttl(ttl).shards(0..=0))
+                .open()
+                .unwrap(),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let (g, s) = (a.clone(), stop.clone());
+        let a_driver = thread::spawn(move || {
+            let (mut ids, mut errors) = (Vec::new(), Vec::new());
+            while !s.load(Ordering::Relaxed) {
+                match g.next_ids(20) {
+                    Ok(batch) => ids.extend(batch.map(u64::from)),
+                    Err(e) => errors.push(e.to_string()),
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+            (ids, errors)
+        });
+        Some(Replicated {
+            primary,
+            replica,
+            link,
+            a,
+            a_driver: Some(a_driver),
+            stop,
+            ttl,
+        })
+    }
+
+    /// Promotes the replica and leases shard 0 from it on a new host.
+    fn promote_and_lease(&self) -> Generator {
+        redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .exec(&mut self.replica.conn())
+            .unwrap();
+        let host = state_dir().keep();
+        let builder = Generator::builder()
+            .id_space(harness::space_for(&host))
+            .state_dir(&host)
+            .lease(
+                LeaseConfig::new(self.replica.url())
+                    .ttl(self.ttl)
+                    .shards(0..=0),
+            );
+        open_when_free(&builder, Duration::from_secs(20)).0
+    }
+}
+
+/// The replica is cut off from the primary and promoted while the old
+/// primary lives on with its holder, which keeps renewing there; a new
+/// holder leases shard 0 from the promoted replica. Every raise the old
+/// holder used was confirmed by the replica (`WAIT`), so the new holder
+/// resumes after it, and the old holder cannot raise further: it stops at
+/// its mark, saying why. No duplicate.
+#[test]
+fn replica_promoted_while_the_old_primary_lives_issues_nothing_twice() {
+    let Some(mut r) = Replicated::start() else {
+        return;
+    };
+    thread::sleep(Duration::from_secs(3));
+    r.link.cut();
+    let b = r.promote_and_lease();
+    let b_ids: Vec<u64> = (0..200)
+        .flat_map(|_| {
+            thread::sleep(Duration::from_millis(20));
+            b.next_ids(50).unwrap().map(u64::from).collect::<Vec<_>>()
+        })
+        .collect();
+    // The old holder has run past its replicated mark by now.
+    thread::sleep(Duration::from_secs(6));
+    r.stop.store(true, Ordering::Relaxed);
+    let (a_ids, a_errors) = r.a_driver.take().unwrap().join().unwrap();
+    assert!(
+        a_errors
+            .iter()
+            .any(|e| e.contains("replicas in time") || e.contains("wait for the replicas")),
+        "the old holder says why it stopped: {:?}",
+        a_errors.first()
+    );
+    let mut seen = HashSet::new();
+    record_unique(&mut seen, a_ids, "the old holder");
+    record_unique(&mut seen, b_ids, "the holder on the promoted replica");
+    drop(r.a);
+    drop(r.primary);
+}
+
+/// The replication link stalls, then the primary and its holder die
+/// together and the replica is promoted: raises made during the stall were
+/// never used (their `WAIT` failed), so a new holder on the promoted
+/// replica resumes after everything the old one issued.
+#[test]
+fn stalled_replica_promoted_after_the_primary_dies_issues_nothing_twice() {
+    let Some(mut r) = Replicated::start() else {
+        return;
+    };
+    thread::sleep(Duration::from_secs(1));
+    r.link.cut();
+    thread::sleep(Duration::from_secs(8));
+    r.stop.store(true, Ordering::Relaxed);
+    let (a_ids, _) = r.a_driver.take().unwrap().join().unwrap();
+    std::mem::forget(r.a.clone());
+    r.primary.kill();
+    let b = r.promote_and_lease();
+    let b_ids: Vec<u64> = b.next_ids(100_000).unwrap().map(u64::from).collect();
+    let mut seen = HashSet::new();
+    record_unique(&mut seen, a_ids, "the old holder");
+    record_unique(&mut seen, b_ids, "the holder on the promoted replica");
+}
+
+/// A Redis that evicts keys under memory pressure (`allkeys-lru` with a
+/// `maxmemory`, as when it doubles as a cache) is refused at open, saying
+/// what to set; `noeviction` with the same limit is fine.
+#[test]
+fn evicting_redis_is_refused_at_open() {
+    let Some(redis) = RedisServer::start_with(
+        false,
+        &["--maxmemory", "5mb", "--maxmemory-policy", "allkeys-lru"],
+    ) else {
+        return;
+    };
+    seed_records(&redis, 0..=0);
+    let host = state_dir();
+    let err = leased(&host, LeaseConfig::new(redis.url()).shards(0..=0))
+        .open()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Lease(LeaseError::UnsafeStore { .. })),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("allkeys-lru") && text.contains("noeviction"),
+        "{text}"
+    );
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .exec(&mut redis.conn())
+        .unwrap();
+    leased(&host, LeaseConfig::new(redis.url()).shards(0..=0))
+        .open()
+        .unwrap();
+}
+
+/// A record whose mark is the layout's last second (one host with a clock
+/// in 2136) is skipped, naming its key, so the rest of the fleet goes on;
+/// `rediss://` is refused with what to do instead.
+#[test]
+fn a_shard_at_the_end_of_the_range_is_skipped_and_named() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 0..=1);
+    redis::cmd("HSET")
+        .arg("idutil:mark:0")
+        .arg("high_water")
+        .arg(Layout::DEFAULT.last_unix_second())
+        .exec(&mut redis.conn())
+        .unwrap();
+    let host = state_dir();
+    let g = leased(&host, LeaseConfig::new(redis.url()).shards(0..=1))
+        .open()
+        .unwrap();
+    assert_eq!(g.shard(), 1, "shard 0 is skipped");
+    drop(g);
+    let err = leased(&host, LeaseConfig::new(redis.url()).shards(0..=0))
+        .open()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("no free shard")
+            && text.contains("idutil:mark:0")
+            && text.contains("last second"),
+        "{text}"
+    );
+    let err = leased(&host, LeaseConfig::new("rediss://127.0.0.1:1/"))
+        .open()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("rediss://") && err.to_string().contains("tunnel"),
+        "{err}"
+    );
 }

@@ -48,6 +48,34 @@
 //!   cannot push a shard into the future (to 2136, say) for the whole
 //!   fleet.
 //!
+//! # The TTL trade-off
+//!
+//! A short TTL ([`LeaseConfig::ttl`], default 10 s) frees a crashed
+//! holder's shard sooner, but a store outage or network stall longer than
+//! three quarters of it stops issuing, and renewals are more frequent. A
+//! long TTL rides out longer stalls but keeps a dead holder's shard for
+//! longer. Size the shard range to the largest fleet plus the instances
+//! that may be dead but still leased.
+//!
+//! # When the store fails
+//!
+//! - Unreachable at open: opening fails with [`LeaseError::Store`]. While
+//!   running: IDs continue within the reservation already recorded; past
+//!   it, or past the fence, calls fail until the store answers again, and
+//!   the holder takes its lease back if nobody else leased the shard.
+//! - A connection cut (a restarted server, a terminated session): the next
+//!   call reconnects.
+//! - All shards leased: opening fails; dead holders' shards come free
+//!   within one TTL.
+//! - An empty or blank URL (`IDUTIL_LEASE_URL=" "`, `--lease ''`) is an
+//!   error (`Error::InvalidEnv`; exit status 2), never a lease silently
+//!   turned off.
+//! - One ID space is one layout: a shard recorded under another layout is
+//!   refused ([`LeaseError::LayoutMismatch`]); fleets that share a store
+//!   use different ID spaces ([`LeaseConfig::prefix`]). Shards given to
+//!   hosts by other means must be kept out of the leased range
+//!   ([`LeaseConfig::shards`]).
+//!
 //! # Adding an engine
 //!
 //! An engine is a folder here with a `connect` function that takes a free

@@ -20,12 +20,20 @@ pub struct RedisServer {
     pub port: u16,
     dir: tempfile::TempDir,
     persistent: bool,
+    /// More command-line settings (`--maxmemory 5mb`, `--replicaof ...`).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts a server, or returns `None` (after saying so loudly) when
     /// `redis-server` is not installed. Under `CI=true` its absence panics.
     pub fn start(persistent: bool) -> Option<RedisServer> {
+        RedisServer::start_with(persistent, &[])
+    }
+
+    /// [`RedisServer::start`] with more settings, e.g. `["--replicaof",
+    /// "127.0.0.1", "6379"]`.
+    pub fn start_with(persistent: bool, extra: &[&str]) -> Option<RedisServer> {
         let found = Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
@@ -56,6 +64,7 @@ impl RedisServer {
             port: 0,
             dir,
             persistent,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         // A port found free may be taken before the server binds it: retry.
         for _ in 0..5 {
@@ -89,6 +98,7 @@ impl RedisServer {
         } else {
             cmd.args(["--appendonly", "no"]);
         }
+        cmd.args(&self.extra);
         let mut child = cmd.spawn().expect("spawn redis-server");
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {

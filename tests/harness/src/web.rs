@@ -40,6 +40,7 @@ pub fn binary() -> &'static Path {
         let features: Vec<&str> = [
             (cfg!(feature = "serde"), "serde"),
             (cfg!(feature = "redis"), "redis"),
+            (cfg!(feature = "postgres-lease"), "postgres-lease"),
             (cfg!(feature = "sqlx"), "sqlx"),
             (cfg!(feature = "diesel"), "diesel"),
             (cfg!(feature = "schemars"), "schemars"),
@@ -105,7 +106,13 @@ impl WebApp {
     /// its database is `dir/state-web.sqlite3`), `IDUTIL_SHARD=shard` and
     /// `PORT=0`, and waits for its address line.
     pub fn start(dir: &Path, shard: u32) -> WebApp {
+        WebApp::start_with(dir, shard, &[])
+    }
+
+    /// [`WebApp::start`] with more arguments (`--lease URL`).
+    pub fn start_with(dir: &Path, shard: u32, args: &[&str]) -> WebApp {
         let mut child = Command::new(binary())
+            .args(args)
             .env("IDUTIL_STATE_DIR", WebApp::state_dir_in(dir))
             .env(
                 "IDUTIL_ID_SPACE",
