@@ -323,8 +323,15 @@ fn serves_records_on_a_shard_leased_from_postgres() {
         let r = app.post_json("/api/records", r#"{"text":"leased"}"#);
         assert_eq!(r.status, 201, "{r:?}");
         let id = id_of(&serde_json::from_str(&r.body).unwrap());
-        assert_eq!(id.shard(), 0, "the first free leased shard, not IDUTIL_SHARD");
-        assert!(last.is_none_or(|l| id > l), "run {run} resumes after the last");
+        assert_eq!(
+            id.shard(),
+            0,
+            "the first free leased shard, not IDUTIL_SHARD"
+        );
+        assert!(
+            last.is_none_or(|l| id > l),
+            "run {run} resumes after the last"
+        );
         let held = pg.psql("SELECT holder IS NOT NULL FROM idutil_lease WHERE shard = 0");
         assert_eq!(held, "t");
         let (status, stderr) = app.stop();

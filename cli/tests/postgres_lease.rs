@@ -294,7 +294,10 @@ fn forty_concurrent_and_forty_sequential_holders_with_kills_and_skewed_clocks() 
         }
         all.add(ids, &format!("concurrent child {i}"));
     }
+    // The concurrent holders, killed, hold their shards until their leases
+    // expire.
     drop(children);
+    thread::sleep(Duration::from_millis(3200));
 
     let marks_before = pg.psql("SELECT max(high_water) FROM idutil_lease");
     for i in 0..40 {
@@ -305,15 +308,15 @@ fn forty_concurrent_and_forty_sequential_holders_with_kills_and_skewed_clocks() 
             assert!(line.contains("ahead of the lease store's"), "{i}: {line}");
             continue;
         }
-        let line = if line.starts_with("failed no free shard") {
-            // Every one of the 4 shards is held by a killed holder whose
-            // lease has not expired yet.
-            thread::sleep(Duration::from_millis(1600));
+        // Every one of the 4 shards may be held by a killed holder whose
+        // lease has not expired yet: wait for one, as a restarting pod would.
+        let mut line = line;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while line.starts_with("failed no free shard") && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(200));
             c = lease_child(&url, 1500, (0, 3), Some(600), None);
-            c.next().expect("the child reports its lease")
-        } else {
-            line
-        };
+            line = c.next().expect("the child reports its lease");
+        }
         assert!(line.starts_with("leased "), "sequential child {i}: {line}");
         let kill = rng.range(0, 2) == 0;
         let limit = if kill {
@@ -804,9 +807,7 @@ fn layout_mismatch_is_refused_and_unusable_rows_are_skipped() {
         "{err}"
     );
     assert_eq!(
-        pg.psql(&format!(
-            "SELECT high_water FROM idutil_lease WHERE shard = 0"
-        )),
+        pg.psql("SELECT high_water FROM idutil_lease WHERE shard = 0"),
         Layout::DEFAULT.last_unix_second().to_string(),
         "the row is left as it is"
     );

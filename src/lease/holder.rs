@@ -273,6 +273,30 @@ impl Drop for Lease {
     }
 }
 
+/// Times `n` renewals of a lease taken for the purpose and given back
+/// after: what one renewal costs a holder (a round trip and a write on the
+/// store). For the crate's benchmarks; not part of the API.
+#[doc(hidden)]
+pub fn time_renewals(
+    config: &LeaseConfig,
+    layout: &Layout,
+    n: usize,
+) -> Result<Vec<std::time::Duration>> {
+    let lease = Lease::acquire(config, layout, None, &[], &crate::SystemClock)?;
+    let known = lease.shared.known_hw.load(Relaxed);
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = std::time::Instant::now();
+        lease
+            .engine
+            .renew(known, config.op_timeout())
+            .map_err(Trouble::into_error)?;
+        times.push(start.elapsed());
+    }
+    lease.finish(None, 0);
+    Ok(times)
+}
+
 /// The first sentence of an error, for the list of skipped shards.
 fn short(e: &LeaseError) -> String {
     let text = e.to_string();

@@ -79,8 +79,9 @@
 //! # Adding an engine
 //!
 //! An engine is a folder here with a `connect` function that takes a free
-//! shard and returns an [`Engine`] and its [`Grant`]; its feature turns on
-//! `lease` and its dependencies, and [`config::Kind`] names its schemes.
+//! shard and returns an `Engine` (the crate-private trait in this module)
+//! and its `Grant`; its feature turns on `lease` and its dependencies, and
+//! `config::Kind` names its URL schemes.
 
 mod config;
 mod error;
@@ -105,6 +106,8 @@ pub use config::{
     REDIS_URL_ENV,
 };
 pub use error::LeaseError;
+#[doc(hidden)]
+pub use holder::time_renewals;
 pub(crate) use holder::Lease;
 pub use inspect::{inspect, ShardLease};
 pub(crate) use record::Record;
