@@ -301,21 +301,21 @@ fn forty_concurrent_and_forty_sequential_holders_with_kills_and_skewed_clocks() 
 
     let marks_before = pg.psql("SELECT max(high_water) FROM idutil_lease");
     for i in 0..40 {
-        let skewed = faketime.as_ref().filter(|_| i % 8 == 7);
-        let mut c = lease_child(&url, 1500, (0, 3), Some(600), skewed.map(|f| (f, "+1h")));
-        let line = c.next().expect("the child reports its lease");
+        let skewed = faketime.as_ref().filter(|_| i % 8 == 7).map(|f| (f, "+1h"));
+        // Every one of the 4 shards may be held by a killed holder whose
+        // lease has not expired yet: wait for one, as a restarting pod would.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (mut c, line) = loop {
+            let mut c = lease_child(&url, 1500, (0, 3), Some(600), skewed);
+            let line = c.next().expect("the child reports its lease");
+            if !line.starts_with("failed no free shard") || Instant::now() > deadline {
+                break (c, line);
+            }
+            thread::sleep(Duration::from_millis(200));
+        };
         if skewed.is_some() {
             assert!(line.contains("ahead of the lease store's"), "{i}: {line}");
             continue;
-        }
-        // Every one of the 4 shards may be held by a killed holder whose
-        // lease has not expired yet: wait for one, as a restarting pod would.
-        let mut line = line;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while line.starts_with("failed no free shard") && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(200));
-            c = lease_child(&url, 1500, (0, 3), Some(600), None);
-            line = c.next().expect("the child reports its lease");
         }
         assert!(line.starts_with("leased "), "sequential child {i}: {line}");
         let kill = rng.range(0, 2) == 0;
