@@ -190,6 +190,16 @@ pub enum Error {
         /// What is wrong, and what to do about it.
         reason: String,
     },
+    /// The platform's default state directory (`$XDG_STATE_HOME/idutil` or
+    /// `~/.local/state/idutil`, used because `IDUTIL_STATE_DIR` is not set)
+    /// cannot be created or used: `source` says why. The message says to
+    /// set `IDUTIL_STATE_DIR`.
+    DefaultStateDir {
+        /// The default state directory.
+        path: PathBuf,
+        /// What went wrong there: [`Error::Io`] or [`Error::Untrusted`].
+        source: Box<Error>,
+    },
     /// The state directory or the shard's lock file was deleted or replaced
     /// while the generator held it. The generator stopped issuing for good
     /// and writes nothing more; every later call returns this error.
@@ -254,6 +264,7 @@ impl Error {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Error::Locked { dir, .. } => Some(dir),
+            Error::DefaultStateDir { source, .. } => source.path(),
             Error::Io { path, .. }
             | Error::BadState { path, .. }
             | Error::RecoveryRefused { path, .. }
@@ -387,6 +398,15 @@ impl fmt::Display for Error {
             Error::Untrusted { path, reason } => {
                 write!(f, "refusing to use {}: {reason}", path.display())
             }
+            Error::DefaultStateDir { path, source } => write!(
+                f,
+                "{source}. {} is the default state directory, used because {} is not set: \
+                 set {} to the absolute path of a directory this user can write (in a \
+                 container, one on a persistent volume)",
+                path.display(),
+                crate::state::STATE_DIR_ENV,
+                crate::state::STATE_DIR_ENV
+            ),
             Error::Fenced { shard, reason } => write!(
                 f,
                 "shard {shard}: {reason} while the generator held it; the generator stopped \
@@ -433,6 +453,8 @@ impl std::error::Error for Error {
         match self {
             Error::Id(e) => std::error::Error::source(e),
             Error::Hostname(e) | Error::Io { source: e, .. } => Some(e),
+            // Its message includes the inner error's; skip to that one's cause.
+            Error::DefaultStateDir { source, .. } => std::error::Error::source(&**source),
             #[cfg(feature = "redis")]
             Error::Lease(e) => std::error::Error::source(e),
             _ => None,

@@ -34,6 +34,8 @@ pub struct Builder<C: Clock = SystemClock> {
     time: C,
     window: u64,
     max_lead: Option<u64>,
+    /// A throw-away generator for tests: see [`Builder::ephemeral`].
+    ephemeral: bool,
     /// The state file's companions: with the feature `redis`, the lease.
     pub(crate) durable: durable::Settings,
 }
@@ -55,7 +57,36 @@ impl Builder<SystemClock> {
             time: SystemClock,
             window: DEFAULT_WINDOW,
             max_lead: None,
+            ephemeral: false,
             durable: durable::Settings::default(),
+        }
+    }
+
+    /// A builder for an **ephemeral** generator, for tests and doctests:
+    /// its state lives in a new temporary directory and its ID space is
+    /// this process's own, so any number of test processes (parallel
+    /// doctests, nextest's process per test) each open one at once, on any
+    /// shard, with no setup. Its shard is 0 unless [`Builder::shard`] says
+    /// otherwise; `IDUTIL_SHARD`, `IDUTIL_STATE_DIR`, `IDUTIL_ID_SPACE` and
+    /// the host name are not read.
+    ///
+    /// **Its IDs are unique within the process only.** Two processes'
+    /// ephemeral generators issue the same IDs, and nothing survives the
+    /// process: never let them reach a shared database.
+    /// [`IdUtil::init_ephemeral`](crate::IdUtil::init_ephemeral) makes the
+    /// process-wide generator one.
+    ///
+    /// ```
+    /// use idutil::Generator;
+    ///
+    /// let generator = Generator::builder_ephemeral().open()?;
+    /// assert_eq!(generator.next_id()?.shard(), 0);
+    /// # Ok::<(), idutil::Error>(())
+    /// ```
+    pub fn ephemeral() -> Self {
+        Builder {
+            ephemeral: true,
+            ..Builder::new()
         }
     }
 }
@@ -105,6 +136,7 @@ impl<C: Clock> Builder<C> {
             time: clock,
             window: self.window,
             max_lead: self.max_lead,
+            ephemeral: self.ephemeral,
             durable: self.durable,
         }
     }
@@ -122,7 +154,7 @@ impl<C: Clock> Builder<C> {
     /// Caps the lead: how far (in whole seconds) the generator's second may
     /// run ahead of the highest wall-clock second seen, by borrowing.
     /// [`Generator::next_id`] waits for the clock at the cap;
-    /// [`Generator::try_next_id`] returns [`Error::LeadCapReached`].
+    /// [`Generator::next_id_nowait`] returns [`Error::LeadCapReached`].
     ///
     /// The lead counts from the highest wall-clock second ever seen, so
     /// after the clock steps back (an NTP correction, a VM restore) a
@@ -152,7 +184,15 @@ impl<C: Clock> Builder<C> {
     /// lease, `Error::Lease` if no shard is free, Redis cannot be reached or
     /// the shard's record in Redis cannot be trusted, and
     /// [`Error::InvalidEnv`] if `IDUTIL_REDIS_URL` is set but blank.
-    pub fn open(self) -> Result<Generator<C>> {
+    pub fn open(mut self) -> Result<Generator<C>> {
+        let mut scratch = None;
+        if self.ephemeral {
+            let dir = state::scratch_dir()?;
+            self.state_dir = Some(dir.path().to_path_buf());
+            self.id_space = Some(format!("ephemeral-{}", std::process::id()));
+            self.shard = Some(self.shard.unwrap_or(0));
+            scratch = Some(dir);
+        }
         let (durable, shard, source) = durable::open(&durable::Request {
             settings: &self.durable,
             shard: self.shard,
@@ -161,7 +201,9 @@ impl<C: Clock> Builder<C> {
             layout: &self.layout,
             time: &self.time,
         })?;
-        Generator::start(self, durable, shard, source)
+        let mut generator = Generator::start(self, durable, shard, source)?;
+        generator.scratch = scratch;
+        Ok(generator)
     }
 }
 
@@ -184,6 +226,15 @@ impl<C: Clock> Generator<C> {
             });
         }
         let prev = durable.load()?;
+        if prev.is_none() && !b.ephemeral && source != ShardSource::Lease {
+            log::warn!(
+                "shard {shard} has no state file in {}, so it starts afresh at the clock: \
+                 if this shard issued IDs before from another state directory (a container \
+                 restarted without a persistent volume, another host with the same shard), \
+                 it may issue the same IDs again",
+                durable.dir().display()
+            );
+        }
         if let Some(prev) = &prev {
             state::check_layout(durable.path(), prev, &layout)?;
         }
@@ -282,6 +333,7 @@ impl<C: Clock> Generator<C> {
         Ok(Generator {
             inner,
             extender: Mutex::new(Some(extender)),
+            scratch: None,
         })
     }
 }

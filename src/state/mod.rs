@@ -61,6 +61,7 @@ mod format;
 mod inspect;
 mod paths;
 mod recover;
+mod scratch;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -69,6 +70,7 @@ pub(crate) use format::check_layout;
 pub use format::StateFile;
 pub use inspect::{inspect, StateReport};
 pub use paths::{state_dir, state_path, MAX_FILE_SIZE};
+pub(crate) use scratch::scratch_dir;
 pub use recover::{plan_recovery, recover, OldState, RecoverOptions, Recovery, Remedy};
 pub(crate) use store::Store;
 
