@@ -22,6 +22,11 @@ use crate::state::Remedy;
 /// let err = "12x".parse::<Id>().unwrap_err();
 /// assert!(matches!(err, IdError::Invalid { .. }));
 /// assert_eq!(err.to_string(), r#"invalid ID "12x": not a decimal integer"#);
+///
+/// // A long input is cut short in the error, so it can go back to a client.
+/// let err = "x".repeat(10_000).parse::<Id>().unwrap_err().to_string();
+/// assert!(err.len() < 100, "{err}");
+/// assert!(err.contains("... (10000 bytes)"));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -29,7 +34,10 @@ pub enum IdError {
     /// Text or a number that is not a valid ID (negative, above
     /// 2<sup>53</sup> − 1, not a decimal integer, or not fitting the layout).
     Invalid {
-        /// The input, as given.
+        /// The input, as given, or its first [`IdError::MAX_INPUT`]
+        /// characters followed by `...` and its length in bytes if it is
+        /// longer: an error that may reach a log or an HTTP response never
+        /// echoes a huge input back.
         input: String,
         /// Why it was rejected.
         reason: &'static str,
@@ -47,11 +55,19 @@ pub enum IdError {
 }
 
 impl IdError {
+    /// How many characters of a rejected input [`IdError::Invalid`] keeps:
+    /// 2<sup>53</sup> − 1 has 16 digits, so any longer text is not an ID,
+    /// and 32 show plenty of what it was.
+    pub const MAX_INPUT: usize = 32;
+
     pub(crate) fn invalid(input: impl Into<String>, reason: &'static str) -> IdError {
-        IdError::Invalid {
-            input: input.into(),
-            reason,
+        let mut input = input.into();
+        if let Some((cut, _)) = input.char_indices().nth(IdError::MAX_INPUT) {
+            let len = input.len();
+            input.truncate(cut);
+            input.push_str(&format!("... ({len} bytes)"));
         }
+        IdError::Invalid { input, reason }
     }
 }
 

@@ -90,7 +90,7 @@
 //!   `ToSql`, `FromSql`) on any backend, usable as a table's primary key.
 //! - `schemars`: `JsonSchema` for [`Id`], an integer of format `int64` from
 //!   0 to 9007199254740991, and `idutil::serde::string::json_schema` for
-//!   the string form (1 to 16 digits).
+//!   the string form (a pattern that admits exactly 0 to 9007199254740991).
 //! - `utoipa`: `ToSchema` for [`Id`] (named `Id`, the same integer), and
 //!   `idutil::serde::string::openapi_schema` for the string form.
 //!

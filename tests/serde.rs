@@ -10,7 +10,7 @@ use serde_test::{assert_de_tokens_error, assert_tokens, Configure, Token};
 const BOUNDARY: &str = "9007199254740991";
 
 fn id(v: u64) -> Id {
-    Id::new(v).unwrap()
+    Id::from_u64(v).unwrap()
 }
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
