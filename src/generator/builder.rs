@@ -63,8 +63,9 @@ impl Builder<SystemClock> {
     }
 
     /// A builder for an **ephemeral** generator, for tests and doctests:
-    /// its state lives in a new temporary directory and its ID space is
-    /// this process's own, so any number of test processes (parallel
+    /// its state lives in a temporary directory of this process's own
+    /// (shared by its ephemeral generators, so one reopened on a shard
+    /// continues after the last) and its ID space is this process's own, so any number of test processes (parallel
     /// doctests, nextest's process per test) each open one at once, on any
     /// shard, with no setup. Its shard is 0 unless [`Builder::shard`] says
     /// otherwise; `IDUTIL_SHARD`, `IDUTIL_STATE_DIR`, `IDUTIL_ID_SPACE` and
@@ -185,13 +186,11 @@ impl<C: Clock> Builder<C> {
     /// the shard's record in Redis cannot be trusted, and
     /// [`Error::InvalidEnv`] if `IDUTIL_REDIS_URL` is set but blank.
     pub fn open(mut self) -> Result<Generator<C>> {
-        let mut scratch = None;
-        if self.ephemeral {
-            let dir = state::scratch_dir()?;
-            self.state_dir = Some(dir.path().to_path_buf());
+        let ephemeral = self.ephemeral;
+        if ephemeral {
+            self.state_dir = Some(state::scratch_dir()?);
             self.id_space = Some(format!("ephemeral-{}", std::process::id()));
             self.shard = Some(self.shard.unwrap_or(0));
-            scratch = Some(dir);
         }
         let (durable, shard, source) = durable::open(&durable::Request {
             settings: &self.durable,
@@ -202,7 +201,7 @@ impl<C: Clock> Builder<C> {
             time: &self.time,
         })?;
         let mut generator = Generator::start(self, durable, shard, source)?;
-        generator.scratch = scratch;
+        generator.ephemeral = ephemeral;
         Ok(generator)
     }
 }
@@ -333,7 +332,7 @@ impl<C: Clock> Generator<C> {
         Ok(Generator {
             inner,
             extender: Mutex::new(Some(extender)),
-            scratch: None,
+            ephemeral: false,
         })
     }
 }

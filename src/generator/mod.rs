@@ -93,9 +93,8 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 pub struct Generator<C: Clock = SystemClock> {
     inner: Arc<Inner<C>>,
     extender: Mutex<Option<JoinHandle<Result<()>>>>,
-    /// An ephemeral generator's state directory, removed after the
-    /// generator closes (fields drop after `Drop::drop`).
-    scratch: Option<tempfile::TempDir>,
+    /// Whether it is ephemeral ([`Builder::ephemeral`]).
+    ephemeral: bool,
 }
 
 impl Generator<SystemClock> {
@@ -236,7 +235,7 @@ impl<C: Clock> Generator<C> {
     /// Whether this is an ephemeral generator ([`Builder::ephemeral`]),
     /// whose IDs are unique within its process only.
     pub fn is_ephemeral(&self) -> bool {
-        self.scratch.is_some()
+        self.ephemeral
     }
 
     /// The highest second (Unix seconds) durably reserved: no ID is issued

@@ -4,7 +4,8 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use tempfile::TempDir;
 
@@ -13,17 +14,27 @@ use crate::error::{Error, Result};
 /// What every scratch directory's name starts with, before the pid.
 const PREFIX: &str = "idutil-ephemeral-";
 
-/// A new private directory in the system's temporary directory, named for
-/// this process. Directories left by processes that are gone (a test
-/// process ends without dropping the process-wide generator) are removed
-/// first, so repeated test runs do not pile them up.
-pub(crate) fn scratch_dir() -> Result<TempDir> {
+/// This process's private directory in the system's temporary directory,
+/// made on first use and kept for the life of the process: every ephemeral
+/// generator of the process keeps its state there, so one opened after
+/// another on the same shard continues after it. Directories left by
+/// processes that are gone are removed when it is made, so repeated test
+/// runs do not pile them up.
+pub(crate) fn scratch_dir() -> Result<PathBuf> {
+    static DIR: Mutex<Option<TempDir>> = Mutex::new(None);
+    let mut dir = crate::sync::lock(&DIR);
+    if let Some(dir) = &*dir {
+        return Ok(dir.path().to_path_buf());
+    }
     let tmp = std::env::temp_dir();
     sweep(&tmp);
-    tempfile::Builder::new()
+    let made = tempfile::Builder::new()
         .prefix(&format!("{PREFIX}{}-", std::process::id()))
         .tempdir_in(&tmp)
-        .map_err(|e| Error::io("create a scratch state directory in", &tmp, e))
+        .map_err(|e| Error::io("create a scratch state directory in", &tmp, e))?;
+    let path = made.path().to_path_buf();
+    *dir = Some(made);
+    Ok(path)
 }
 
 /// Removes this user's scratch directories in `tmp` whose process no
