@@ -11,10 +11,10 @@ mod sqlx_support;
 #[cfg(feature = "utoipa")]
 pub(crate) mod utoipa_support;
 
-#[cfg(feature = "rusqlite")]
-mod rusqlite_support;
 #[cfg(feature = "postgres-types")]
 mod postgres_support;
+#[cfg(feature = "rusqlite")]
+mod rusqlite_support;
 #[cfg(any(feature = "jiff", feature = "chrono", feature = "time"))]
 mod time_support;
 
@@ -40,7 +40,10 @@ mod tests {
 
     /// The pattern of canonical decimals up to `max`, built digit by digit.
     fn pattern_up_to(max: &str) -> String {
-        let mut alternatives = vec!["0".to_string(), format!("[1-9][0-9]{{0,{}}}", max.len() - 2)];
+        let mut alternatives = vec![
+            "0".to_string(),
+            format!("[1-9][0-9]{{0,{}}}", max.len() - 2),
+        ];
         for (i, c) in max.bytes().enumerate() {
             let low = u8::from(i == 0);
             let last = i == max.len() - 1;
@@ -75,12 +78,32 @@ mod tests {
 
     #[test]
     fn the_pattern_accepts_exactly_what_parses() {
-        for s in ["0", "1", "9", "10", "1452736581206048", "9007199254740991", "8999999999999999"] {
+        for s in [
+            "0",
+            "1",
+            "9",
+            "10",
+            "1452736581206048",
+            "9007199254740991",
+            "8999999999999999",
+        ] {
             assert!(matches(s) && s.parse::<Id>().is_ok(), "{s}");
         }
         for s in [
-            "", "01", "00", "+1", "-1", " 1", "1 ", "9007199254740992", "9007199254741000",
-            "9100000000000000", "10000000000000000", "99999999999999999", "1e3", "0x1",
+            "",
+            "01",
+            "00",
+            "+1",
+            "-1",
+            " 1",
+            "1 ",
+            "9007199254740992",
+            "9007199254741000",
+            "9100000000000000",
+            "10000000000000000",
+            "99999999999999999",
+            "1e3",
+            "0x1",
         ] {
             assert!(!matches(s), "{s:?} matched");
             assert!(s.parse::<Id>().is_err(), "{s:?} parsed");

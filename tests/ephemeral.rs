@@ -18,7 +18,12 @@ const PROCESSES: usize = 6;
 /// Starts `PROCESSES` children of `entry` and waits until each is ready
 /// (it then holds its generator until its stdin closes); returns the
 /// children with what each printed before its ready mark.
-type Held = (Child, Vec<u64>, String, std::io::BufReader<std::process::ChildStdout>);
+type Held = (
+    Child,
+    Vec<u64>,
+    String,
+    std::io::BufReader<std::process::ChildStdout>,
+);
 
 fn all_at_once(entry: &str, envs: &[(&str, String)]) -> Vec<Held> {
     let mut children: Vec<Child> = (0..PROCESSES)
@@ -91,14 +96,19 @@ fn the_same_processes_without_it_refuse_each_other() {
         .iter()
         .filter(|(_, _, text, _)| text.contains(harness::READY_MARK))
         .count();
-    assert_eq!(ready, 1, "one process holds shard 9, the others are refused");
+    assert_eq!(
+        ready, 1,
+        "one process holds shard 9, the others are refused"
+    );
     let refused: Vec<&String> = children
         .iter()
         .map(|(_, _, text, _)| text)
         .filter(|text| text.contains("@refused"))
         .collect();
     assert_eq!(refused.len(), PROCESSES - 1);
-    assert!(refused.iter().all(|t| t.contains("in use by another generator")));
+    assert!(refused
+        .iter()
+        .all(|t| t.contains("in use by another generator")));
     release_all_ok(children);
 }
 

@@ -95,7 +95,9 @@ fn a_stored_value_that_is_not_an_id_is_refused() {
             .query_one(&format!("SELECT {value}::BIGINT"), &[])
             .unwrap();
         let e = row.try_get::<_, Id>(0).unwrap_err();
-        let e = std::error::Error::source(&e).expect("the ID's error").to_string();
+        let e = std::error::Error::source(&e)
+            .expect("the ID's error")
+            .to_string();
         assert!(e.contains(value.trim_start_matches('-')), "{value}: {e}");
         // The `i64` reads, so the refusal is the ID's range, not the type.
         assert!(row.try_get::<_, i64>(0).is_ok());

@@ -107,7 +107,9 @@ pub(crate) fn decode_lines(
     let finish_word = |word: &mut Vec<u8>, too_long: &mut bool, line: u64| {
         let bad = |reason: String| CommandError::Input(format!("line {line}: {reason}"));
         if std::mem::take(too_long) {
-            return Err(bad(format!("a word longer than {MAX_WORD} bytes, not an ID")));
+            return Err(bad(format!(
+                "a word longer than {MAX_WORD} bytes, not an ID"
+            )));
         }
         if word.is_empty() {
             return Ok(None);

@@ -249,7 +249,11 @@ fn the_state_dir_itself_may_be_group_writable_only_by_the_process_s_group() {
     std::os::unix::fs::chown(&state, None, Some(20002)).unwrap();
     fs::set_permissions(&state, fs::Permissions::from_mode(0o770)).unwrap();
     let r = next().expect_code(1, "a state dir writable by another group");
-    assert!(r.stderr.contains("writable by group or others"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("writable by group or others"),
+        "{}",
+        r.stderr
+    );
     // Back to the pod's group: fine. The state file's group too.
     std::os::unix::fs::chown(&state, None, Some(FS_GROUP)).unwrap();
     next().expect_code(0, "the pod's own group");
@@ -301,12 +305,19 @@ fn a_random_uid_with_home_slash_is_told_about_idutil_state_dir() {
     .expect_code(0, "IDUTIL_STATE_DIR on the volume");
     assert_eq!(ids_of(&r).len(), 2);
     // A directory named explicitly is not the default: no such advice.
-    let r = harness::run(
-        node.pod(uid, 0, &[])
-            .args(["--shard", "6", "--state-dir", "/.idutil", "next"]),
-    )
+    let r = harness::run(node.pod(uid, 0, &[]).args([
+        "--shard",
+        "6",
+        "--state-dir",
+        "/.idutil",
+        "next",
+    ]))
     .expect_code(1, "an explicit directory it cannot create");
-    assert!(!r.stderr.contains("default state directory"), "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("default state directory"),
+        "{}",
+        r.stderr
+    );
 }
 
 /// The README's StatefulSet recipe: the volume claim mounted at `/data`,
@@ -368,7 +379,9 @@ fn the_stateful_set_recipe() {
         let r = pod(ordinal as u32, claim, false);
         assert!(r.stderr.contains(FRESH), "{}", r.stderr);
         let ids = ids_of(&r);
-        assert!(ids.iter().all(|&id| harness::parts(id).shard == ordinal as u32));
+        assert!(ids
+            .iter()
+            .all(|&id| harness::parts(id).shard == ordinal as u32));
         ledgers[ordinal].record_after_all(&ids);
     }
     // The pods restart (kubelet prepares each claim again), with the shard
@@ -378,7 +391,9 @@ fn the_stateful_set_recipe() {
         let r = pod(ordinal as u32, claim, true);
         assert_eq!(r.stderr, "", "web-{ordinal} has its history");
         let ids = ids_of(&r);
-        assert!(ids.iter().all(|&id| harness::parts(id).shard == ordinal as u32));
+        assert!(ids
+            .iter()
+            .all(|&id| harness::parts(id).shard == ordinal as u32));
         ledgers[ordinal].record_after_all(&ids);
     }
     for ledger in &ledgers {

@@ -41,7 +41,8 @@ impl From<Id> for jiff::Timestamp {
 impl From<Id> for chrono::DateTime<chrono::Utc> {
     fn from(id: Id) -> chrono::DateTime<chrono::Utc> {
         let seconds = i64::try_from(id.unix_seconds()).expect("an ID's second fits an i64");
-        chrono::DateTime::from_timestamp(seconds, 0).expect("every ID's second is a chrono DateTime")
+        chrono::DateTime::from_timestamp(seconds, 0)
+            .expect("every ID's second is a chrono DateTime")
     }
 }
 

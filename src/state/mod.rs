@@ -70,8 +70,8 @@ pub(crate) use format::check_layout;
 pub use format::StateFile;
 pub use inspect::{inspect, StateReport};
 pub use paths::{state_dir, state_path, MAX_FILE_SIZE};
-pub(crate) use scratch::scratch_dir;
 pub use recover::{plan_recovery, recover, OldState, RecoverOptions, Recovery, Remedy};
+pub(crate) use scratch::scratch_dir;
 pub(crate) use store::Store;
 
 /// Environment variable that sets the state directory.

@@ -100,7 +100,9 @@ mod tests {
         let dead = child.id();
         child.wait().unwrap();
         let gone = tmp.path().join(format!("{PREFIX}{dead}-x1"));
-        let live = tmp.path().join(format!("{PREFIX}{}-x2", std::process::id()));
+        let live = tmp
+            .path()
+            .join(format!("{PREFIX}{}-x2", std::process::id()));
         let unrelated = tmp.path().join(format!("other-{dead}-x3"));
         for d in [&gone, &live, &unrelated] {
             fs::create_dir(d).unwrap();
