@@ -361,6 +361,31 @@ mod tests {
     }
 
     #[test]
+    fn a_long_input_is_cut_short_in_the_error_on_a_character_boundary() {
+        for long in [
+            "7".repeat(10_000),
+            "é".repeat(5_000),
+            format!("1{}", "\u{1F600}".repeat(40)),
+        ] {
+            let e = long.parse::<Id>().unwrap_err();
+            let IdError::Invalid { input, .. } = &e else {
+                panic!("{e:?}")
+            };
+            let kept = input.split("...").next().unwrap();
+            assert_eq!(kept.chars().count(), IdError::MAX_INPUT, "{input}");
+            assert!(long.starts_with(kept));
+            assert!(
+                input.ends_with(&format!("... ({} bytes)", long.len())),
+                "{input}"
+            );
+            assert!(e.to_string().len() < 250, "{e}");
+        }
+        // Short inputs are kept whole.
+        let e = "x".repeat(IdError::MAX_INPUT).parse::<Id>().unwrap_err();
+        assert!(!e.to_string().contains("..."), "{e}");
+    }
+
+    #[test]
     fn messages_say_why() {
         let e = "-3".parse::<Id>().unwrap_err().to_string();
         assert!(e.contains("negative"), "{e}");

@@ -119,7 +119,8 @@
 //!   `idutil::serde::string::openapi_schema` for the string form. For
 //!   utoipa 6 (`utoipa = "6"`): a `ToSchema` of utoipa 5 is another trait,
 //!   which `Id` does not implement.
-//! - `rusqlite`: `ToSql`/`FromSql` for [`Id`] in rusqlite (0.32 to 0.37),
+//! - `rusqlite`: `ToSql`/`FromSql` for [`Id`] in rusqlite (any of 0.32 to
+//!   0.37, whichever the application uses; the tests run 0.32),
 //!   an `INTEGER`; reading a value that is not an ID is an error.
 //! - `postgres-types`: `ToSql`/`FromSql` for [`Id`] as an `INT8`
 //!   (`BIGINT`), for tokio-postgres and postgres; reading a value that is
