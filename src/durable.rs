@@ -43,6 +43,8 @@ pub(crate) struct Request<'a> {
     /// A shard leased without a record starts at this clock's second.
     #[cfg_attr(not(feature = "lease"), allow(dead_code))]
     pub(crate) time: &'a dyn Clock,
+    /// An ephemeral generator (tests): no lease from the environment.
+    pub(crate) ephemeral: bool,
 }
 
 /// The shard's durable state, owned by the generator's reservation thread:
@@ -68,6 +70,7 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
     {
         let config = match &req.settings.lease {
             Some(config) => Some(config.clone()),
+            None if req.ephemeral => None,
             None => LeaseConfig::from_env()?,
         };
         if let Some(config) = config {
@@ -77,6 +80,9 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
     // A lease that was asked for is never silently turned off.
     #[cfg(not(feature = "lease"))]
     for var in ["IDUTIL_LEASE_URL", "IDUTIL_REDIS_URL"] {
+        if req.ephemeral {
+            break;
+        }
         if let Some(url) = std::env::var_os(var) {
             return Err(Error::InvalidEnv {
                 var,

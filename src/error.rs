@@ -22,6 +22,11 @@ use crate::state::Remedy;
 /// let err = "12x".parse::<Id>().unwrap_err();
 /// assert!(matches!(err, IdError::Invalid { .. }));
 /// assert_eq!(err.to_string(), r#"invalid ID "12x": not a decimal integer"#);
+///
+/// // A long input is cut short in the error, so it can go back to a client.
+/// let err = "x".repeat(10_000).parse::<Id>().unwrap_err().to_string();
+/// assert!(err.len() < 100, "{err}");
+/// assert!(err.contains("... (10000 bytes)"));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -29,7 +34,10 @@ pub enum IdError {
     /// Text or a number that is not a valid ID (negative, above
     /// 2<sup>53</sup> − 1, not a decimal integer, or not fitting the layout).
     Invalid {
-        /// The input, as given.
+        /// The input, as given, or its first [`IdError::MAX_INPUT`]
+        /// characters followed by `...` and its length in bytes if it is
+        /// longer: an error that may reach a log or an HTTP response never
+        /// echoes a huge input back.
         input: String,
         /// Why it was rejected.
         reason: &'static str,
@@ -47,11 +55,19 @@ pub enum IdError {
 }
 
 impl IdError {
+    /// How many characters of a rejected input [`IdError::Invalid`] keeps:
+    /// 2<sup>53</sup> − 1 has 16 digits, so any longer text is not an ID,
+    /// and 32 show plenty of what it was.
+    pub const MAX_INPUT: usize = 32;
+
     pub(crate) fn invalid(input: impl Into<String>, reason: &'static str) -> IdError {
-        IdError::Invalid {
-            input: input.into(),
-            reason,
+        let mut input = input.into();
+        if let Some((cut, _)) = input.char_indices().nth(IdError::MAX_INPUT) {
+            let len = input.len();
+            input.truncate(cut);
+            input.push_str(&format!("... ({len} bytes)"));
         }
+        IdError::Invalid { input, reason }
     }
 }
 
@@ -190,6 +206,16 @@ pub enum Error {
         /// What is wrong, and what to do about it.
         reason: String,
     },
+    /// The platform's default state directory (`$XDG_STATE_HOME/idutil` or
+    /// `~/.local/state/idutil`, used because `IDUTIL_STATE_DIR` is not set)
+    /// cannot be created or used: `source` says why. The message says to
+    /// set `IDUTIL_STATE_DIR`.
+    DefaultStateDir {
+        /// The default state directory.
+        path: PathBuf,
+        /// What went wrong there: [`Error::Io`] or [`Error::Untrusted`].
+        source: Box<Error>,
+    },
     /// The state directory or the shard's lock file was deleted or replaced
     /// while the generator held it. The generator stopped issuing for good
     /// and writes nothing more; every later call returns this error.
@@ -255,6 +281,7 @@ impl Error {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Error::Locked { dir, .. } => Some(dir),
+            Error::DefaultStateDir { source, .. } => source.path(),
             Error::Io { path, .. }
             | Error::BadState { path, .. }
             | Error::RecoveryRefused { path, .. }
@@ -388,6 +415,15 @@ impl fmt::Display for Error {
             Error::Untrusted { path, reason } => {
                 write!(f, "refusing to use {}: {reason}", path.display())
             }
+            Error::DefaultStateDir { path, source } => write!(
+                f,
+                "{source}. {} is the default state directory, used because {} is not set: \
+                 set {} to the absolute path of a directory this user can write (in a \
+                 container, one on a persistent volume)",
+                path.display(),
+                crate::state::STATE_DIR_ENV,
+                crate::state::STATE_DIR_ENV
+            ),
             Error::Fenced { shard, reason } => write!(
                 f,
                 "shard {shard}: {reason} while the generator held it; the generator stopped \
@@ -434,6 +470,8 @@ impl std::error::Error for Error {
         match self {
             Error::Id(e) => std::error::Error::source(e),
             Error::Hostname(e) | Error::Io { source: e, .. } => Some(e),
+            // Its message includes the inner error's; skip to that one's cause.
+            Error::DefaultStateDir { source, .. } => std::error::Error::source(&**source),
             #[cfg(feature = "lease")]
             Error::Lease(e) => std::error::Error::source(e),
             _ => None,

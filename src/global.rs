@@ -1,29 +1,70 @@
 //! The process-wide generator behind `IdUtil::next_id()`.
 
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::generator::{Builder, Generator, IdBatch};
+use crate::id::Id;
 
 static GLOBAL: OnceLock<Generator> = OnceLock::new();
 static INIT: Mutex<()> = Mutex::new(());
+/// Set by [`IdUtil::shutdown`]: the process-wide generator is gone for good.
+static SHUT_DOWN: AtomicBool = AtomicBool::new(false);
 
 /// The one-line API: IDs from a process-wide [`Generator`], created on first
 /// use from the environment (`IDUTIL_SHARD` or the host name,
 /// `IDUTIL_STATE_DIR` or the platform's state directory).
 ///
 /// ```
-/// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
-/// # std::env::set_var("IDUTIL_STATE_DIR", dir.path());
-/// # std::env::set_var("IDUTIL_ID_SPACE", "doc-global"); // its own, beside other tests
-/// # std::env::set_var("IDUTIL_SHARD", "1");
-/// use idutil::IdUtil;
+/// # idutil::IdUtil::init_ephemeral()?; // a doctest: see "In tests" below
+/// use idutil::{Id, IdUtil};
 ///
 /// IdUtil::init()?; // optional: fail at start-up, not at the first ID
-/// let id = IdUtil::next_id();
-/// assert!(IdUtil::try_next_id()? > id);
+/// let id: i64 = IdUtil::next_id(); // for a BIGINT column
+/// let typed: Id = IdUtil::next(); // the same, typed
+/// assert!(i64::from(typed) > id);
+/// assert!(IdUtil::try_next_id()? > id); // an error instead of a panic
 /// # Ok::<(), idutil::Error>(())
 /// ```
+///
+/// # Names
+///
+/// `next_id` returns the `i64` a database column takes and `next` the
+/// typed [`Id`]; each panics if no ID can be issued, and its `try_`
+/// twin returns the error instead. (On a [`Generator`] every call returns
+/// a `Result`; there `_nowait` marks the calls that return an error
+/// instead of waiting at a lead cap.)
+///
+/// # In tests
+///
+/// Tests and doctests run in many processes at once (each doctest is a
+/// process; nextest runs each test in its own), and on one host only one
+/// generator may hold a shard. So an application's tests and doctests
+/// that reach `IdUtil` call [`IdUtil::init_ephemeral`] first: each process
+/// then gets a generator of its own, in a temporary directory and an ID
+/// space of its own, and they all run at once without any setup. Its IDs
+/// are unique within the process only, which is all a test needs. The
+/// examples of this crate's docs do just that, in hidden lines.
+///
+/// ```
+/// // In a test or at the top of a doctest (hidden with `# `):
+/// idutil::IdUtil::init_ephemeral()?;
+///
+/// // ... then the code under test, which calls IdUtil as in production.
+/// let a = idutil::IdUtil::next_id();
+/// assert!(idutil::IdUtil::next_id() > a);
+/// # Ok::<(), idutil::Error>(())
+/// ```
+///
+/// # Warnings
+///
+/// Warnings (a host name without a number, so shard 0; a shard that starts
+/// with no state file; a clock rollback) go to the [`log`](https://docs.rs/log)
+/// facade, like every message of this crate. An application that installs
+/// no logger does not see them: check [`Generator::shard_source`] after
+/// [`IdUtil::init`] to learn where the shard came from, or install a logger
+/// (`env_logger`, `tracing`'s log bridge) before the first ID.
 #[derive(Debug)]
 pub struct IdUtil;
 
@@ -56,6 +97,31 @@ impl IdUtil {
         IdUtil::generator()?.next_id().map(i64::from)
     }
 
+    /// The next ID, typed: [`IdUtil::next_id`] as an [`Id`].
+    ///
+    /// # Panics
+    ///
+    /// As [`IdUtil::next_id`]; [`IdUtil::try_next`] returns the error
+    /// instead.
+    #[inline]
+    #[allow(clippy::should_implement_trait)] // `IdUtil` is never a value
+    pub fn next() -> Id {
+        match IdUtil::try_next() {
+            Ok(id) => id,
+            Err(e) => panic!("idutil: cannot issue an ID: {e}"),
+        }
+    }
+
+    /// The next ID, typed, or why there is none.
+    ///
+    /// # Errors
+    ///
+    /// As [`IdUtil::try_next_id`].
+    #[inline]
+    pub fn try_next() -> Result<Id> {
+        IdUtil::generator()?.next_id()
+    }
+
     /// `n` consecutive IDs at once (see [`Generator::next_ids`]).
     ///
     /// # Errors
@@ -70,9 +136,29 @@ impl IdUtil {
     ///
     /// # Errors
     ///
-    /// Those of [`Builder::open`].
+    /// Those of [`Builder::open`]; [`Error::Closed`] after
+    /// [`IdUtil::shutdown`].
     pub fn init() -> Result<&'static Generator> {
         IdUtil::init_inner(None)
+    }
+
+    /// Makes the process-wide generator an ephemeral one
+    /// ([`Builder::ephemeral`]), for tests and doctests: see *In tests*
+    /// above. Calling it again is harmless.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::AlreadyInitialized`] if the process-wide generator exists
+    /// and is not ephemeral; otherwise those of [`Builder::open`] and
+    /// [`IdUtil::init`].
+    pub fn init_ephemeral() -> Result<&'static Generator> {
+        match IdUtil::init_inner(Some(Builder::ephemeral())) {
+            Err(Error::AlreadyInitialized) => match GLOBAL.get() {
+                Some(g) if g.is_ephemeral() => Ok(g),
+                _ => Err(Error::AlreadyInitialized),
+            },
+            other => other,
+        }
     }
 
     /// Creates the process-wide generator from `builder`.
@@ -102,12 +188,15 @@ impl IdUtil {
     /// Closes the process-wide generator cleanly (see
     /// [`Generator::close`]): call it at the end of `main` so a restart
     /// continues right after the last ID instead of after the reserved
-    /// window. IDs requested afterwards fail with [`Error::Closed`].
+    /// window. IDs requested afterwards fail with [`Error::Closed`], and so
+    /// does [`IdUtil::init`]: the process-wide generator does not reopen.
     ///
     /// # Errors
     ///
     /// Those of [`Generator::close`].
     pub fn shutdown() -> Result<()> {
+        let _guard = crate::sync::lock(&INIT);
+        SHUT_DOWN.store(true, SeqCst);
         match GLOBAL.get() {
             Some(g) => g.close(),
             None => Ok(()),
@@ -116,6 +205,9 @@ impl IdUtil {
 
     fn init_inner(builder: Option<Builder>) -> Result<&'static Generator> {
         let _guard = crate::sync::lock(&INIT);
+        if SHUT_DOWN.load(SeqCst) {
+            return Err(Error::Closed);
+        }
         if let Some(g) = GLOBAL.get() {
             return match builder {
                 Some(_) => Err(Error::AlreadyInitialized),

@@ -52,8 +52,10 @@ impl Id {
     /// `Number.MAX_SAFE_INTEGER`.
     pub const MAX: Id = Id((1 << 53) - 1);
 
-    /// The ID with this value, or `None` above [`Id::MAX`].
-    pub const fn new(value: u64) -> Option<Id> {
+    /// The ID with this value, or `None` above [`Id::MAX`]. (New IDs come
+    /// from [`IdUtil::next`](crate::IdUtil::next) or a
+    /// [`Generator`](crate::Generator); this only wraps a value.)
+    pub const fn from_u64(value: u64) -> Option<Id> {
         if value <= Id::MAX.0 as u64 {
             Some(Id(value as i64))
         } else {
@@ -187,7 +189,13 @@ impl fmt::Display for Id {
     }
 }
 
-/// Parses a plain decimal integer: digits only, no sign, no spaces.
+/// Parses the canonical decimal form, the one [`Display`](fmt::Display)
+/// writes: digits only, no sign, no spaces, and no leading zero (`"0"`
+/// itself is fine). So each ID has exactly one text, and a string that
+/// parses can be compared, hashed or used as a cache key as it is:
+/// `"007"` is not read as 7. The string schemas
+/// (`idutil::serde::string::PATTERN`, feature
+/// `serde`) admit exactly what this accepts.
 impl FromStr for Id {
     type Err = IdError;
 
@@ -200,6 +208,12 @@ impl FromStr for Id {
         }
         if !s.bytes().all(|b| b.is_ascii_digit()) {
             return Err(IdError::invalid(s, "not a decimal integer"));
+        }
+        if s.len() > 1 && s.starts_with('0') {
+            return Err(IdError::invalid(
+                s,
+                "a leading zero; write an ID without one, as it prints",
+            ));
         }
         match s.parse::<u64>() {
             Ok(v) => Id::try_from(v).map_err(|_| IdError::invalid(s, ABOVE_MAX)),
@@ -220,7 +234,7 @@ pub(crate) const ABOVE_MAX: &str = "above 2^53 - 1 (9007199254740991)";
 impl TryFrom<u64> for Id {
     type Error = IdError;
     fn try_from(v: u64) -> Result<Id, IdError> {
-        Id::new(v).ok_or_else(|| IdError::invalid(v.to_string(), ABOVE_MAX))
+        Id::from_u64(v).ok_or_else(|| IdError::invalid(v.to_string(), ABOVE_MAX))
     }
 }
 
@@ -286,7 +300,11 @@ mod tests {
         }
         assert!(Id::try_from(-5i64).is_err());
         assert!(Id::try_from(1u64 << 53).is_err());
-        assert_eq!("007".parse::<Id>().unwrap().as_u64(), 7);
+        for zeros in ["007", "00", "01452736581206048"] {
+            let e = zeros.parse::<Id>().unwrap_err().to_string();
+            assert!(e.contains("leading zero"), "{e}");
+        }
+        assert_eq!("0".parse::<Id>().unwrap(), Id::MIN);
         assert_eq!(
             "9007199254740991".parse::<Id>().unwrap(),
             Id::MAX,
@@ -340,6 +358,31 @@ mod tests {
                 Id::min_at(t + Duration::from_secs(1)).unwrap().as_u64()
             );
         }
+    }
+
+    #[test]
+    fn a_long_input_is_cut_short_in_the_error_on_a_character_boundary() {
+        for long in [
+            "7".repeat(10_000),
+            "é".repeat(5_000),
+            format!("1{}", "\u{1F600}".repeat(40)),
+        ] {
+            let e = long.parse::<Id>().unwrap_err();
+            let IdError::Invalid { input, .. } = &e else {
+                panic!("{e:?}")
+            };
+            let kept = input.split("...").next().unwrap();
+            assert_eq!(kept.chars().count(), IdError::MAX_INPUT, "{input}");
+            assert!(long.starts_with(kept));
+            assert!(
+                input.ends_with(&format!("... ({} bytes)", long.len())),
+                "{input}"
+            );
+            assert!(e.to_string().len() < 250, "{e}");
+        }
+        // Short inputs are kept whole.
+        let e = "x".repeat(IdError::MAX_INPUT).parse::<Id>().unwrap_err();
+        assert!(!e.to_string().contains("..."), "{e}");
     }
 
     #[test]

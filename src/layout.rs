@@ -597,6 +597,6 @@ mod tests {
     #[test]
     fn narrow_layout_rejects_wide_ids() {
         let l = Layout::new(20, 0, 10, 2, 0).unwrap();
-        assert!(l.decode(Id::new(1 << 40).unwrap()).is_err());
+        assert!(l.decode(Id::from_u64(1 << 40).unwrap()).is_err());
     }
 }

@@ -3,15 +3,14 @@
 //! threads, processes, restarts, crashes or wall-clock rollbacks.
 //!
 //! ```
-//! # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
-//! # std::env::set_var("IDUTIL_STATE_DIR", dir.path());
-//! # std::env::set_var("IDUTIL_SHARD", "7");
-//! # std::env::set_var("IDUTIL_ID_SPACE", "doc-crate"); // its own, beside other tests
-//! use idutil::IdUtil;
+//! # idutil::IdUtil::init_ephemeral()?; // a doctest: see "In tests" below
+//! use idutil::{Id, IdUtil};
 //!
 //! let id: i64 = IdUtil::next_id();
 //! assert!(id > 0 && id <= 9_007_199_254_740_991); // JavaScript's Number.MAX_SAFE_INTEGER
 //! assert!(IdUtil::next_id() > id);
+//! let typed: Id = IdUtil::next(); // the same, as the `Id` type
+//! assert!(typed.as_i64() > id);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -59,6 +58,31 @@
 //! inspects IDs from a shell:
 //! `idutil next -n 5`, `idutil decode 1452736581206048`, `idutil state`.
 //!
+//! # In tests
+//!
+//! An application's tests and doctests run in many processes at once
+//! (rustdoc runs each doctest as a process, nextest each test), while on a
+//! host only one generator holds a shard. So tests that reach `IdUtil`
+//! call [`IdUtil::init_ephemeral`] first (in a doctest, as a hidden `# `
+//! line, as this crate's own examples do): each process then has an
+//! ephemeral generator of its own, in a temporary directory and an ID
+//! space of its own, with no setup. Its IDs are unique within the process
+//! only; nothing it issues may reach a shared database.
+//!
+//! ```
+//! # fn main() -> Result<(), idutil::Error> {
+//! // In a test, or hidden at the top of a doctest:
+//! idutil::IdUtil::init_ephemeral()?;
+//! let first = idutil::IdUtil::next_id(); // the code under test, unchanged
+//! assert!(idutil::IdUtil::next_id() > first);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Tests that need several generators, or a clock they drive, build
+//! their own ([`Builder::ephemeral`], or [`Generator::builder`] with a
+//! [`ManualClock`], as above).
+//!
 //! # The ID
 //!
 //! | bits     | field    | width | meaning                                    |
@@ -96,9 +120,20 @@
 //!   `ToSql`, `FromSql`) on any backend, usable as a table's primary key.
 //! - `schemars`: `JsonSchema` for [`Id`], an integer of format `int64` from
 //!   0 to 9007199254740991, and `idutil::serde::string::json_schema` for
-//!   the string form (1 to 16 digits).
+//!   the string form (a pattern that admits exactly 0 to 9007199254740991).
 //! - `utoipa`: `ToSchema` for [`Id`] (named `Id`, the same integer), and
-//!   `idutil::serde::string::openapi_schema` for the string form.
+//!   `idutil::serde::string::openapi_schema` for the string form. For
+//!   utoipa 6 (`utoipa = "6"`): a `ToSchema` of utoipa 5 is another trait,
+//!   which `Id` does not implement.
+//! - `rusqlite`: `ToSql`/`FromSql` for [`Id`] in rusqlite (any of 0.32 to
+//!   0.37, whichever the application uses; the tests run 0.32),
+//!   an `INTEGER`; reading a value that is not an ID is an error.
+//! - `postgres-types`: `ToSql`/`FromSql` for [`Id`] as an `INT8`
+//!   (`BIGINT`), for tokio-postgres and postgres; reading a value that is
+//!   not an ID is an error.
+//! - `jiff`, `chrono`, `time`: `From<Id>` for `jiff::Timestamp`,
+//!   `chrono::DateTime<Utc>` and `time::OffsetDateTime`: the second the ID
+//!   was issued in, like [`Id::time`] gives a `SystemTime`.
 //!
 //! # In a database
 //!
@@ -421,12 +456,40 @@
 //! - The state directory itself must not be a symbolic link (its parents
 //!   may be; a trailing `/` or `/.` does not hide a link). It, and every
 //!   file the generator opens in it, must belong to the effective user and
-//!   must not be writable by group or others; every directory above it
-//!   must belong to that user or to root and be writable by no one else
-//!   unless it is sticky (like `/tmp`), since whoever may rename entries
-//!   there could move the state away. Files must have a single name (no
-//!   hard links: writing one would write its other names). Otherwise
-//!   [`Error::Untrusted`], with the `chmod` or `chown` that fixes it.
+//!   must not be writable by others, nor by a group other than the
+//!   process's own; every directory above it must belong to that user or
+//!   to root and be writable by no one else unless it is sticky (like
+//!   `/tmp`), since whoever may rename entries there could move the state
+//!   away. Files must have a single name (no hard links: writing one would
+//!   write its other names). Otherwise [`Error::Untrusted`], with the
+//!   `chmod` or `chown` that fixes it.
+//! - **Group write: the process's own group only.** Write access for a
+//!   group counts as "no one else" when the group is the process's
+//!   effective (primary) group, and never for a supplementary group. sshd's
+//!   `StrictModes` accepts a group-writable `~/.ssh` only when the group
+//!   has exactly one member, the owner, which it reads in `/etc/group`;
+//!   in a container the group a volume is shared with (Kubernetes'
+//!   `fsGroup`) has no entry there, and kubelet makes every file of the
+//!   volume group-writable at each mount. So idutil trusts the group the
+//!   process runs with, as the administrator who chose it does: do not run
+//!   the generator with a primary group that untrusted users share. Write
+//!   access for everyone is trusted only on a sticky directory above the
+//!   state directory, never on the state directory or its files. This
+//!   accepts a Kubernetes volume prepared for `fsGroup` (its root owned by
+//!   root, setgid, mode 2775; the pod's files group-writable) when the pod
+//!   runs with `runAsGroup` equal to `fsGroup`, and OpenShift's volumes
+//!   (group 0, group-writable) for its random uids, whose primary group is
+//!   0. It refuses an `emptyDir` (mode 0777, not sticky): any process in
+//!   the pod could move the state away; it is not persistent either. The
+//!   README has a StatefulSet recipe.
+//! - A failure with the platform's default directory (no
+//!   `IDUTIL_STATE_DIR`; `HOME=/` in a container gives `/.local/...`) is
+//!   [`Error::DefaultStateDir`], whose message says to set
+//!   `IDUTIL_STATE_DIR`.
+//! - A shard that opens with no state file in its directory starts at the
+//!   clock and logs a warning saying so: if the shard issued IDs before from
+//!   another directory (a container restarted without its volume), those
+//!   IDs can come again. The `idutil` command prints it.
 //! - Files in the directory are opened relative to the directory's
 //!   descriptor, without following symbolic links and without blocking,
 //!   and must be regular files of at most 64 KiB: a symbolic link, a FIFO, a

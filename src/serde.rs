@@ -178,12 +178,27 @@ const NOT_INTEGER: &str = "a number with a fraction or an exponent";
 ///
 /// Schema generators cannot see through `serde(with)`; tell them with
 /// `string::json_schema` (feature `schemars`) or `string::openapi_schema`
-/// (feature `utoipa`): a string of 1 to 16 decimal digits, `^[0-9]{1,16}$`.
+/// (feature `utoipa`): a string matching [`string::PATTERN`], which admits
+/// exactly the canonical decimal forms of 0 to 9007199254740991.
 pub mod string {
     use super::{Deserializer, Id, IdVisitor, Serializer};
 
-    /// The JSON Schema of an ID written by this adapter: a string of 1 to 16
-    /// decimal digits, `{"type": "string", "pattern": "^[0-9]{1,16}$"}`.
+    /// The `pattern` of the string schemas: exactly the canonical decimal
+    /// forms (no sign, no leading zero) of the numbers from 0 to
+    /// 2<sup>53</sup> − 1 = 9007199254740991, so a client that validates
+    /// against the schema never sends a string the server refuses.
+    ///
+    /// ```
+    /// let pattern = regex::Regex::new(idutil::serde::string::PATTERN).unwrap();
+    /// assert!(pattern.is_match("9007199254740991"));
+    /// assert!(!pattern.is_match("9007199254740992")); // 2^53
+    /// assert!(!pattern.is_match("01"));
+    /// ```
+    pub const PATTERN: &str = crate::external::STRING_PATTERN;
+
+    /// The JSON Schema of an ID written by this adapter: a string of
+    /// decimal digits, `{"type": "string", "pattern": PATTERN}` with
+    /// [`PATTERN`].
     ///
     /// ```
     /// use idutil::Id;
@@ -196,7 +211,7 @@ pub mod string {
     /// }
     ///
     /// let schema = schemars::schema_for!(User);
-    /// assert_eq!(schema.as_value()["properties"]["id"]["pattern"], "^[0-9]{1,16}$");
+    /// assert_eq!(schema.as_value()["properties"]["id"]["pattern"], idutil::serde::string::PATTERN);
     /// ```
     #[cfg(feature = "schemars")]
     #[cfg_attr(docsrs, doc(cfg(feature = "schemars")))]
@@ -204,8 +219,8 @@ pub mod string {
         crate::external::schemars_support::string_schema(false)
     }
 
-    /// The OpenAPI schema of an ID written by this adapter: a string of 1 to
-    /// 16 decimal digits, pattern `^[0-9]{1,16}$`.
+    /// The OpenAPI schema of an ID written by this adapter: a string of
+    /// decimal digits, pattern [`PATTERN`].
     ///
     /// ```
     /// use idutil::Id;
@@ -257,14 +272,14 @@ pub mod string {
 
         use super::{Deserializer, Id, Serializer};
 
-        /// The JSON Schema: a string of 1 to 16 decimal digits, or `null`.
+        /// The JSON Schema: a string matching [`PATTERN`](super::PATTERN), or `null`.
         #[cfg(feature = "schemars")]
         #[cfg_attr(docsrs, doc(cfg(feature = "schemars")))]
         pub fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
             crate::external::schemars_support::string_schema(true)
         }
 
-        /// The OpenAPI schema: a string of 1 to 16 decimal digits, or `null`.
+        /// The OpenAPI schema: a string matching [`PATTERN`](super::PATTERN), or `null`.
         #[cfg(feature = "utoipa")]
         #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
         pub fn openapi_schema() -> utoipa::openapi::schema::Schema {

@@ -84,7 +84,7 @@ fn clean_close_continues_right_after_the_last_id() {
         }
         ledger.record_after_all(&ids);
         let s = on_disk(dir.path(), 3);
-        let last = Id::new(*ids.last().unwrap()).unwrap();
+        let last = Id::from_u64(*ids.last().unwrap()).unwrap();
         assert_eq!(s.last, Some((last.unix_seconds(), last.sequence())));
         assert_eq!(s.clock_id, 0);
     }
@@ -92,8 +92,8 @@ fn clean_close_continues_right_after_the_last_id() {
     clock.advance(1);
     let g = open_at(dir.path(), 3, &clock);
     let ids = issue(&g, 3);
-    assert_eq!(Id::new(ids[0]).unwrap().unix_seconds(), T + 1);
-    assert_eq!(Id::new(ids[0]).unwrap().sequence(), 0);
+    assert_eq!(Id::from_u64(ids[0]).unwrap().unix_seconds(), T + 1);
+    assert_eq!(Id::from_u64(ids[0]).unwrap().sequence(), 0);
     ledger.record_after_all(&ids);
     ledger.assert_unique();
 }
@@ -122,7 +122,7 @@ fn rollback_across_a_clean_restart_bumps_the_clock_id() {
         // Without clock bits the IDs keep increasing: they continue after
         // the last one, ahead of the rolled-back clock...
         ledger.record_after_all(&ids);
-        assert!(Id::new(ids[0]).unwrap().unix_seconds() >= T);
+        assert!(Id::from_u64(ids[0]).unwrap().unix_seconds() >= T);
         // ...and that is not lead: the clock went back, nothing borrowed.
         assert_eq!(g.lead(), 0, "a rollback does not count as lead");
         g.close().unwrap();
@@ -133,7 +133,7 @@ fn rollback_across_a_clean_restart_bumps_the_clock_id() {
     let g = open_at(dir.path(), 4, &clock);
     assert_eq!(g.clock_id(), 3);
     let ids = issue(&g, 10);
-    assert_eq!(Id::new(ids[0]).unwrap().unix_seconds(), T + 10);
+    assert_eq!(Id::from_u64(ids[0]).unwrap().unix_seconds(), T + 10);
     ledger.record_after_all(&ids);
     g.close().unwrap();
     let s = on_disk(dir.path(), 4);
@@ -180,7 +180,7 @@ fn crash_resumes_after_the_reserved_high_water() {
     let g = open_at(dir.path(), 6, &clock);
     assert_eq!(g.clock_id(), 0, "no rollback, no bump");
     let ids = issue(&g, 100);
-    assert_eq!(Id::new(ids[0]).unwrap().unix_seconds(), high_water + 1);
+    assert_eq!(Id::from_u64(ids[0]).unwrap().unix_seconds(), high_water + 1);
     ledger.record_after_all(&ids);
     ledger.assert_unique();
 }
@@ -197,7 +197,7 @@ fn rollback_across_a_crash_bumps_the_clock_id() {
     assert_eq!(g.clock_id(), 1);
     assert_eq!(on_disk(dir.path(), 7).clock_id, 1);
     let ids = issue(&g, 300);
-    assert!(Id::new(ids[0]).unwrap().unix_seconds() > high_water);
+    assert!(Id::from_u64(ids[0]).unwrap().unix_seconds() > high_water);
     ledger.record_after_all(&ids);
     g.close().unwrap();
 
@@ -208,7 +208,7 @@ fn rollback_across_a_crash_bumps_the_clock_id() {
     let g = open_at(dir.path(), 7, &clock);
     assert_eq!(g.clock_id(), 2);
     let ids = issue(&g, 300);
-    assert!(Id::new(ids[0]).unwrap().unix_seconds() > high_water);
+    assert!(Id::from_u64(ids[0]).unwrap().unix_seconds() > high_water);
     ledger.record_after_all(&ids);
     ledger.assert_unique();
 }
@@ -217,7 +217,7 @@ fn rollback_across_a_crash_bumps_the_clock_id() {
 /// new.
 fn record_clocked(ledger: &mut Ledger, ids: &[u64], clock_value: u32) {
     for &id in ids {
-        let p = CLOCKED.decode(Id::new(id).unwrap()).unwrap();
+        let p = CLOCKED.decode(Id::from_u64(id).unwrap()).unwrap();
         assert_eq!(p.clock, clock_value, "clock value of {id}");
     }
     ledger.record(ids);
@@ -225,7 +225,7 @@ fn record_clocked(ledger: &mut Ledger, ids: &[u64], clock_value: u32) {
 }
 
 fn clocked_second(id: u64) -> u64 {
-    CLOCKED.decode(Id::new(id).unwrap()).unwrap().seconds + CLOCKED.epoch()
+    CLOCKED.decode(Id::from_u64(id).unwrap()).unwrap().seconds + CLOCKED.epoch()
 }
 
 #[test]
@@ -316,7 +316,7 @@ fn clock_bits_with_every_mark_ahead_resume_after_the_lowest() {
         .ids()
         .iter()
         .copied()
-        .filter(|&id| CLOCKED.decode(Id::new(id).unwrap()).unwrap().clock == 2)
+        .filter(|&id| CLOCKED.decode(Id::from_u64(id).unwrap()).unwrap().clock == 2)
         .max()
         .unwrap();
 

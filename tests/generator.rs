@@ -234,13 +234,13 @@ fn the_lead_cap_stops_borrowing() {
     let ids: Vec<Id> = g.next_ids(3 * PER_SECOND).unwrap().collect();
     assert_eq!(ids.last().unwrap().unix_seconds(), T + 2);
     assert_eq!(g.lead(), 2);
-    match g.try_next_id() {
+    match g.next_id_nowait() {
         Err(Error::LeadCapReached { lead, max_lead }) => assert_eq!((lead, max_lead), (3, 2)),
         other => panic!("expected LeadCapReached, got {other:?}"),
     }
     // Refusals consume nothing: the cap is still exactly one second away.
     for _ in 0..100_000 {
-        assert!(g.try_next_id().is_err());
+        assert!(g.next_id_nowait().is_err());
     }
     // `next_id` waits for the clock instead. (Timed from before the ticker
     // starts: a pause of this thread between the two cannot shorten it.)
@@ -288,7 +288,7 @@ fn a_batch_the_lead_cap_can_never_let_through_is_refused_not_waited_for() {
         "{got:?}"
     );
     assert!(matches!(
-        g.try_next_ids(2 * PER_SECOND + 1),
+        g.next_ids_nowait(2 * PER_SECOND + 1),
         Err(Error::BatchTooLarge { .. })
     ));
     // Nothing was taken: the largest batch the cap allows still fits.

@@ -32,6 +32,11 @@ fn the_one_line_api_from_first_use_to_shutdown() {
     }
     let g = IdUtil::generator().unwrap();
     assert_eq!(g.shard(), 17);
+    assert!(!g.is_ephemeral());
+    // The typed call: the same sequence, as an `Id`.
+    let typed: idutil::Id = IdUtil::next();
+    assert!(typed > idutil::Id::try_from(*seen.iter().max().unwrap()).unwrap());
+    assert!(IdUtil::try_next().unwrap() > typed);
     assert_eq!(g.state_dir(), dir.path());
 
     // `init` returns the existing generator; `init_with` refuses a second.
@@ -70,6 +75,11 @@ fn the_one_line_api_from_first_use_to_shutdown() {
     // A clean shutdown records the exact last ID.
     IdUtil::shutdown().unwrap();
     assert!(matches!(IdUtil::try_next_id(), Err(Error::Closed)));
+    // It does not come back: `init` says it is closed rather than hand
+    // out the closed generator as if it worked.
+    assert!(matches!(IdUtil::init(), Err(Error::Closed)));
+    assert!(matches!(IdUtil::init_ephemeral(), Err(Error::Closed)));
+    assert!(matches!(IdUtil::try_next(), Err(Error::Closed)));
     let report = idutil::state::inspect(dir.path(), 17).unwrap();
     let (second, sequence) = report.state.unwrap().last.expect("clean close");
     let last = idutil::Id::try_from(last).unwrap();

@@ -138,8 +138,8 @@ fn serde_json_ids_are_exact_in_javascript() {
     assert_eq!(last, Id::MAX);
     let mut ids = vec![
         Id::MAX,
-        Id::new(0).unwrap(),
-        Id::new((1 << 53) - 2).unwrap(),
+        Id::from_u64(0).unwrap(),
+        Id::from_u64((1 << 53) - 2).unwrap(),
     ];
     ids.push("1452736581206048".parse().unwrap());
     // And IDs from a generator, across the second boundary where the

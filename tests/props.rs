@@ -72,14 +72,14 @@ proptest! {
 
     #[test]
     fn text_round_trips(v in 0u64..=Id::MAX.as_u64()) {
-        let id = Id::new(v).unwrap();
+        let id = Id::from_u64(v).unwrap();
         prop_assert_eq!(id.to_string().parse::<Id>().unwrap(), id);
         prop_assert_eq!(Id::try_from(id.as_i64()).unwrap(), id);
     }
 
     #[test]
     fn values_above_2_pow_53_are_rejected(v in (Id::MAX.as_u64() + 1)..=u64::MAX) {
-        prop_assert!(Id::new(v).is_none());
+        prop_assert!(Id::from_u64(v).is_none());
         prop_assert!(Id::try_from(v).is_err());
         prop_assert!(v.to_string().parse::<Id>().is_err());
     }

@@ -15,7 +15,7 @@ fn id_schema() -> Value {
 }
 
 fn string_schema() -> Value {
-    json!({ "type": "string", "pattern": "^[0-9]{1,16}$" })
+    json!({ "type": "string", "pattern": idutil::serde::string::PATTERN })
 }
 
 #[cfg(feature = "schemars")]
@@ -59,7 +59,7 @@ pub mod json_schema {
         // `default` is serde's `#[serde(default)]`, which schemars reports.
         assert_eq!(
             p["coupon"],
-            json!({ "type": ["string", "null"], "pattern": "^[0-9]{1,16}$", "default": null })
+            json!({ "type": ["string", "null"], "pattern": idutil::serde::string::PATTERN, "default": null })
         );
         assert_eq!(p["items"], json!({ "type": "array", "items": id_schema() }));
         assert_eq!(schema["required"], json!(["id", "customer", "items"]));
@@ -72,7 +72,15 @@ pub mod json_schema {
     /// The schema says what serde writes and accepts.
     #[test]
     fn what_serde_writes_matches_the_schema() {
-        let pattern = regex::Regex::new("^[0-9]{1,16}$").unwrap();
+        let pattern = regex::Regex::new(idutil::serde::string::PATTERN).unwrap();
+        // ... and nothing serde refuses: not 2^53, not a leading zero.
+        for refused in ["9007199254740992", "9999999999999999", "01", "+1", ""] {
+            assert!(!pattern.is_match(refused), "{refused:?}");
+            assert!(serde_json::from_value::<Order>(json!({
+                "id": 1, "customer": refused, "items": []
+            }))
+            .is_err());
+        }
         for id in [Id::MIN, Id::MAX, "1452736581206048".parse().unwrap()] {
             let order = Order {
                 id,
@@ -130,7 +138,7 @@ pub mod openapi {
         assert_eq!(p["customer"], string_schema());
         assert_eq!(
             p["coupon"],
-            json!({ "type": ["string", "null"], "pattern": "^[0-9]{1,16}$" })
+            json!({ "type": ["string", "null"], "pattern": idutil::serde::string::PATTERN })
         );
     }
 }

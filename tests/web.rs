@@ -18,7 +18,7 @@ fn id_of(record: &Value) -> Id {
     let n = record["id"]
         .as_u64()
         .unwrap_or_else(|| panic!("id is not a non-negative JSON integer: {record}"));
-    Id::new(n).unwrap_or_else(|| panic!("id {n} is above 2^53 - 1"))
+    Id::from_u64(n).unwrap_or_else(|| panic!("id {n} is above 2^53 - 1"))
 }
 
 #[test]

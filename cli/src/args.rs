@@ -165,20 +165,21 @@ pub(crate) enum Command {
     },
     /// Show the time, sequence, shard and clock value of IDs
     #[command(
-        after_help = "Without ID arguments, reads IDs from standard input, one per line: \
-                      surrounding whitespace is ignored and blank lines are skipped. A bad \
-                      line stops decoding with 'line N: <reason>' and exit status 2; the \
-                      IDs before it have been printed (with --json, in an array left \
+        after_help = "Without ID arguments, reads IDs from standard input: words separated \
+                      by whitespace, commas and square brackets, each an ID, bare or in double \
+                      quotes; so one ID per line, and the JSON array of 'idutil next --json', \
+                      both work. A bad word stops decoding with 'line N: <reason>' and exit \
+                      status 2; the IDs before it have been printed (with --json, in an array left \
                       unclosed, so it cannot pass for a complete one). Empty input prints \
                       nothing ([] with --json).\n\n\
                       Examples:\n  idutil decode 1452736581206048\n  idutil decode --json $(idutil next -n 3)\n  \
-                      idutil next -n 2 | idutil decode\n  idutil decode --json < ids.txt"
+                      idutil next -n 2 | idutil decode\n  idutil next -n 2 --json | idutil decode\n  idutil decode --json < ids.txt"
     )]
     Decode {
         /// IDs: decimal integers from 0 to 9007199254740991 (default: standard input)
         #[arg(allow_negative_numbers = true, value_name = "ID")]
         ids: Vec<Id>,
-        /// Print a JSON array of objects: id, time, seconds, sequence, shard, clock
+        /// Print a JSON array of objects: id, time, unix_seconds, sequence, shard, clock
         #[arg(long)]
         json: bool,
     },
@@ -234,7 +235,7 @@ pub(crate) enum StateAction {
     )]
     Recover {
         /// A time you vouch for: no ID of the shard is later than it (Unix
-        /// seconds or RFC 3339, any offset). Needed when the old high-water
+        /// seconds, RFC 3339 with any offset, or `now`). Needed when the old high-water
         /// mark cannot be read or the file is gone
         #[arg(long, value_name = "TIME", value_parser = parse_time)]
         after: Option<u64>,
@@ -254,13 +255,13 @@ fn parse_id_space(s: &str) -> Result<String, String> {
 }
 
 fn parse_count(s: &str) -> Result<u64, String> {
-    let out_of_range = || format!("must be from 1 to {MAX_N}");
+    let out_of_range = || format!("must be from 0 to {MAX_N}");
     let digits = s.strip_prefix('-').unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("not a whole number; {}", out_of_range()));
     }
     match s.parse::<u64>() {
-        Ok(n) if (1..=MAX_N).contains(&n) => Ok(n),
+        Ok(n) if n <= MAX_N => Ok(n),
         _ => Err(out_of_range()),
     }
 }

@@ -1,6 +1,6 @@
 //! `idutil decode`: the parts of IDs, from arguments or standard input.
 
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, BufRead, Write};
 
 use idutil::{Id, Layout};
 
@@ -9,11 +9,13 @@ use crate::times::rfc3339;
 use crate::BoxError;
 
 /// One decoded ID, as `decode --json` prints it: the fields in this order.
+/// Seconds are Unix seconds, as everywhere in the command and as
+/// `Id::unix_seconds` gives them.
 #[derive(serde::Serialize)]
 struct Decoded {
     id: u64,
     time: String,
-    seconds: u64,
+    unix_seconds: u64,
     sequence: u32,
     shard: u32,
     clock: u32,
@@ -25,7 +27,7 @@ impl Decoded {
         Ok(Decoded {
             id: id.as_u64(),
             time: rfc3339(layout.epoch() + p.seconds),
-            seconds: p.seconds,
+            unix_seconds: layout.epoch() + p.seconds,
             sequence: p.sequence,
             shard: p.shard,
             clock: p.clock,
@@ -62,8 +64,8 @@ impl<'a, W: Write> DecodeOutput<'a, W> {
         } else {
             writeln!(
                 self.out,
-                "id={} time={} seconds={} sequence={} shard={} clock={}",
-                d.id, d.time, d.seconds, d.sequence, d.shard, d.clock
+                "id={} time={} unix_seconds={} sequence={} shard={} clock={}",
+                d.id, d.time, d.unix_seconds, d.sequence, d.shard, d.clock
             )?;
         }
         self.rows += 1;
@@ -93,43 +95,63 @@ pub(crate) fn decode(
     Ok(())
 }
 
-/// The longest line `decode` reads from standard input; an ID has at most
-/// 16 digits, so a longer line is not an ID, and memory stays bounded.
-const MAX_LINE: usize = 4096;
+/// The longest word `decode` reads from standard input: an ID has at most
+/// 16 digits (18 with the quotes of a JSON string), so a longer word is not
+/// an ID, and memory stays bounded whatever the input.
+const MAX_WORD: usize = 64;
 
-/// Decodes IDs from `input`, one per line, as `decode --help` describes: a
-/// bad line stops with its number; the lines before it are already out.
+/// Decodes IDs from `input`, as `decode --help` describes: words separated
+/// by whitespace, commas and square brackets, each a decimal ID, bare or in
+/// double quotes. So one ID per line, and the JSON arrays of `idutil next
+/// --json` (numbers) or of the string form (strings), all read the same.
+/// A bad word stops with its line number; the IDs before it are already out.
 pub(crate) fn decode_lines(
-    mut input: impl BufRead,
+    input: impl BufRead,
     json: bool,
     layout: Layout,
     out: &mut impl Write,
 ) -> Result<(), BoxError> {
     let mut output = DecodeOutput::new(out, json, layout);
-    let mut line = Vec::new();
-    for number in 1u64.. {
-        line.clear();
-        let limit = (MAX_LINE + 1) as u64;
-        let read = (&mut input)
-            .take(limit)
-            .read_until(b'\n', &mut line)
-            .map_err(CommandError::Read)?;
-        if read == 0 {
-            break;
+    let mut word = Vec::with_capacity(MAX_WORD);
+    let mut too_long = false;
+    let mut line = 1u64;
+    let finish_word = |word: &mut Vec<u8>, too_long: &mut bool, line: u64| {
+        let bad = |reason: String| CommandError::Input(format!("line {line}: {reason}"));
+        if std::mem::take(too_long) {
+            return Err(bad(format!(
+                "a word longer than {MAX_WORD} bytes, not an ID"
+            )));
         }
-        let bad = |reason: String| CommandError::Input(format!("line {number}: {reason}"));
-        if line.last() != Some(&b'\n') && line.len() > MAX_LINE {
-            return Err(bad(format!("longer than {MAX_LINE} bytes, not an ID")).into());
+        if word.is_empty() {
+            return Ok(None);
         }
-        let text = std::str::from_utf8(&line)
-            .map_err(|_| bad("not valid UTF-8".to_string()))?
-            .trim();
-        if text.is_empty() {
-            continue;
-        }
-        let id: Id = text
+        let text = std::str::from_utf8(word).map_err(|_| bad("not valid UTF-8".to_string()))?;
+        let unquoted = text
+            .strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .unwrap_or(text);
+        let id: Id = unquoted
             .parse()
             .map_err(|e: idutil::IdError| bad(e.to_string()))?;
+        word.clear();
+        Ok(Some(id))
+    };
+    for byte in input.bytes() {
+        let byte = byte.map_err(CommandError::Read)?;
+        if byte.is_ascii_whitespace() || matches!(byte, b',' | b'[' | b']') {
+            if let Some(id) = finish_word(&mut word, &mut too_long, line)? {
+                output.row(id)?;
+            }
+            if byte == b'\n' {
+                line += 1;
+            }
+        } else if word.len() < MAX_WORD {
+            word.push(byte);
+        } else {
+            too_long = true;
+        }
+    }
+    if let Some(id) = finish_word(&mut word, &mut too_long, line)? {
         output.row(id)?;
     }
     output.finish()?;

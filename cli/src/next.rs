@@ -160,7 +160,7 @@ fn issue(
             return Ok(());
         }
         let k = left.min(CHUNK);
-        let batch = match generator.try_next_ids(k) {
+        let batch = match generator.next_ids_nowait(k) {
             Ok(batch) => batch,
             Err(idutil::Error::LeadCapReached { .. }) => {
                 thread::sleep(LEAD_POLL);

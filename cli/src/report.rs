@@ -68,6 +68,7 @@ fn hint(e: &idutil::Error) -> Option<String> {
         Error::ShardOutOfRange { .. } | Error::UnusableHostname { .. } | Error::Hostname(_) => {
             Some("the command also takes --shard N".into())
         }
+        Error::DefaultStateDir { .. } => Some("the command also takes --state-dir DIR".into()),
         Error::BadState {
             path,
             shard,

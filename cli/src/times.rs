@@ -1,8 +1,12 @@
 //! Times on the command line and in output: Unix seconds and RFC 3339.
 
-/// Unix seconds, or an RFC 3339 time with any offset (`2030-01-01T00:00:00Z`,
-/// `2030-01-01T02:00:00+02:00`).
+/// Unix seconds, an RFC 3339 time with any offset (`2030-01-01T00:00:00Z`,
+/// `2030-01-01T02:00:00+02:00`), or `now`: the current time.
 pub(crate) fn parse_time(s: &str) -> Result<u64, String> {
+    if s == "now" {
+        return u64::try_from(jiff::Timestamp::now().as_second())
+            .map_err(|_| "the clock reads before 1970".to_string());
+    }
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s
             .parse::<u64>()
@@ -10,7 +14,7 @@ pub(crate) fn parse_time(s: &str) -> Result<u64, String> {
     }
     let t: jiff::Timestamp = s
         .parse()
-        .map_err(|e| format!("not Unix seconds or an RFC 3339 time: {e}"))?;
+        .map_err(|e| format!("not Unix seconds, an RFC 3339 time or 'now': {e}"))?;
     u64::try_from(t.as_second()).map_err(|_| "before 1970".to_string())
 }
 

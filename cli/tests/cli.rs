@@ -160,8 +160,8 @@ const CASES: &[Case] = &[
         b"\n  \n-5\n",
     ),
     with_stdin(
-        case("bad line, --json", &["decode", "--json"], 2, "line 2: invalid ID \"1 2\""),
-        b"\n1 2\n",
+        case("bad word, --json", &["decode", "--json"], 2, "line 2: invalid ID \"1;2\""),
+        b"\n1;2 3\n",
     ),
     with_stdin(
         case("2^53 on stdin", &["decode"], 2, "line 1: invalid ID \"9007199254740992\": above"),
@@ -172,25 +172,24 @@ const CASES: &[Case] = &[
         b"\n\xff\xfe\n",
     ),
     with_stdin(
-        case("a line too long", &["decode"], 2, "line 1: longer than 4096 bytes"),
+        case("a word too long", &["decode"], 2, "line 1: a word longer than 64 bytes"),
         &[b'7'; 5000],
     ),
     // Counts.
-    case("-n 0", &["next", "-n", "0"], 2, "from 1 to 1000000000"),
     case(
         "-n 1000000001",
         &["next", "-n", "1000000001"],
         2,
-        "from 1 to 1000000000",
+        "from 0 to 1000000000",
     ),
     case(
         "-n huge",
         &["next", "-n", "99999999999999999999999"],
         2,
-        "from 1 to 1000000000",
+        "from 0 to 1000000000",
     ),
     case("-n abc", &["next", "-n", "abc"], 2, "not a whole number"),
-    case("-n -5", &["next", "-n", "-5"], 2, "from 1 to 1000000000"),
+    case("-n -5", &["next", "-n", "-5"], 2, "from 0 to 1000000000"),
     case("-n empty", &["next", "-n", ""], 2, "not a whole number"),
     case(
         "-n missing value",
@@ -440,7 +439,9 @@ fn next_decode_and_state_succeed() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(idutil(dir.path()).args(["next", "-n", "3"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    // The only thing on stderr: the shard starts with no state file.
+    assert_eq!(reason_lines(&text(&out.stderr)), Vec::<&str>::new());
+    assert!(text(&out.stderr).contains("has no state file"));
     let ids: Vec<u64> = text(&out.stdout)
         .lines()
         .map(|l| l.parse().unwrap())
@@ -461,8 +462,8 @@ fn next_decode_and_state_succeed() {
     assert!(out.status.success());
     assert_eq!(
         text(&out.stdout),
-        "id=1452736581206048 time=2021-12-13T13:53:03Z seconds=692718783 sequence=1 shard=0 clock=0\n\
-         id=9007199254740991 time=2136-02-07T06:28:15Z seconds=4294967295 sequence=65535 shard=31 clock=0\n"
+        "id=1452736581206048 time=2021-12-13T13:53:03Z unix_seconds=1639403583 sequence=1 shard=0 clock=0\n\
+         id=9007199254740991 time=2136-02-07T06:28:15Z unix_seconds=5241652095 sequence=65535 shard=31 clock=0\n"
     );
     let out = run(idutil(dir.path()).args(["decode", "--json", "1452736581206048"]));
     let v: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
@@ -549,6 +550,8 @@ fn stream(
 #[test]
 fn a_reader_that_stops_early_ends_it_cleanly() {
     let dir = tempfile::tempdir().unwrap();
+    // The shard's first run, which says it starts with no state file.
+    assert!(run(idutil(dir.path()).arg("next")).status.success());
     for json in [false, true] {
         let (code, stderr, count) = stream(dir.path(), 1_000_000, json, Some(1), 0, |_| {});
         assert_eq!(code, Some(0), "json={json}: {stderr}");
@@ -595,9 +598,9 @@ fn next_streams_large_counts_in_flat_memory() {
 }
 
 const VECTOR_LINE: &str =
-    "id=1452736581206048 time=2021-12-13T13:53:03Z seconds=692718783 sequence=1 shard=0 clock=0\n";
+    "id=1452736581206048 time=2021-12-13T13:53:03Z unix_seconds=1639403583 sequence=1 shard=0 clock=0\n";
 const MAX_LINE: &str =
-    "id=9007199254740991 time=2136-02-07T06:28:15Z seconds=4294967295 sequence=65535 shard=31 clock=0\n";
+    "id=9007199254740991 time=2136-02-07T06:28:15Z unix_seconds=5241652095 sequence=65535 shard=31 clock=0\n";
 
 #[test]
 fn next_piped_into_decode() {
@@ -688,9 +691,9 @@ fn a_bad_line_on_standard_input_stops_decoding_with_its_number() {
 #[test]
 fn decode_json_keys_come_in_a_stable_order_id_first() {
     let dir = tempfile::tempdir().unwrap();
-    let want = "[{\"id\":1452736581206048,\"time\":\"2021-12-13T13:53:03Z\",\"seconds\":692718783,\
+    let want = "[{\"id\":1452736581206048,\"time\":\"2021-12-13T13:53:03Z\",\"unix_seconds\":1639403583,\
                 \"sequence\":1,\"shard\":0,\"clock\":0},\
-                {\"id\":9007199254740991,\"time\":\"2136-02-07T06:28:15Z\",\"seconds\":4294967295,\
+                {\"id\":9007199254740991,\"time\":\"2136-02-07T06:28:15Z\",\"unix_seconds\":5241652095,\
                 \"sequence\":65535,\"shard\":31,\"clock\":0}]\n";
     let args = ["decode", "--json", "1452736581206048", "9007199254740991"];
     let out = run(idutil(dir.path()).args(args));
@@ -758,8 +761,8 @@ fn usage_errors_keep_clap_s_tips_and_point_to_the_command_s_help() {
             &["invalid ID \"abc\"", "(see 'idutil decode --help')"],
         ),
         (
-            &["--state-dir", "decode", "next", "-n", "0"],
-            &["from 1 to 1000000000", "(see 'idutil next --help')"],
+            &["--state-dir", "decode", "next", "-n", "-3"],
+            &["from 0 to 1000000000", "(see 'idutil next --help')"],
         ),
         (
             &["--shard", "9", "state", "recover", "--after", "soon"],
@@ -838,4 +841,74 @@ fn completions_and_man_report_a_failed_write() {
         assert!(stderr.contains("cannot write the output"), "{stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+}
+
+#[test]
+fn next_json_piped_into_decode_and_seconds_are_unix_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let next = run(idutil(dir.path()).args(["next", "-n", "1500", "--json"]));
+    assert!(next.status.success(), "{}", text(&next.stderr));
+    let ids: Vec<u64> = serde_json::from_str(&text(&next.stdout)).unwrap();
+    // One line of about 25 KB: read as words, not as one ID per line.
+    let decode = run_input(
+        idutil(dir.path()).args(["decode", "--json"]),
+        next.stdout.as_bytes(),
+    );
+    assert!(decode.status.success(), "{}", text(&decode.stderr));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text(&decode.stdout)).unwrap();
+    assert_eq!(rows.len(), ids.len());
+    for (row, &id) in rows.iter().zip(&ids) {
+        assert_eq!(row["id"], id);
+        let typed = idutil::Id::from_u64(id).unwrap();
+        // One meaning of seconds: the library's `unix_seconds`.
+        assert_eq!(row["unix_seconds"], typed.unix_seconds());
+        assert!(row.get("seconds").is_none());
+    }
+    // The string form's array too, and IDs several to a line.
+    let quoted = format!("[\"{}\",\n\"{}\"] {}\n", ids[0], ids[1], ids[2]);
+    let out = run_input(idutil(dir.path()).arg("decode"), quoted.as_bytes());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 3);
+    // An unclosed quote is no ID, and says where.
+    let out = run_input(idutil(dir.path()).arg("decode"), b"1\n\"5\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("line 2: invalid ID"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn zero_ids_and_recovering_after_now() {
+    let dir = tempfile::tempdir().unwrap();
+    for (json, expected) in [(false, ""), (true, "[]\n")] {
+        let mut args = vec!["next", "-n", "0"];
+        if json {
+            args.push("--json");
+        }
+        let out = run(idutil(dir.path()).args(&args));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), expected);
+    }
+    // A shard whose state file is gone and that issued nothing ahead of
+    // the clock: "the current time" is `--after now`.
+    let ids: Vec<u64> = text(&run(idutil(dir.path()).args(["next", "-n", "3"])).stdout)
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    std::fs::remove_file(dir.path().join("shard-1.state")).unwrap();
+    let out = run(idutil(dir.path()).arg("next"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--after TIME"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(idutil(dir.path()).args(["state", "recover", "--after", "now"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(idutil(dir.path()).arg("next"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let after: u64 = text(&out.stdout).trim().parse().unwrap();
+    assert!(after > *ids.last().unwrap());
 }

@@ -406,7 +406,7 @@ fn holder_killed_with_sigkill_is_not_reused() {
     record_unique(&mut seen, mine, "next holder");
 }
 
-/// What a thread calling `try_next_id` in a loop saw.
+/// What a thread calling `next_id_nowait` in a loop saw.
 enum Event {
     Issued(u64, Instant),
     Failed(String, Failure, Instant),
@@ -419,7 +419,7 @@ enum Failure {
     Other,
 }
 
-/// Calls `try_next_id` every millisecond until `stop`, reporting each
+/// Calls `next_id_nowait` every millisecond until `stop`, reporting each
 /// result.
 fn drive(
     generator: Arc<Generator>,
@@ -428,7 +428,7 @@ fn drive(
 ) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         while !stop.load(Ordering::SeqCst) {
-            let event = match generator.try_next_id() {
+            let event = match generator.next_id_nowait() {
                 Ok(id) => Event::Issued(id.as_u64(), Instant::now()),
                 Err(e) => {
                     let kind = match e {
@@ -547,7 +547,7 @@ fn holder_cut_off_from_redis_stops_before_takeover() {
     record_unique(&mut seen, a_ids.iter().map(|(id, _)| *id), "A");
     record_unique(&mut seen, b_ids, "B");
     assert!(matches!(
-        a.try_next_id(),
+        a.next_id_nowait(),
         Err(Error::Lease(LeaseError::Lost { .. }))
     ));
 }
@@ -936,7 +936,7 @@ fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
         let give_up = Instant::now() + Duration::from_secs(30);
         let err = loop {
             let asked = Instant::now();
-            match g.try_next_id() {
+            match g.next_id_nowait() {
                 Ok(_) => assert!(asked < deadline, "{how}: still issuing"),
                 Err(Error::Lease(LeaseError::Fenced { .. })) if asked < give_up => {}
                 Err(e) => break e,
@@ -958,7 +958,7 @@ fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
         assert_eq!(holder, None, "{how}: the lease was taken back");
         for _ in 0..3 {
             assert!(matches!(
-                g.try_next_id(),
+                g.next_id_nowait(),
                 Err(Error::Lease(LeaseError::RecordLost { .. }))
             ));
             assert!(g.next_ids(10).is_err());

@@ -35,6 +35,8 @@ pub struct Builder<C: Clock = SystemClock> {
     time: C,
     window: u64,
     max_lead: Option<u64>,
+    /// A throw-away generator for tests: see [`Builder::ephemeral`].
+    ephemeral: bool,
     /// The state file's companions: with the feature `redis`, the lease.
     pub(crate) durable: durable::Settings,
 }
@@ -56,7 +58,37 @@ impl Builder<SystemClock> {
             time: SystemClock,
             window: DEFAULT_WINDOW,
             max_lead: None,
+            ephemeral: false,
             durable: durable::Settings::default(),
+        }
+    }
+
+    /// A builder for an **ephemeral** generator, for tests and doctests:
+    /// its state lives in a temporary directory of this process's own
+    /// (shared by its ephemeral generators, so one reopened on a shard
+    /// continues after the last) and its ID space is this process's own, so any number of test processes (parallel
+    /// doctests, nextest's process per test) each open one at once, on any
+    /// shard, with no setup. Its shard is 0 unless [`Builder::shard`] says
+    /// otherwise; `IDUTIL_SHARD`, `IDUTIL_STATE_DIR`, `IDUTIL_ID_SPACE` and
+    /// the host name are not read.
+    ///
+    /// **Its IDs are unique within the process only.** Two processes'
+    /// ephemeral generators issue the same IDs, and nothing survives the
+    /// process: never let them reach a shared database.
+    /// [`IdUtil::init_ephemeral`](crate::IdUtil::init_ephemeral) makes the
+    /// process-wide generator one.
+    ///
+    /// ```
+    /// use idutil::Generator;
+    ///
+    /// let generator = Generator::builder_ephemeral().open()?;
+    /// assert_eq!(generator.next_id()?.shard(), 0);
+    /// # Ok::<(), idutil::Error>(())
+    /// ```
+    pub fn ephemeral() -> Self {
+        Builder {
+            ephemeral: true,
+            ..Builder::new()
         }
     }
 }
@@ -107,6 +139,7 @@ impl<C: Clock> Builder<C> {
             time: clock,
             window: self.window,
             max_lead: self.max_lead,
+            ephemeral: self.ephemeral,
             durable: self.durable,
         }
     }
@@ -124,7 +157,7 @@ impl<C: Clock> Builder<C> {
     /// Caps the lead: how far (in whole seconds) the generator's second may
     /// run ahead of the highest wall-clock second seen, by borrowing.
     /// [`Generator::next_id`] waits for the clock at the cap;
-    /// [`Generator::try_next_id`] returns [`Error::LeadCapReached`].
+    /// [`Generator::next_id_nowait`] returns [`Error::LeadCapReached`].
     ///
     /// The lead counts from the highest wall-clock second ever seen, so
     /// after the clock steps back (an NTP correction, a VM restore) a
@@ -157,8 +190,16 @@ impl<C: Clock> Builder<C> {
     /// cannot be trusted, and [`Error::InvalidEnv`] if `IDUTIL_LEASE_URL`
     /// is set but blank.
     pub fn open(mut self) -> Result<Generator<C>> {
+        let ephemeral = self.ephemeral;
+        if ephemeral {
+            self.state_dir = Some(state::scratch_dir()?);
+            self.id_space = Some(format!("ephemeral-{}", std::process::id()));
+            self.shard = Some(self.shard.unwrap_or(0));
+        }
+        // An ephemeral generator reads nothing from the environment.
         let layout = match self.layout {
             Some(layout) => layout,
+            None if ephemeral => Layout::DEFAULT,
             None => Layout::from_env()?.unwrap_or_default(),
         };
         self.layout = Some(layout);
@@ -169,8 +210,11 @@ impl<C: Clock> Builder<C> {
             id_space: self.id_space.as_deref(),
             layout: &layout,
             time: &self.time,
+            ephemeral,
         })?;
-        Generator::start(self, durable, shard, source)
+        let mut generator = Generator::start(self, durable, shard, source)?;
+        generator.ephemeral = ephemeral;
+        Ok(generator)
     }
 }
 
@@ -193,6 +237,15 @@ impl<C: Clock> Generator<C> {
             });
         }
         let prev = durable.load()?;
+        if prev.is_none() && !b.ephemeral && source != ShardSource::Lease {
+            log::warn!(
+                "shard {shard} has no state file in {}, so it starts afresh at the clock: \
+                 if this shard issued IDs before from another state directory (a container \
+                 restarted without a persistent volume, another host with the same shard), \
+                 it may issue the same IDs again",
+                durable.dir().display()
+            );
+        }
         if let Some(prev) = &prev {
             state::check_layout(durable.path(), prev, &layout)?;
         }
@@ -291,6 +344,7 @@ impl<C: Clock> Generator<C> {
         Ok(Generator {
             inner,
             extender: Mutex::new(Some(extender)),
+            ephemeral: false,
         })
     }
 }

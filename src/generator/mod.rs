@@ -93,12 +93,20 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 pub struct Generator<C: Clock = SystemClock> {
     inner: Arc<Inner<C>>,
     extender: Mutex<Option<JoinHandle<Result<()>>>>,
+    /// Whether it is ephemeral ([`Builder::ephemeral`]).
+    ephemeral: bool,
 }
 
 impl Generator<SystemClock> {
     /// A builder with every setting at its default.
     pub fn builder() -> Builder<SystemClock> {
         Builder::new()
+    }
+
+    /// A builder for an ephemeral generator, for tests: see
+    /// [`Builder::ephemeral`].
+    pub fn builder_ephemeral() -> Builder<SystemClock> {
+        Builder::ephemeral()
     }
 }
 
@@ -118,13 +126,16 @@ impl<C: Clock> Generator<C> {
     }
 
     /// Like [`next_id`](Generator::next_id), but never waits for the clock:
-    /// at the lead cap it returns [`Error::LeadCapReached`].
+    /// at the lead cap it returns [`Error::LeadCapReached`]. (In this
+    /// crate, `try_` means "returns an error instead of panicking", as on
+    /// [`IdUtil::try_next_id`](crate::IdUtil::try_next_id); `_nowait`
+    /// means "returns an error instead of waiting".)
     ///
     /// # Errors
     ///
     /// As [`next_id`](Generator::next_id), plus [`Error::LeadCapReached`].
     #[inline]
-    pub fn try_next_id(&self) -> Result<Id> {
+    pub fn next_id_nowait(&self) -> Result<Id> {
         self.inner.take(1, false).map(|v| self.inner.id(v))
     }
 
@@ -149,7 +160,7 @@ impl<C: Clock> Generator<C> {
     /// # Errors
     ///
     /// As [`next_ids`](Generator::next_ids), plus [`Error::LeadCapReached`].
-    pub fn try_next_ids(&self, n: u64) -> Result<IdBatch> {
+    pub fn next_ids_nowait(&self, n: u64) -> Result<IdBatch> {
         self.batch(n, false)
     }
 
@@ -219,6 +230,12 @@ impl<C: Clock> Generator<C> {
     /// The state directory.
     pub fn state_dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// Whether this is an ephemeral generator ([`Builder::ephemeral`]),
+    /// whose IDs are unique within its process only.
+    pub fn is_ephemeral(&self) -> bool {
+        self.ephemeral
     }
 
     /// The highest second (Unix seconds) durably reserved: no ID is issued

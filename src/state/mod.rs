@@ -61,6 +61,7 @@ mod format;
 mod inspect;
 mod paths;
 mod recover;
+mod scratch;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -70,6 +71,7 @@ pub use format::StateFile;
 pub use inspect::{inspect, StateReport};
 pub use paths::{state_dir, state_path, MAX_FILE_SIZE};
 pub use recover::{plan_recovery, recover, OldState, RecoverOptions, Recovery, Remedy};
+pub(crate) use scratch::scratch_dir;
 pub(crate) use store::Store;
 
 /// Environment variable that sets the state directory.

@@ -75,28 +75,59 @@ pub(super) fn cleaned(dir: &Path) -> Result<PathBuf> {
 /// Refuses a state directory that someone else could move or replace:
 /// every directory above it must belong to this user or to root, and be
 /// writable by no one else unless its sticky bit is set (as `/tmp`'s is).
+/// Write access for the group counts as no one else when the group is the
+/// process's own (see [`group_write_is_ours`]): a volume Kubernetes
+/// prepares for `fsGroup` is owned by root, group-writable and setgid.
 pub(super) fn check_ancestors(dir: &Path) -> Result<()> {
     let euid = rustix::process::geteuid().as_raw();
+    let egid = rustix::process::getegid().as_raw();
     for parent in dir.ancestors().skip(1) {
         let meta = fs::metadata(parent).map_err(|e| Error::io("examine", parent, e))?;
         let mode = meta.mode() & 0o7777;
         let owner_ok = meta.uid() == euid || meta.uid() == 0;
-        let shared = mode & 0o022 != 0 && mode & 0o1000 == 0;
-        if !owner_ok || shared {
+        let sticky = mode & 0o1000 != 0;
+        let others_write = mode & 0o002 != 0;
+        let foreign_group_write = mode & 0o020 != 0 && !group_write_is_ours(meta.gid());
+        if !owner_ok || (!sticky && (others_write || foreign_group_write)) {
+            let why = if !owner_ok {
+                format!("belongs to uid {}", meta.uid())
+            } else if others_write {
+                format!("is writable by every user (mode {mode:04o}) and not sticky")
+            } else {
+                format!(
+                    "is writable by group {} (mode {mode:04o}), which is not this process's \
+                     group {egid}",
+                    meta.gid()
+                )
+            };
             return Err(Error::Untrusted {
                 path: dir.to_path_buf(),
                 reason: format!(
-                    "the directory above it, {}, belongs to uid {} with mode {mode:04o}, so \
-                     another user could move the state directory away and a new one would \
-                     start over; keep the state directory under directories owned by you or \
-                     root and writable by no one else (or sticky, like /tmp)",
+                    "the directory above it, {}, {why}, so another user could move the state \
+                     directory away and a new one would start over; keep the state directory \
+                     under directories owned by you or root and writable by no one else: not \
+                     by others unless sticky (like /tmp), by the group only when it is this \
+                     process's own group (in Kubernetes, runAsGroup equal to fsGroup)",
                     parent.display(),
-                    meta.uid()
                 ),
             });
         }
     }
     Ok(())
+}
+
+/// Whether write access for the group `gid` leaves a file or directory to
+/// this process alone: `gid` is the process's effective (primary) group.
+///
+/// sshd's `StrictModes` accepts a group-writable `~/.ssh` only when the
+/// group has exactly one member, the owner (a user private group), which it
+/// learns from `/etc/group`. A Kubernetes `fsGroup` has no entry there, yet
+/// kubelet makes every file of the volume group-writable by it on each
+/// mount; so idutil trusts the group that the process runs with and no
+/// other. Supplementary groups are not trusted: they are how other users'
+/// groups reach a process.
+pub(super) fn group_write_is_ours(gid: u32) -> bool {
+    gid == rustix::process::getegid().as_raw()
 }
 
 /// Path of a shard's state file in `dir`.
@@ -147,6 +178,26 @@ pub(super) fn file_id(fd: impl AsFd) -> io::Result<(u64, u64)> {
 /// checks its owner and mode. `None` if it does not exist and `create` is
 /// false.
 pub(super) fn open_dir(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
+    open_dir_checked(dir, create).map_err(|e| match e {
+        Error::Io { .. } | Error::Untrusted { .. } if is_default_dir(dir) => {
+            Error::DefaultStateDir {
+                path: dir.to_path_buf(),
+                source: Box::new(e),
+            }
+        }
+        e => e,
+    })
+}
+
+/// Whether `dir` is the platform's default state directory, used because
+/// nothing named another: then a failure there is news to the user, who
+/// may never have chosen a state directory (`HOME=/` in a container).
+fn is_default_dir(dir: &Path) -> bool {
+    std::env::var_os(STATE_DIR_ENV).is_none()
+        && state_dir(None).is_ok_and(|default| cleaned(dir).is_ok_and(|d| d == default))
+}
+
+fn open_dir_checked(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
     let dir = &cleaned(dir)?;
     if create {
         create_private_dirs(dir)?;
@@ -213,7 +264,8 @@ pub(super) fn create_private_dirs(dir: &Path) -> Result<()> {
 }
 
 /// Refuses what sshd refuses for `~/.ssh`: a directory or file that
-/// another user owns, or that group or others may write.
+/// another user owns, that others may write, or that a group other than
+/// the process's own may write (see [`group_write_is_ours`]).
 pub(super) fn check_owner_and_mode(path: &Path, st: &rfs::Stat, is_dir: bool) -> Result<()> {
     let euid = rustix::process::geteuid().as_raw();
     let uid = st.st_uid;
@@ -224,20 +276,24 @@ pub(super) fn check_owner_and_mode(path: &Path, st: &rfs::Stat, is_dir: bool) ->
             reason: format!(
                 "the {what} belongs to uid {uid}, not to uid {euid} that runs the generator, so \
                  another user could delete or replace the shard's state; use a state directory \
-                 of your own, or run as its owner, or give it to this user (chown -R {euid} {})",
+                 of your own (a directory inside a volume you cannot chown, such as a \
+                 Kubernetes volume's root, is fine), or run as its owner, or give it to this \
+                 user (chown -R {euid} {})",
                 path.display()
             ),
         });
     }
     #[allow(clippy::unnecessary_cast)]
     let mode = st.st_mode as u32 & 0o7777;
-    if mode & 0o022 != 0 {
+    let group_write = mode & 0o020 != 0 && !group_write_is_ours(st.st_gid);
+    if mode & 0o002 != 0 || group_write {
         let fix = if is_dir { "700" } else { "600" };
         return Err(Error::Untrusted {
             path: path.to_path_buf(),
             reason: format!(
-                "the {what} is writable by group or others (mode {mode:04o}), so another user \
-                 could delete or replace the shard's state; run: chmod {fix} {}",
+                "the {what} is writable by group or others (mode {mode:04o}, group {}), so \
+                 another user could delete or replace the shard's state; run: chmod {fix} {}",
+                st.st_gid,
                 path.display()
             ),
         });

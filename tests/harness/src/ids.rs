@@ -46,7 +46,7 @@ pub fn assert_increasing(ids: &[u64]) {
 
 /// Default-layout parts of an ID.
 pub fn parts(id: u64) -> idutil::Parts {
-    Id::new(id).expect("ID within 53 bits").parts()
+    Id::from_u64(id).expect("ID within 53 bits").parts()
 }
 
 /// Unix second of an ID under the default layout.
