@@ -38,7 +38,8 @@ fn main() {
         .measurement_time(Duration::from_secs(4))
         .sample_size(20)
         .sampling_mode(SamplingMode::Flat);
-    let cases: [(&str, Box<dyn Fn() -> idutil::Builder>); 3] = [
+    type Case<'a> = (&'a str, Box<dyn Fn() -> idutil::Builder + 'a>);
+    let cases: [Case; 3] = [
         (
             "open + first ID: state directory",
             Box::new(|| builder().shard(0)),
