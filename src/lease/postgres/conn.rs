@@ -11,13 +11,14 @@
 //! it.
 
 use std::io;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use native_tls::{Certificate, TlsConnector};
 use postgres_native_tls::MakeTlsConnector;
 use tokio::runtime::{Builder, Runtime};
 use tokio_postgres::config::SslMode;
-use tokio_postgres::{Client, Config};
+use tokio_postgres::{Client, Config, NoTls};
 
 use super::ENGINE;
 use crate::lease::{LeaseConfig, LeaseError};
@@ -26,7 +27,46 @@ use crate::lease::{LeaseConfig, LeaseError};
 #[derive(Clone)]
 pub(super) struct Target {
     config: Config,
-    tls: MakeTlsConnector,
+    /// `None` with `sslmode=disable`.
+    tls: Option<MakeTlsConnector>,
+}
+
+/// TLS connectors already built, by what they check: building one reads
+/// the system's root certificates, tens of milliseconds that every open
+/// would pay again.
+static CONNECTORS: Mutex<Vec<((Verify, Option<String>), MakeTlsConnector)>> =
+    Mutex::new(Vec::new());
+
+/// A TLS connector that checks what `verify` says, trusting `root` (a PEM
+/// file) beside the system's roots.
+fn connector(verify: Verify, root: Option<&str>) -> Result<MakeTlsConnector, String> {
+    let key = (verify, root.map(str::to_string));
+    let mut built = crate::sync::lock(&CONNECTORS);
+    if let Some((_, c)) = built.iter().find(|(k, _)| *k == key) {
+        return Ok(c.clone());
+    }
+    let mut tls = TlsConnector::builder();
+    if let Some(path) = root {
+        let pem =
+            std::fs::read(path).map_err(|e| format!("cannot read sslrootcert {path}: {e}"))?;
+        let cert = Certificate::from_pem(&pem)
+            .map_err(|e| format!("sslrootcert {path} is not a PEM certificate: {e}"))?;
+        tls.add_root_certificate(cert);
+    }
+    match verify {
+        Verify::Off | Verify::Encrypt => {
+            tls.danger_accept_invalid_certs(true)
+                .danger_accept_invalid_hostnames(true);
+        }
+        Verify::Ca => {
+            tls.danger_accept_invalid_hostnames(true);
+        }
+        Verify::Full => {}
+    }
+    let tls = tls.build().map_err(|e| format!("cannot set up TLS: {e}"))?;
+    let tls = MakeTlsConnector::new(tls);
+    built.push((key, tls.clone()));
+    Ok(tls)
 }
 
 /// What the URL asks of TLS, libpq's way.
@@ -76,47 +116,40 @@ impl Target {
             (Verify::Encrypt, Some(_)) if mode == "require" => Verify::Ca,
             (v, _) => v,
         };
-        let mut tls = TlsConnector::builder();
-        if let Some(path) = root {
-            let pem = std::fs::read(path)
-                .map_err(|e| invalid(format!("cannot read sslrootcert {path}: {e}")))?;
-            let cert = Certificate::from_pem(&pem).map_err(|e| {
-                invalid(format!("sslrootcert {path} is not a PEM certificate: {e}"))
-            })?;
-            tls.add_root_certificate(cert);
-        }
-        match verify {
-            Verify::Off | Verify::Encrypt => {
-                tls.danger_accept_invalid_certs(true)
-                    .danger_accept_invalid_hostnames(true);
-            }
-            Verify::Ca => {
-                tls.danger_accept_invalid_hostnames(true);
-            }
-            Verify::Full => {}
-        }
-        let tls = tls
-            .build()
-            .map_err(|e| invalid(format!("cannot set up TLS: {e}")))?;
+        let tls = match verify {
+            Verify::Off => None,
+            _ => Some(connector(verify, root).map_err(invalid)?),
+        };
         config.ssl_mode(ssl);
         config.connect_timeout(lease.op_timeout().max(Duration::from_millis(100)));
         config.keepalives_idle(Duration::from_secs(5));
         if config.get_application_name().is_none() {
             config.application_name("idutil-lease");
         }
-        Ok(Target {
-            config,
-            tls: MakeTlsConnector::new(tls),
-        })
+        Ok(Target { config, tls })
     }
 
     async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
-        let (client, connection) = self.config.connect(self.tls.clone()).await?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                log::debug!("PostgreSQL lease connection closed: {e}");
+        let client = match &self.tls {
+            None => {
+                let (client, connection) = self.config.connect(NoTls).await?;
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        log::debug!("PostgreSQL lease connection closed: {e}");
+                    }
+                });
+                client
             }
-        });
+            Some(tls) => {
+                let (client, connection) = self.config.connect(tls.clone()).await?;
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        log::debug!("PostgreSQL lease connection closed: {e}");
+                    }
+                });
+                client
+            }
+        };
         // The mark must be on the synchronous standby (where there is one)
         // before an ID past it is issued, whatever the database's default.
         client
