@@ -18,6 +18,28 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Only names the socket file, `.s.PGSQL.5432`: there is no TCP listener.
 const PORT: u16 = 5432;
 
+/// The tests' server: durability is not what they measure.
+const TEST_SETTINGS: &[(&str, &str)] = &[
+    ("fsync", "off"),
+    ("max_connections", "20"),
+    ("shared_buffers", "16MB"),
+];
+
+/// The benchmark's server: see [`Postgres::start_for_benchmark`].
+const BENCHMARK_SETTINGS: &[(&str, &str)] = &[
+    ("fsync", "on"),
+    ("synchronous_commit", "on"),
+    ("full_page_writes", "on"),
+    ("shared_buffers", "128MB"),
+    ("max_connections", "30"),
+    // Checkpoints on their default schedule (5 min, 1 GB of WAL): a long
+    // run of inserts pays for them as a real server does.
+    ("checkpoint_timeout", "5min"),
+    ("max_wal_size", "1GB"),
+    // No background vacuum or analysis during a measurement.
+    ("autovacuum", "off"),
+];
+
 /// A running server, stopped (fast shutdown) and deleted when dropped.
 pub struct Postgres {
     child: Option<Child>,
@@ -31,6 +53,20 @@ impl Postgres {
     /// Starts a server, or returns `None` after a loud notice when
     /// PostgreSQL is not installed (a panic under `CI=true`).
     pub fn start() -> Option<Postgres> {
+        Postgres::start_with_settings(TEST_SETTINGS)
+    }
+
+    /// Starts a server configured for measuring, not for testing: every
+    /// commit flushed to disk (`fsync`, `synchronous_commit` and full-page
+    /// writes on, PostgreSQL's defaults), a 128 MB buffer cache (the
+    /// default: an index larger than that is read from the disk), and
+    /// connections for a pool of clients. Returns `None` when PostgreSQL is
+    /// not installed, as [`Postgres::start`] does.
+    pub fn start_for_benchmark() -> Option<Postgres> {
+        Postgres::start_with_settings(BENCHMARK_SETTINGS)
+    }
+
+    fn start_with_settings(settings: &[(&str, &str)]) -> Option<Postgres> {
         let Some(bin) = find_bindir() else {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!(
@@ -46,10 +82,10 @@ impl Postgres {
             ));
             return None;
         };
-        Some(Postgres::start_with(&bin))
+        Some(Postgres::start_with(&bin, settings))
     }
 
-    fn start_with(bin: &Path) -> Postgres {
+    fn start_with(bin: &Path, settings: &[(&str, &str)]) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("idutil-pg")
             .tempdir()
@@ -94,9 +130,13 @@ impl Postgres {
             .arg("-k")
             .arg(&socket_dir)
             .args(["-p", &PORT.to_string()])
-            // No TCP at all; durability is not what these tests measure.
-            .args(["-c", "listen_addresses=", "-c", "fsync=off"])
-            .args(["-c", "max_connections=20", "-c", "shared_buffers=16MB"])
+            // No TCP at all.
+            .args(["-c", "listen_addresses="])
+            .args(
+                settings
+                    .iter()
+                    .flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")]),
+            )
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)
