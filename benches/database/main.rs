@@ -163,6 +163,12 @@ pub struct QueryTime {
     pub millis: f64,
 }
 
+impl QueryTime {
+    fn per_row(&self) -> f64 {
+        self.millis / self.rows.max(1) as f64
+    }
+}
+
 /// One measurement: one key, one setup, one row count.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Measurement {
@@ -661,9 +667,11 @@ fn medians(results: &[Measurement]) -> Vec<Measurement> {
                 v.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
                 v[v.len() / 2]
             }
-            let query = |q: Vec<QueryTime>| QueryTime {
-                rows: q[0].rows,
-                millis: mid(q.iter().map(|q| q.millis).collect()),
+            // The rounds' windows hold different numbers of rows: the
+            // round with the median time per row found.
+            let query = |mut q: Vec<QueryTime>| {
+                q.sort_by(|a, b| a.per_row().total_cmp(&b.per_row()));
+                q[q.len() / 2]
             };
             let by_id: Vec<QueryTime> = all.iter().filter_map(|m| m.by_id).collect();
             Measurement {
@@ -727,9 +735,9 @@ fn print_tables(results: &[Measurement]) {
             db.serial_name()
         );
         println!(
-            "| key | rows/s | ratio | table MB | ratio | PK index MB | ratio | all MB | ratio | WAL MB | ratio | by `created` | by `id` |"
+            "| key | rows/s | ratio | table MB | ratio | PK index MB | ratio | all MB | ratio | WAL MB | ratio | by `created` | by `id` | by `created`, per 100k rows | by `id`, per 100k rows |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for m in results
             .iter()
             .filter(|m| m.setup == setup && m.rows == rows)
@@ -743,7 +751,7 @@ fn print_tables(results: &[Measurement]) {
                 (k, _) => k.name().to_string(),
             };
             println!(
-                "| {key} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} ms ({} rows) | {} |",
+                "| {key} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} ms ({} rows) | {} | {:.1} ms | {} |",
                 m.rows_per_second(),
                 ratio(m.rows_per_second(), b.rows_per_second()),
                 mb(m.table_bytes),
@@ -758,6 +766,10 @@ fn print_tables(results: &[Measurement]) {
                 m.by_created.rows,
                 m.by_id
                     .map(|q| format!("{:.1} ms ({} rows)", q.millis, q.rows))
+                    .unwrap_or_else(|| "–".into()),
+                m.by_created.per_row() * 1e5,
+                m.by_id
+                    .map(|q| format!("{:.1} ms", q.per_row() * 1e5))
                     .unwrap_or_else(|| "–".into()),
             );
         }
