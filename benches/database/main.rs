@@ -559,8 +559,16 @@ fn main() {
     }
     let results = match &o.chart_from {
         Some(path) => {
-            let text = std::fs::read_to_string(path).expect("read the saved results");
-            serde_json::from_str(&text).expect("saved results")
+            let saved = std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()));
+            match saved {
+                Ok(results) => results,
+                Err(e) => {
+                    eprintln!("database bench: --chart-from {}: {e}", path.display());
+                    std::process::exit(1);
+                }
+            }
         }
         None => run(&o, work.path()),
     };
