@@ -344,6 +344,21 @@ fn cold(c: &mut Criterion, fx: &Fixture) {
             spent
         })
     });
+    // What a process waits for before its first ID: the time to close is
+    // not counted.
+    g.bench_function("open → first ID (state directory)", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let start = Instant::now();
+                let generator = open();
+                black_box(generator.next_id().unwrap());
+                spent += start.elapsed();
+                generator.close().unwrap();
+            }
+            spent
+        })
+    });
     g.bench_function("open + one ID + close", |b| {
         b.iter(|| {
             let generator = open();

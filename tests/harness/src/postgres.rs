@@ -37,6 +37,20 @@ pub struct Postgres {
     _dir: tempfile::TempDir,
 }
 
+/// The benchmark's server: see [`Postgres::start_for_benchmark`].
+const BENCHMARK_SETTINGS: &[&str] = &[
+    "fsync=on",
+    "synchronous_commit=on",
+    "full_page_writes=on",
+    "shared_buffers=128MB",
+    // Checkpoints on their default schedule (5 min, 1 GB of WAL): a long
+    // run of inserts pays for them as a real server does.
+    "checkpoint_timeout=5min",
+    "max_wal_size=1GB",
+    // No background vacuum or analysis during a measurement.
+    "autovacuum=off",
+];
+
 /// How a lease test's server differs from the plain one.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -66,6 +80,19 @@ impl Postgres {
             return None;
         };
         Some(Postgres::start_with(&bin, None))
+    }
+
+    /// Starts a server configured for measuring, not for testing: every
+    /// commit flushed to disk (`fsync`, `synchronous_commit` and full-page
+    /// writes on, PostgreSQL's defaults), a 128 MB buffer cache (the
+    /// default: an index larger than that is read from the disk), and
+    /// connections for a pool of clients. Returns `None` when PostgreSQL is
+    /// not installed, as [`Postgres::start`] does.
+    pub fn start_for_benchmark() -> Option<Postgres> {
+        Postgres::start_tcp(&Options {
+            max_connections: Some(30),
+            settings: BENCHMARK_SETTINGS.iter().map(|s| s.to_string()).collect(),
+        })
     }
 
     /// Starts a server that also listens on a free loopback TCP port, for

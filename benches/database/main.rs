@@ -1,0 +1,801 @@
+//! What the key does to the database: rows inserted per second, the size
+//! of the table and of its primary-key index, the write-ahead log written,
+//! and a time-range query, for an idutil ID against `bigserial` (SQLite:
+//! `INTEGER PRIMARY KEY`), UUID v7 and UUID v4, in PostgreSQL and SQLite,
+//! from one client and from 8 concurrent clients. Every figure is also
+//! given as a ratio to `bigserial` in the same run; the runner prints a
+//! Markdown table, saves the results as JSON and draws them as an SVG chart
+//! (`benches/database.svg`).
+//!
+//! The table is what an application would make: `id` (the key), `body` (a
+//! short text) and `created` (a timestamp with an index of its own). Rows go
+//! in as batched transactions, 1,000 rows per `INSERT` statement, each its
+//! own transaction, the keys made by the client (`Generator::next_id`,
+//! `Uuid::now_v7`, `Uuid::new_v4`; `bigserial` by the server). PostgreSQL is
+//! a fresh cluster started the way the tests start theirs, but with
+//! `fsync` on and the default 128 MB of `shared_buffers`
+//! (`Postgres::start_for_benchmark`); SQLite is a file in WAL mode with
+//! `synchronous=NORMAL`, a new file per measurement. Between measurements
+//! PostgreSQL drops the table and checkpoints, so each starts from the same
+//! state. Each setup and row count starts with an untimed warm-up, then
+//! runs every key once per round, the order rotating (3 rounds for the
+//! first row count, 1 for the larger ones); the figures are the medians
+//! over the rounds.
+//!
+//! The time-range query asks for a tenth of the rows by time: once through
+//! the `created` index, and for the idutil table through the primary key
+//! (`id BETWEEN Id::min_at(from) AND Id::max_at(to)`), which needs no index
+//! of its own. Both counts are checked against what the client inserted.
+//!
+//! `cargo bench --bench database` runs the full plan (1 million rows for
+//! every database and client count, 10 million for PostgreSQL with one
+//! client); `-- --rows 1000000,10000000 --big-setups all` runs 10 million
+//! everywhere, `--setups pg-1,sqlite-8` picks setups, `--chart-from FILE`
+//! redraws the chart from saved results. Under `cargo test` it runs a few
+//! thousand rows through every setup as a smoke test, checks the counts,
+//! and draws the chart into a temporary directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use idutil::{Generator, Id};
+use serde::{Deserialize, Serialize};
+
+mod chart;
+mod pg;
+mod sqlite;
+
+/// Rows per `INSERT` (and per transaction).
+const BATCH: usize = 1_000;
+/// Executions of each query; the median is reported.
+const QUERY_RUNS: usize = 5;
+const SHARD: u32 = 3;
+
+/// The primary key of a measurement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Key {
+    /// `bigserial` (PostgreSQL) or `INTEGER PRIMARY KEY` without a value
+    /// (SQLite): the database numbers the rows.
+    Serial,
+    /// An idutil ID in a `BIGINT` (SQLite: `INTEGER PRIMARY KEY`).
+    Idutil,
+    /// `Uuid::now_v7`, in a `uuid` (SQLite: a 16-byte `BLOB`).
+    UuidV7,
+    /// `Uuid::new_v4`, likewise.
+    UuidV4,
+}
+
+impl Key {
+    const ALL: [Key; 4] = [Key::Serial, Key::Idutil, Key::UuidV7, Key::UuidV4];
+
+    fn name(self) -> &'static str {
+        match self {
+            Key::Serial => "bigserial",
+            Key::Idutil => "idutil",
+            Key::UuidV7 => "uuid v7",
+            Key::UuidV4 => "uuid v4",
+        }
+    }
+
+    fn table(self) -> &'static str {
+        match self {
+            Key::Serial => "keys_serial",
+            Key::Idutil => "keys_idutil",
+            Key::UuidV7 => "keys_uuid7",
+            Key::UuidV4 => "keys_uuid4",
+        }
+    }
+}
+
+/// Which database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Db {
+    Postgres,
+    Sqlite,
+}
+
+impl Db {
+    fn name(self) -> &'static str {
+        match self {
+            Db::Postgres => "PostgreSQL",
+            Db::Sqlite => "SQLite",
+        }
+    }
+
+    fn serial_name(self) -> &'static str {
+        match self {
+            Db::Postgres => "bigserial",
+            Db::Sqlite => "INTEGER PRIMARY KEY",
+        }
+    }
+}
+
+/// A database and a number of concurrent clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Setup {
+    pub db: Db,
+    pub clients: usize,
+}
+
+impl Setup {
+    const ALL: [Setup; 4] = [
+        Setup {
+            db: Db::Postgres,
+            clients: 1,
+        },
+        Setup {
+            db: Db::Postgres,
+            clients: 8,
+        },
+        Setup {
+            db: Db::Sqlite,
+            clients: 1,
+        },
+        Setup {
+            db: Db::Sqlite,
+            clients: 8,
+        },
+    ];
+
+    /// `pg-1`, `sqlite-8`: the names the command line takes.
+    fn code(self) -> String {
+        let db = match self.db {
+            Db::Postgres => "pg",
+            Db::Sqlite => "sqlite",
+        };
+        format!("{db}-{}", self.clients)
+    }
+
+    fn parse(code: &str) -> Result<Setup, String> {
+        Setup::ALL
+            .into_iter()
+            .find(|s| s.code() == code)
+            .ok_or_else(|| format!("unknown setup `{code}` (pg-1, pg-8, sqlite-1, sqlite-8)"))
+    }
+}
+
+/// A time-range query's result: rows found and the median time.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct QueryTime {
+    pub rows: u64,
+    pub millis: f64,
+}
+
+impl QueryTime {
+    fn per_row(&self) -> f64 {
+        self.millis / self.rows.max(1) as f64
+    }
+}
+
+/// One measurement: one key, one setup, one row count.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Measurement {
+    pub setup: Setup,
+    pub rows: u64,
+    pub key: Key,
+    /// Wall time of all the inserts.
+    pub seconds: f64,
+    /// The table's heap (PostgreSQL `pg_table_size`; SQLite the table's
+    /// b-tree, which holds a rowid key too).
+    pub table_bytes: u64,
+    /// The primary key's own index (0 in SQLite for an `INTEGER PRIMARY
+    /// KEY`, which is the table's b-tree key).
+    pub pk_bytes: u64,
+    /// The `created` index.
+    pub created_bytes: u64,
+    /// Write-ahead log written by the inserts (PostgreSQL).
+    pub wal_bytes: Option<u64>,
+    /// The query window, Unix seconds `[from, to)`.
+    pub window: (u64, u64),
+    pub by_created: QueryTime,
+    /// Through the primary key, idutil only.
+    pub by_id: Option<QueryTime>,
+}
+
+impl Measurement {
+    fn rows_per_second(&self) -> f64 {
+        self.rows as f64 / self.seconds
+    }
+
+    fn total_bytes(&self) -> u64 {
+        self.table_bytes + self.pk_bytes + self.created_bytes
+    }
+}
+
+/// What the clients made: the count of rows per Unix second of their
+/// `created` value, and of their ID's second (idutil), to check the
+/// queries' counts against.
+#[derive(Default)]
+pub struct Made {
+    pub created: BTreeMap<u64, u64>,
+    pub id_seconds: BTreeMap<u64, u64>,
+}
+
+impl Made {
+    fn merge(&mut self, other: Made) {
+        for (s, n) in other.created {
+            *self.created.entry(s).or_default() += n;
+        }
+        for (s, n) in other.id_seconds {
+            *self.id_seconds.entry(s).or_default() += n;
+        }
+    }
+
+    /// The middle tenth of the run, in whole seconds, at least one.
+    fn window(&self) -> (u64, u64) {
+        let first = *self.created.keys().next().expect("rows were made");
+        let last = *self.created.keys().next_back().expect("rows were made");
+        let span = last - first;
+        let from = first + span * 45 / 100;
+        let to = (first + span * 55 / 100).max(from + 1);
+        (from, to)
+    }
+
+    fn count(map: &BTreeMap<u64, u64>, (from, to): (u64, u64)) -> u64 {
+        map.range(from..to).map(|(_, n)| n).sum()
+    }
+}
+
+/// The keys of one batch, made by the client (none for `Serial`).
+pub enum Keys {
+    Serial,
+    Idutil(Vec<i64>),
+    Uuid(Vec<uuid::Uuid>),
+}
+
+/// One batch of rows as the client makes them.
+pub struct Batch {
+    pub keys: Keys,
+    pub bodies: Vec<String>,
+    /// Microseconds since the Unix epoch.
+    pub created: Vec<i64>,
+}
+
+/// Makes batches for one client, and counts what it made.
+pub struct Maker {
+    key: Key,
+    generator: Option<Arc<Generator>>,
+    made: Made,
+    next_row: u64,
+}
+
+impl Maker {
+    fn new(key: Key, generator: Option<Arc<Generator>>, first_row: u64) -> Maker {
+        Maker {
+            key,
+            generator,
+            made: Made::default(),
+            next_row: first_row,
+        }
+    }
+
+    /// `n` rows, made as an application makes them: the key and the time
+    /// per row.
+    pub fn batch(&mut self, n: usize) -> Batch {
+        let mut bodies = Vec::with_capacity(n);
+        let mut created = Vec::with_capacity(n);
+        let mut keys = match self.key {
+            Key::Serial => Keys::Serial,
+            Key::Idutil => Keys::Idutil(Vec::with_capacity(n)),
+            Key::UuidV7 | Key::UuidV4 => Keys::Uuid(Vec::with_capacity(n)),
+        };
+        for _ in 0..n {
+            match &mut keys {
+                Keys::Serial => {}
+                Keys::Idutil(ids) => {
+                    let id = self
+                        .generator
+                        .as_ref()
+                        .expect("a generator for idutil keys")
+                        .next_id()
+                        .expect("an ID");
+                    *self.made.id_seconds.entry(id.unix_seconds()).or_default() += 1;
+                    ids.push(id.into());
+                }
+                Keys::Uuid(ids) => ids.push(match self.key {
+                    Key::UuidV7 => uuid::Uuid::now_v7(),
+                    _ => uuid::Uuid::new_v4(),
+                }),
+            }
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .expect("a clock after 1970");
+            *self.made.created.entry(now.as_secs()).or_default() += 1;
+            created.push(now.as_micros() as i64);
+            bodies.push(format!("row {} of the benchmark", self.next_row));
+            self.next_row += 1;
+        }
+        Batch {
+            keys,
+            bodies,
+            created,
+        }
+    }
+}
+
+/// The idutil bounds of a window `[from, to)` of Unix seconds.
+pub fn id_bounds((from, to): (u64, u64)) -> (i64, i64) {
+    let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+    (
+        Id::min_at(at(from)).expect("a time in the ID range").into(),
+        Id::max_at(at(to - 1))
+            .expect("a time in the ID range")
+            .into(),
+    )
+}
+
+/// A database the runner can measure in.
+trait Database {
+    /// Makes the table for `key` (dropping any left over) and makes the
+    /// database ready for a measurement.
+    async fn prepare(&mut self, key: Key, clients: usize);
+    /// Where the write-ahead log is now, in bytes (PostgreSQL).
+    async fn wal_position(&mut self) -> Option<u64>;
+    /// Inserts one batch through client `client`.
+    async fn insert(&self, client: usize, key: Key, batch: Batch);
+    /// Table, primary-key index and `created` index sizes, in bytes.
+    async fn sizes(&mut self, key: Key) -> (u64, u64, u64);
+    /// Rows in the table.
+    async fn count(&mut self, key: Key) -> u64;
+    /// Makes the table ready to query (statistics).
+    async fn analyze(&mut self, key: Key);
+    /// Rows with `created` in `[from, to)` (Unix seconds), through the
+    /// `created` index.
+    async fn query_created(&mut self, key: Key, window: (u64, u64)) -> u64;
+    /// Rows with `id` in the bounds, through the primary key.
+    async fn query_id(&mut self, key: Key, bounds: (i64, i64)) -> u64;
+    /// Drops the table and frees what it used.
+    async fn finish(&mut self, key: Key);
+}
+
+/// Median time of [`QUERY_RUNS`] executions of `run`, which returns the
+/// row count (the same each time).
+async fn time_query<D, F>(db: &mut D, mut run: F) -> QueryTime
+where
+    F: AsyncFnMut(&mut D) -> u64,
+{
+    let mut times = Vec::new();
+    let mut rows = None;
+    for _ in 0..QUERY_RUNS {
+        let began = Instant::now();
+        let n = run(db).await;
+        times.push(began.elapsed().as_secs_f64() * 1e3);
+        assert!(rows.is_none_or(|r| r == n), "a query's count changed");
+        rows = Some(n);
+    }
+    times.sort_by(f64::total_cmp);
+    QueryTime {
+        rows: rows.expect("at least one run"),
+        millis: times[times.len() / 2],
+    }
+}
+
+/// Inserts `rows` rows keyed by `key` from `setup.clients` clients, then
+/// measures sizes and queries.
+async fn measure<D: Database + Sync>(
+    db: &mut D,
+    setup: Setup,
+    rows: u64,
+    key: Key,
+    state_root: &Path,
+) -> Measurement {
+    db.prepare(key, setup.clients).await;
+    // A fresh generator in a fresh state directory, as a new service
+    // starts; shared by the clients, as one process's threads share one.
+    let state = tempfile::Builder::new()
+        .prefix("idutil-db-bench")
+        .tempdir_in(state_root)
+        .expect("a state directory");
+    let generator = (key == Key::Idutil).then(|| {
+        Arc::new(
+            Generator::builder()
+                .shard(SHARD)
+                .state_dir(state.path())
+                .open()
+                .expect("open a generator"),
+        )
+    });
+    let wal_before = db.wal_position().await;
+    let clients = setup.clients as u64;
+    let began = Instant::now();
+    let made = {
+        let db = &*db;
+        let work = (0..clients).map(|c| {
+            let share = rows / clients + u64::from(c < rows % clients);
+            let first_row = c * (rows / clients) + c.min(rows % clients);
+            let mut maker = Maker::new(key, generator.clone(), first_row);
+            async move {
+                let mut left = share;
+                while left > 0 {
+                    let n = left.min(BATCH as u64) as usize;
+                    let batch = maker.batch(n);
+                    db.insert(c as usize, key, batch).await;
+                    left -= n as u64;
+                }
+                maker.made
+            }
+        });
+        let mut made = Made::default();
+        for m in futures_util::future::join_all(work).await {
+            made.merge(m);
+        }
+        made
+    };
+    let seconds = began.elapsed().as_secs_f64();
+    let wal_after = db.wal_position().await;
+    if let Some(g) = generator {
+        Arc::try_unwrap(g)
+            .map_err(|_| "the clients are done")
+            .unwrap()
+            .close()
+            .expect("close the generator");
+    }
+
+    let count = db.count(key).await;
+    assert_eq!(count, rows, "{key:?}: rows in the table");
+    let (table_bytes, pk_bytes, created_bytes) = db.sizes(key).await;
+    db.analyze(key).await;
+    let window = made.window();
+    let by_created = time_query(db, async |db: &mut D| db.query_created(key, window).await).await;
+    assert_eq!(
+        by_created.rows,
+        Made::count(&made.created, window),
+        "{key:?}: rows created in {window:?}"
+    );
+    let by_id = if key == Key::Idutil {
+        let bounds = id_bounds(window);
+        let t = time_query(db, async |db: &mut D| db.query_id(key, bounds).await).await;
+        assert_eq!(
+            t.rows,
+            Made::count(&made.id_seconds, window),
+            "rows whose ID is in {window:?}"
+        );
+        Some(t)
+    } else {
+        None
+    };
+    db.finish(key).await;
+    Measurement {
+        setup,
+        rows,
+        key,
+        seconds,
+        table_bytes,
+        pk_bytes,
+        created_bytes,
+        wal_bytes: wal_before.zip(wal_after).map(|(b, a)| a - b),
+        window,
+        by_created,
+        by_id,
+    }
+}
+
+struct Options {
+    smoke: bool,
+    rows: Vec<u64>,
+    setups: Vec<Setup>,
+    /// Setups that run the row counts after the first.
+    big_setups: Vec<Setup>,
+    results: PathBuf,
+    chart: PathBuf,
+    chart_from: Option<PathBuf>,
+    /// Rounds for the first row count.
+    rounds: usize,
+}
+
+fn options() -> Result<Options, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let smoke = !args.iter().any(|a| a == "--bench");
+    let mut o = Options {
+        smoke,
+        rows: if smoke {
+            vec![3_000]
+        } else {
+            vec![1_000_000, 10_000_000]
+        },
+        setups: Setup::ALL.to_vec(),
+        big_setups: vec![Setup::ALL[0]],
+        results: Path::new(env!("CARGO_TARGET_TMPDIR")).join("database-bench.json"),
+        chart: Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/database.svg"),
+        chart_from: None,
+        rounds: if smoke { 2 } else { 3 },
+    };
+    let setups = |v: &str| -> Result<Vec<Setup>, String> {
+        if v == "all" {
+            return Ok(Setup::ALL.to_vec());
+        }
+        v.split(',').map(Setup::parse).collect()
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--bench" => {}
+            "--rows" => {
+                o.rows = value()?
+                    .split(',')
+                    .map(|n| {
+                        n.replace('_', "")
+                            .parse()
+                            .map_err(|e| format!("--rows {n}: {e}"))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--setups" => o.setups = setups(value()?)?,
+            "--big-setups" => o.big_setups = setups(value()?)?,
+            "--results" => o.results = value()?.into(),
+            "--chart" => o.chart = value()?.into(),
+            "--chart-from" => o.chart_from = Some(value()?.into()),
+            "--rounds" => o.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if o.rounds == 0 {
+        return Err("--rounds needs at least 1".into());
+    }
+    if o.rows.is_empty() || o.rows.contains(&0) {
+        return Err("--rows needs counts above 0".into());
+    }
+    Ok(o)
+}
+
+fn main() {
+    let mut o = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("database bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let work = tempfile::Builder::new()
+        .prefix("idutil-db-bench")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("a working directory");
+    if o.smoke {
+        o.results = work.path().join("results.json");
+        o.chart = work.path().join("database.svg");
+    }
+    let results = match &o.chart_from {
+        Some(path) => {
+            let saved = std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()));
+            match saved {
+                Ok(results) => results,
+                Err(e) => {
+                    eprintln!("database bench: --chart-from {}: {e}", path.display());
+                    std::process::exit(1);
+                }
+            }
+        }
+        None => run(&o, work.path()),
+    };
+    let results = medians(&results);
+    print_tables(&results);
+    chart::draw(&results, &o.chart).expect("draw the chart");
+    println!("chart: {}", o.chart.display());
+    if o.smoke {
+        check_chart(&o.chart, &results);
+    }
+}
+
+/// Every measurement of the plan, saved to `o.results` after each one.
+fn run(o: &Options, work: &Path) -> Vec<Measurement> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut results: Vec<Measurement> = Vec::new();
+    println!("load average at start: {}", load_average());
+    let save = |results: &Vec<Measurement>| {
+        let text = serde_json::to_string_pretty(results).expect("results as JSON");
+        std::fs::write(&o.results, text).expect("save the results");
+    };
+    for (i, &rows) in o.rows.iter().enumerate() {
+        // Fewer rounds for the long runs: their figures move less.
+        let rounds = if i == 0 { o.rounds } else { 1 };
+        let setups: Vec<Setup> = o
+            .setups
+            .iter()
+            .copied()
+            .filter(|s| i == 0 || o.big_setups.contains(s))
+            .collect();
+        for setup in setups {
+            let done = runtime.block_on(async {
+                match setup.db {
+                    Db::Postgres => {
+                        let Some(mut db) = pg::Pg::start(setup.clients).await else {
+                            return Vec::new();
+                        };
+                        measure_all(&mut db, setup, rows, rounds, work).await
+                    }
+                    Db::Sqlite => {
+                        let mut db = sqlite::Lite::new(work, setup.clients);
+                        measure_all(&mut db, setup, rows, rounds, work).await
+                    }
+                }
+            });
+            results.extend(done);
+            save(&results);
+        }
+    }
+    println!("load average at end: {}", load_average());
+    println!("results: {}", o.results.display());
+    results
+}
+
+/// Every key for one setup and row count: an untimed warm-up (a tenth of
+/// the rows, at most 200,000, with the serial key: the server's caches and
+/// the disk's first writes), then `rounds` rounds, each key once per round,
+/// the order rotating so that each key goes first in turn.
+async fn measure_all<D: Database + Sync>(
+    db: &mut D,
+    setup: Setup,
+    rows: u64,
+    rounds: usize,
+    work: &Path,
+) -> Vec<Measurement> {
+    measure(db, setup, (rows / 10).clamp(1, 200_000), Key::Serial, work).await;
+    let mut out = Vec::new();
+    for round in 0..rounds {
+        for k in 0..Key::ALL.len() {
+            let key = Key::ALL[(round + k) % Key::ALL.len()];
+            let m = measure(db, setup, rows, key, work).await;
+            eprintln!(
+                "{} × {}, {rows} rows, round {}, {}: {:.0} rows/s",
+                setup.db.name(),
+                setup.clients,
+                round + 1,
+                key.name(),
+                m.rows_per_second()
+            );
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// One measurement per key, setup and row count: the median of each figure
+/// over the rounds (rows per second as the median round's time).
+fn medians(results: &[Measurement]) -> Vec<Measurement> {
+    let mut cases: Vec<(Setup, u64, Key)> =
+        results.iter().map(|m| (m.setup, m.rows, m.key)).collect();
+    cases.sort();
+    cases.dedup();
+    cases
+        .into_iter()
+        .map(|(setup, rows, key)| {
+            let all: Vec<&Measurement> = results
+                .iter()
+                .filter(|m| m.setup == setup && m.rows == rows && m.key == key)
+                .collect();
+            fn mid<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+                v.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
+                v[v.len() / 2]
+            }
+            // The rounds' windows hold different numbers of rows: the
+            // round with the median time per row found.
+            let query = |mut q: Vec<QueryTime>| {
+                q.sort_by(|a, b| a.per_row().total_cmp(&b.per_row()));
+                q[q.len() / 2]
+            };
+            let by_id: Vec<QueryTime> = all.iter().filter_map(|m| m.by_id).collect();
+            Measurement {
+                setup,
+                rows,
+                key,
+                seconds: mid(all.iter().map(|m| m.seconds).collect()),
+                table_bytes: mid(all.iter().map(|m| m.table_bytes).collect()),
+                pk_bytes: mid(all.iter().map(|m| m.pk_bytes).collect()),
+                created_bytes: mid(all.iter().map(|m| m.created_bytes).collect()),
+                wal_bytes: all
+                    .iter()
+                    .map(|m| m.wal_bytes)
+                    .collect::<Option<Vec<u64>>>()
+                    .map(mid),
+                window: all[0].window,
+                by_created: query(all.iter().map(|m| m.by_created).collect()),
+                by_id: (!by_id.is_empty()).then(|| query(by_id)),
+            }
+        })
+        .collect()
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / 1_048_576.0)
+}
+
+/// `value / base`, or a dash when there is no base.
+fn ratio(value: f64, base: f64) -> String {
+    if base > 0.0 {
+        format!("{:.2}", value / base)
+    } else {
+        "–".into()
+    }
+}
+
+/// The serial-key measurement of the same setup and row count.
+fn base_of<'a>(results: &'a [Measurement], m: &Measurement) -> Option<&'a Measurement> {
+    results
+        .iter()
+        .find(|b| b.key == Key::Serial && b.setup == m.setup && b.rows == m.rows)
+}
+
+/// A Markdown table per setup and row count, ratios to the serial key.
+fn print_tables(results: &[Measurement]) {
+    let mut cases: Vec<(Setup, u64)> = results.iter().map(|m| (m.setup, m.rows)).collect();
+    cases.dedup();
+    for (setup, rows) in cases {
+        let db = setup.db;
+        println!(
+            "\n{}, {} client{}, {rows} rows (ratios: ÷ {})\n",
+            db.name(),
+            setup.clients,
+            if setup.clients == 1 { "" } else { "s" },
+            db.serial_name()
+        );
+        println!(
+            "| key | rows/s | ratio | table MB | ratio | PK index MB | ratio | all MB | ratio | WAL MB | ratio | by `created` | by `id` | by `created`, per 100k rows | by `id`, per 100k rows |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for m in results
+            .iter()
+            .filter(|m| m.setup == setup && m.rows == rows)
+        {
+            let Some(b) = base_of(results, m) else {
+                continue;
+            };
+            let wal = |m: &Measurement| m.wal_bytes.map(|w| w as f64).unwrap_or(0.0);
+            let key = match (m.key, db) {
+                (Key::Serial, _) => db.serial_name().to_string(),
+                (k, _) => k.name().to_string(),
+            };
+            println!(
+                "| {key} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} ms ({} rows) | {} | {:.1} ms | {} |",
+                m.rows_per_second(),
+                ratio(m.rows_per_second(), b.rows_per_second()),
+                mb(m.table_bytes),
+                ratio(m.table_bytes as f64, b.table_bytes as f64),
+                mb(m.pk_bytes),
+                ratio(m.pk_bytes as f64, b.pk_bytes as f64),
+                mb(m.total_bytes()),
+                ratio(m.total_bytes() as f64, b.total_bytes() as f64),
+                m.wal_bytes.map(mb).unwrap_or_else(|| "–".into()),
+                ratio(wal(m), wal(b)),
+                m.by_created.millis,
+                m.by_created.rows,
+                m.by_id
+                    .map(|q| format!("{:.1} ms ({} rows)", q.millis, q.rows))
+                    .unwrap_or_else(|| "–".into()),
+                m.by_created.per_row() * 1e5,
+                m.by_id
+                    .map(|q| format!("{:.1} ms", q.per_row() * 1e5))
+                    .unwrap_or_else(|| "–".into()),
+            );
+        }
+    }
+}
+
+/// The smoke run's check of the chart: an SVG that names every key.
+fn check_chart(path: &Path, results: &[Measurement]) {
+    let svg = std::fs::read_to_string(path).expect("read the chart");
+    assert!(svg.starts_with("<svg"), "the chart is not an SVG");
+    for key in Key::ALL {
+        if results.iter().any(|m| m.key == key) {
+            assert!(svg.contains(key.name()), "the chart does not name {key:?}");
+        }
+    }
+    let setups: Vec<Setup> = results.iter().map(|m| m.setup).collect();
+    assert!(
+        setups.iter().any(|s| s.db == Db::Sqlite),
+        "the smoke run measured no SQLite setup"
+    );
+}
