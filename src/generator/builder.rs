@@ -268,7 +268,7 @@ impl<C: Clock> Generator<C> {
                 file.clock_id
             );
         }
-        // Redis's record covers every holder of the shard, this host's
+        // The lease's record covers every holder of the shard, this host's
         // state file only this host: resume after the later of the two.
         start = durable.resume(&layout, start, &mut file);
         let now = now_unix.saturating_sub(epoch);

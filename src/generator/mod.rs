@@ -28,7 +28,7 @@ use crate::shard::ShardSource;
 /// Set in the cursor once the generator is closed: every later
 /// compare-and-swap fails and the slow path reports [`Error::Closed`].
 const CLOSED: u64 = 1 << 63;
-/// Set in the cursor while the Redis lease is not known to be held: every
+/// Set in the cursor while the shard's lease is not known to be held: every
 /// compare-and-swap fails and the slow path reports why.
 const FENCED: u64 = 1 << 62;
 /// Set in the cursor while the clock reads outside the layout's range:

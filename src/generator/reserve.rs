@@ -121,7 +121,7 @@ impl<C: Clock> Inner<C> {
             file.seen_last_run = epoch + cold.seen_run;
             cover_seen(&mut file);
             drop(cold);
-            // The reservation counts only once Redis has it too.
+            // The reservation counts only once the lease's store has it too.
             let saved = durable.reserve(&file, epoch + target);
             cold = self.lock();
             match saved {
@@ -193,7 +193,7 @@ impl<C: Clock> Inner<C> {
         cold.closing = true;
         self.hot.limit.store(0, Relaxed);
         self.changed.notify_all();
-        // Every ID issued is below a reservation Redis already has.
+        // Every ID issued is below a reservation the lease's store already has.
         self.fence.give_up(self.hot.layout.epoch() + cold.seen_max);
         e
     }
