@@ -34,8 +34,10 @@ pub(super) struct Target {
 /// TLS connectors already built, by what they check: building one reads
 /// the system's root certificates, tens of milliseconds that every open
 /// would pay again.
-static CONNECTORS: Mutex<Vec<((Verify, Option<String>), MakeTlsConnector)>> =
-    Mutex::new(Vec::new());
+static CONNECTORS: Mutex<Vec<(ConnectorKey, MakeTlsConnector)>> = Mutex::new(Vec::new());
+
+/// What a TLS connector checks, and the root certificate file it adds.
+type ConnectorKey = (Verify, Option<String>);
 
 /// A TLS connector that checks what `verify` says, trusting `root` (a PEM
 /// file) beside the system's roots.
