@@ -239,6 +239,15 @@ pub enum Error {
         /// What would let the recovery go ahead.
         remedy: Remedy,
     },
+    /// The generator was opened by the parent of this process, which
+    /// `fork()` created: the child shares the generator's position and
+    /// state file with its parent, so it issues nothing from it. Open a
+    /// generator on another shard in the child (for
+    /// [`IdUtil`](crate::IdUtil), [`IdUtil::init_with`](crate::IdUtil::init_with)).
+    Forked {
+        /// The parent's shard.
+        shard: u32,
+    },
     /// The generator was closed; it issues no more IDs.
     Closed,
     /// The process-wide generator was already initialized.
@@ -277,7 +286,8 @@ impl Error {
             | Error::BadState { shard, .. }
             | Error::RecoveryRefused { shard, .. }
             | Error::HostLocked { shard, .. }
-            | Error::Fenced { shard, .. } => Some(*shard),
+            | Error::Fenced { shard, .. }
+            | Error::Forked { shard } => Some(*shard),
             #[cfg(feature = "redis")]
             Error::Lease(e) => e.shard(),
             _ => None,
@@ -417,6 +427,12 @@ impl fmt::Display for Error {
                 f,
                 "state file {} was not recovered: {reason}",
                 path.display()
+            ),
+            Error::Forked { shard } => write!(
+                f,
+                "the generator of shard {shard} was opened by the parent of this process \
+                 (created by fork()), and a child never issues its parent's IDs; open a \
+                 generator on another shard in the child"
             ),
             Error::Closed => write!(f, "the generator is closed"),
             Error::AlreadyInitialized => {

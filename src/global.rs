@@ -7,6 +7,10 @@ use crate::generator::{Builder, Generator, IdBatch};
 
 static GLOBAL: OnceLock<Generator> = OnceLock::new();
 static INIT: Mutex<()> = Mutex::new(());
+/// In a child created by `fork()` after [`GLOBAL`] was set: the generator
+/// opened in the child, which replaces the parent's (left as it is, never
+/// dropped, as a `static` is). Set under [`INIT`].
+static REOPENED: OnceLock<Generator> = OnceLock::new();
 
 /// The one-line API: IDs from a process-wide [`Generator`], created on first
 /// use from the environment (`IDUTIL_SHARD` or the host name,
@@ -77,6 +81,12 @@ impl IdUtil {
 
     /// Creates the process-wide generator from `builder`.
     ///
+    /// In a child created by `fork()` after the parent's process-wide
+    /// generator opened, this opens the child's own (on another shard: the
+    /// parent holds its shard), which later calls use; until then they
+    /// fail with [`Error::Forked`]. This works once per process tree: in a
+    /// child of that child, open a [`Generator`] of its own instead.
+    ///
     /// # Errors
     ///
     /// [`Error::AlreadyInitialized`] if it exists already; otherwise those
@@ -94,7 +104,11 @@ impl IdUtil {
     #[inline]
     pub fn generator() -> Result<&'static Generator> {
         match GLOBAL.get() {
-            Some(g) => Ok(g),
+            Some(g) if !g.forked() => Ok(g),
+            Some(_) => match REOPENED.get() {
+                Some(g) if !g.forked() => Ok(g),
+                _ => IdUtil::init(),
+            },
             None => IdUtil::init(),
         }
     }
@@ -108,6 +122,9 @@ impl IdUtil {
     ///
     /// Those of [`Generator::close`].
     pub fn shutdown() -> Result<()> {
+        if let Some(g) = REOPENED.get() {
+            return g.close();
+        }
         match GLOBAL.get() {
             Some(g) => g.close(),
             None => Ok(()),
@@ -116,7 +133,25 @@ impl IdUtil {
 
     fn init_inner(builder: Option<Builder>) -> Result<&'static Generator> {
         let _guard = crate::sync::lock(&INIT);
-        if let Some(g) = GLOBAL.get() {
+        let existing = match (GLOBAL.get(), REOPENED.get()) {
+            // A child of `fork()`: the parent's generator issues nothing
+            // here (`Error::Forked`); one opened in the child does. Without
+            // a builder the parent's is reported: the environment names the
+            // parent's shard, which the parent holds.
+            (Some(g), None) if g.forked() => match builder {
+                None => Some(g),
+                Some(builder) => {
+                    let generator = builder.open()?;
+                    return Ok(REOPENED.get_or_init(|| generator));
+                }
+            },
+            // In a child of a child, the first child's generator (which
+            // reports `Error::Forked`) stays: one reopening per process
+            // tree.
+            (Some(g), Some(r)) if g.forked() => Some(r),
+            (g, _) => g,
+        };
+        if let Some(g) = existing {
             return match builder {
                 Some(_) => Err(Error::AlreadyInitialized),
                 None => Ok(g),

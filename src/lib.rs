@@ -544,7 +544,8 @@
 //! issues the same IDs. The default puts every generator on a host in one
 //! space, which is always safe.
 //! //!
-#![forbid(unsafe_code)]
+// `unsafe` only in `fork` (one call to `pthread_atfork`), allowed there.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -552,6 +553,7 @@ mod clock;
 mod durable;
 mod error;
 mod external;
+mod fork;
 mod generator;
 mod global;
 pub mod host_lock;

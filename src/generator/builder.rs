@@ -171,6 +171,7 @@ fn whole_seconds(d: Duration) -> u64 {
 
 impl<C: Clock> Generator<C> {
     fn start(b: Builder<C>, durable: Durable, shard: u32, source: ShardSource) -> Result<Self> {
+        let forks = crate::fork::install();
         let layout = b.layout;
         let epoch = layout.epoch();
         let now_unix = b.time.now();
@@ -227,6 +228,7 @@ impl<C: Clock> Generator<C> {
                 layout,
                 sequence_bits: layout.sequence_bits(),
                 base: layout.base(value, shard),
+                forks,
             }),
             shard,
             shard_source: source,

@@ -65,6 +65,10 @@ pub(super) struct Hot<C> {
     pub(super) layout: Layout,
     pub(super) sequence_bits: u32,
     pub(super) base: u64,
+    /// The process's fork count when the generator opened (see
+    /// [`fork`](crate::fork)): a different count means this is a child of
+    /// the process that opened it.
+    pub(super) forks: u64,
 }
 
 pub(super) struct Inner<C> {
@@ -140,6 +144,12 @@ impl<C: Clock> Inner<C> {
     /// Hands out `n >= 1` consecutive counter values; returns the first.
     #[inline]
     pub(super) fn take(&self, n: u64, wait: bool) -> Result<u64> {
+        // A child of `fork()` shares the cursor's value and the state file
+        // with its parent: it must not issue. One load of a static a fork
+        // hook raises in the child, no system call (see `fork`).
+        if crate::fork::current() != self.hot.forks {
+            return Err(self.forked_error());
+        }
         if self.hot.time.now() != self.hot.last_now.load(Relaxed) {
             self.tick();
         }
@@ -304,6 +314,19 @@ impl<C: Clock> Inner<C> {
             },
             None => Error::Closed,
         }
+    }
+
+    /// Whether this process is a child, created by `fork()`, of the one
+    /// that opened the generator.
+    #[inline]
+    pub(super) fn forked(&self) -> bool {
+        crate::fork::current() != self.hot.forks
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn forked_error(&self) -> Error {
+        Error::Forked { shard: self.shard }
     }
 
     /// Why a fenced generator does not issue.

@@ -111,7 +111,8 @@ impl<C: Clock> Generator<C> {
     ///
     /// [`Error::EndOfRange`] past the layout's last second,
     /// [`Error::Closed`] after [`close`](Generator::close), [`Error::Io`] if
-    /// a needed reservation cannot be written.
+    /// a needed reservation cannot be written, [`Error::Forked`] in a child
+    /// process created by `fork()` after the generator opened.
     #[inline]
     pub fn next_id(&self) -> Result<Id> {
         self.inner.take(1, true).map(|v| self.inner.id(v))
@@ -185,6 +186,13 @@ impl<C: Clock> Generator<C> {
         current.saturating_sub(self.inner.lock().seen_max)
     }
 
+    /// Whether this process is a child, created by `fork()`, of the
+    /// process that opened the generator: then it issues nothing
+    /// ([`Error::Forked`]).
+    pub fn forked(&self) -> bool {
+        self.inner.forked()
+    }
+
     /// The shard.
     pub fn shard(&self) -> u32 {
         self.inner.shard
@@ -229,7 +237,9 @@ impl<C: Clock> Generator<C> {
 
     /// Stops issuing, records the exact last ID in the state file and
     /// releases the shard. Later calls return [`Error::Closed`]. Closing
-    /// twice is harmless; dropping the generator closes it too.
+    /// twice is harmless; dropping the generator closes it too. In a child
+    /// created by `fork()` it only stops the child's copy: the shard, its
+    /// state file and its locks stay the parent's.
     ///
     /// # Errors
     ///
@@ -238,6 +248,19 @@ impl<C: Clock> Generator<C> {
     /// generator just starts a little further ahead. [`Error::Fenced`] if
     /// the generator fenced itself (then nothing is written).
     pub fn close(&self) -> Result<()> {
+        if self.inner.forked() {
+            // A child of `fork()`: the reservation thread and the state
+            // file are the parent's, and the locks of this copy may have
+            // been held by a parent thread at the fork. Stop this copy
+            // without touching either; the parent closes the shard.
+            self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
+            if let Ok(mut extender) = self.extender.try_lock() {
+                // No such thread in the child: joining it would wait for
+                // ever, detaching it would free what the parent's copy owns.
+                std::mem::forget(extender.take());
+            }
+            return Ok(());
+        }
         let Some(handle) = crate::sync::lock(&self.extender).take() else {
             return Ok(());
         };
