@@ -359,7 +359,7 @@ pub(super) fn remove_stale_temporaries(dir_fd: &OwnedFd, shard: u32) {
 }
 
 /// What the lock file says, besides the lock itself.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct LockNote {
     /// The pid of the generator that last took the lock (advice for error
     /// messages: the lock is what protects).
@@ -371,6 +371,17 @@ pub(super) struct LockNote {
     /// shard has held in this directory (a line `high_water N`): `Err` if
     /// the line is there but garbled.
     pub(super) mark: std::result::Result<Option<u64>, ()>,
+}
+
+impl Default for LockNote {
+    /// No lock file: nothing recorded.
+    fn default() -> Self {
+        LockNote {
+            pid: None,
+            had_state: false,
+            mark: Ok(None),
+        }
+    }
 }
 
 /// Reads the lock file's note. A read that fails is an error, never an

@@ -221,7 +221,10 @@ pub fn plan_recovery(
             pid,
         });
     }
-    plan_recovery_from(dir, shard, layout, options, peek.state, wall_now())
+    // A garbled mark in the lock file says nothing; the state file's own
+    // marks and the other evidence still hold.
+    let lock_mark = peek.note.mark.ok().flatten();
+    plan_recovery_from(dir, shard, layout, options, peek.state, lock_mark, wall_now())
 }
 
 /// Restarts a shard's state conservatively: [`plan_recovery`], then
@@ -248,6 +251,7 @@ pub(super) fn plan_recovery_from(
     layout: &Layout,
     options: &RecoverOptions,
     old: Option<Vec<u8>>,
+    lock_mark: Option<u64>,
     now: u64,
 ) -> Result<Recovery> {
     let path = state_path(dir, shard);
@@ -272,6 +276,12 @@ pub(super) fn plan_recovery_from(
     let mut evidence: Vec<(&'static str, u64)> = vec![("the wall clock", now)];
     if let Some(after) = options.after {
         evidence.push(("the time vouched for", after));
+    }
+    // The lock file keeps the highest mark any state file of the shard
+    // held in this directory: a state file put back from an older copy
+    // is below it.
+    if let Some(mark) = lock_mark.filter(|m| (layout.epoch()..=last_second).contains(m)) {
+        evidence.push(("the mark the lock file keeps", mark));
     }
     let mut old_clock_id = None;
     let found = match &old {
@@ -308,7 +318,15 @@ pub(super) fn plan_recovery_from(
                     evidence.push(("the highest wall clock seen", s.seen_max));
                     evidence.push(("the wall clock of the last run", s.seen_last_run));
                     old_clock_id = Some(s.clock_id);
-                    if s.layout != *layout {
+                    let highest = s.high_water.values().copied().max().unwrap_or(0);
+                    if let Some(mark) = lock_mark.filter(|&m| m > highest) {
+                        OldState::Damaged {
+                            reason: format!(
+                                "its high-water mark ({highest}) is below the one the lock \
+                                 file keeps ({mark}): it is an older copy"
+                            ),
+                        }
+                    } else if s.layout != *layout {
                         OldState::OtherLayout(s.layout)
                     } else if options.force {
                         OldState::Healthy

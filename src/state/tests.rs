@@ -242,7 +242,7 @@ const NOW: u64 = 1_763_751_300;
 /// The plan, or the refusal's message followed by `(remedy R)`.
 fn plan_for(old: Option<&str>, options: &RecoverOptions) -> std::result::Result<Recovery, String> {
     let old = old.map(|t| t.as_bytes().to_vec());
-    plan_recovery_from(Path::new("/state"), 7, &Layout::DEFAULT, options, old, NOW).map_err(|e| {
+    plan_recovery_from(Path::new("/state"), 7, &Layout::DEFAULT, options, old, None, NOW).map_err(|e| {
         match &e {
             Error::RecoveryRefused { remedy, .. } => format!("{e} (remedy {remedy:?})"),
             _ => e.to_string(),
@@ -416,6 +416,7 @@ fn recovery_resumes_after_every_legible_second_plus_the_window() {
         &Layout::DEFAULT,
         &RecoverOptions::new(),
         Some(bytes),
+        None,
         NOW,
     )
     .unwrap();
