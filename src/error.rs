@@ -294,6 +294,40 @@ impl Error {
         }
     }
 
+    /// The same error for another caller that waited on the same failed
+    /// write: the variant, path and message are kept; an I/O error's
+    /// source becomes one of the same kind and message (an `io::Error` is
+    /// not `Clone`).
+    pub(crate) fn for_another_caller(&self, state_path: &Path) -> Error {
+        let copy = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
+        match self {
+            Error::Io {
+                action,
+                path,
+                source,
+            } => Error::Io {
+                action,
+                path: path.clone(),
+                source: copy(source),
+            },
+            Error::Fenced { shard, reason } => Error::Fenced {
+                shard: *shard,
+                reason: reason.clone(),
+            },
+            Error::Untrusted { path, reason } => Error::Untrusted {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            #[cfg(feature = "redis")]
+            Error::Lease(e) => Error::Lease(e.clone()),
+            other => Error::io(
+                "reserve seconds in",
+                state_path,
+                io::Error::other(other.to_string()),
+            ),
+        }
+    }
+
     pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> Error {
         Error::Io {
             action,

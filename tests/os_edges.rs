@@ -205,3 +205,113 @@ fn emit(text: &str) {
     out.write_all(text.as_bytes()).unwrap();
     out.flush().unwrap();
 }
+
+/// A reservation write that fails (the process may not write a byte:
+/// `RLIMIT_FSIZE` 0, a real `EFBIG` from the kernel) while four threads
+/// wait on it: every one of them gets the error, at once; once writing
+/// works again the next call retries and issues, after everything before.
+#[test]
+fn a_failed_reservation_write_answers_every_waiting_thread() {
+    let dir = harness::state_dir();
+    let child = harness::child::child_command(
+        "child_failed_write",
+        &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn the child");
+    let out = finish_within(child, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("@answer "))
+        .collect();
+    assert_eq!(answers.len(), 4, "{stdout}");
+    for answer in &answers {
+        assert!(answer.contains("File too large"), "{stdout}");
+    }
+    let mut ledger = Ledger::new();
+    let ids = |key: &str| -> Vec<u64> {
+        stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .map(harness::parse_id)
+            .collect()
+    };
+    ledger.record(&ids("@before "));
+    ledger.record_after_all(&ids("@after "));
+    assert_eq!(ids("@after ").len(), 1000, "{stdout}");
+}
+
+/// Child entry point of
+/// [`a_failed_reservation_write_answers_every_waiting_thread`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_failed_write() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let clock = ManualClock::new(T);
+    let g = Arc::new(
+        harness::builder(&dir)
+            .shard(6)
+            .clock(clock.clone())
+            .open()
+            .expect("open shard 6"),
+    );
+    let mut text = String::new();
+    for _ in 0..1000 {
+        text.push_str(&format!("@before {}\n", g.next_id().unwrap()));
+    }
+    emit(&text);
+    let limit = |bytes: u64| {
+        let limit = libc::rlimit {
+            rlim_cur: bytes,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) };
+        assert_eq!(rc, 0, "setrlimit");
+    };
+    // SAFETY (test): ignoring SIGXFSZ makes a write past the limit fail
+    // with EFBIG instead of killing the process.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN)
+    };
+    limit(0);
+    // Far past the reservation: every call needs the next write.
+    clock.set(T + 100);
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (g, start) = (Arc::clone(&g), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                match g.next_id() {
+                    Ok(id) => format!("an ID {id}"),
+                    Err(e) => e.to_string(),
+                }
+            })
+        })
+        .collect();
+    let mut text = String::new();
+    for t in threads {
+        text.push_str(&format!("@answer {}\n", t.join().unwrap()));
+    }
+    emit(&text);
+    limit(libc::RLIM_INFINITY);
+    let mut text = String::new();
+    for _ in 0..1000 {
+        text.push_str(&format!("@after {}\n", g.next_id().expect("a retry")));
+    }
+    emit(&text);
+    g.close().unwrap();
+}

@@ -254,6 +254,7 @@ impl<C: Clock> Generator<C> {
                 recent: 0,
                 warned_out_of_range: false,
                 failure: None,
+                failures: 0,
                 fenced: None,
                 closing: false,
                 file,

@@ -121,7 +121,13 @@ pub(super) struct Cold {
     pub(super) recent: u64,
     /// Whether a clock reading outside the layout's range was logged.
     pub(super) warned_out_of_range: bool,
+    /// The last reservation write that failed, handed to every call that
+    /// waited on it (see `failures`).
     pub(super) failure: Option<Error>,
+    /// How many reservation writes have failed: a waiting call returns
+    /// [`failure`](Cold::failure) once this moves, so every waiter of a
+    /// failed write gets an answer, not just the first to wake.
+    pub(super) failures: u64,
     /// Why the generator fenced itself ([`Error::Fenced`]): it issues and
     /// writes nothing more.
     pub(super) fenced: Option<String>,
@@ -285,11 +291,21 @@ impl<C: Clock> Inner<C> {
             }
             if second > cold.reserved {
                 self.request(&mut cold, second);
+                let failures = cold.failures;
                 cold = crate::sync::wait_while(&self.changed, cold, |c| {
-                    c.reserved < second && c.failure.is_none() && !c.closing
+                    c.reserved < second && c.failures == failures && !c.closing
                 });
-                if let Some(e) = cold.failure.take() {
-                    return Err(e);
+                if cold.failures != failures && cold.reserved < second {
+                    // The next call asks again: a write that failed is not
+                    // remembered as a verdict.
+                    return Err(match &cold.failure {
+                        Some(e) => e.for_another_caller(&self.path),
+                        None => Error::io(
+                            "reserve seconds in",
+                            &self.path,
+                            std::io::Error::other("the reservation write failed"),
+                        ),
+                    });
                 }
                 continue;
             }

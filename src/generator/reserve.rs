@@ -31,7 +31,6 @@ impl<C: Clock> Inner<C> {
             .min(self.hot.layout.max_seconds());
         if target > cold.wanted {
             cold.wanted = target;
-            cold.failure = None;
             self.changed.notify_all();
         }
     }
@@ -147,8 +146,10 @@ impl<C: Clock> Inner<C> {
                 }
                 Err(e) => {
                     log::warn!("shard {}: {e}", self.shard);
-                    // Handed to the one call that waits for this write.
+                    // Handed to every call that waits for this write; the
+                    // next call that needs more asks again.
                     cold.failure = Some(e);
+                    cold.failures += 1;
                     cold.wanted = cold.reserved;
                 }
             }
