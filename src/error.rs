@@ -129,15 +129,33 @@ pub enum Error {
         /// The last representable second, in seconds since the Unix epoch.
         last_unix_second: u64,
     },
+    /// The shard reached the end margin of its layout's range (see
+    /// [`Builder::end_margin`](crate::Builder::end_margin)): the last
+    /// seconds, kept clear so that a clock far ahead for a moment cannot
+    /// use the shard up. The crate docs, *A clock far ahead*, say what to
+    /// do.
+    EndMarginReached {
+        /// The shard.
+        shard: u32,
+        /// The first second of the margin (Unix seconds).
+        from: u64,
+        /// The margin, in seconds.
+        margin: u64,
+        /// The layout's last second (Unix seconds).
+        last_unix_second: u64,
+    },
     /// The wall clock reads a second outside the layout's range: before
-    /// its epoch or after its last second. Nothing is issued or recorded
-    /// on such a reading; generators work again once the clock is sane.
+    /// its epoch or after its last second (less the generator's end margin,
+    /// [`Builder::end_margin`](crate::Builder::end_margin)). Nothing is
+    /// issued or recorded on such a reading; generators work again once
+    /// the clock is sane.
     ClockOutOfRange {
         /// The clock's reading, in seconds since the Unix epoch.
         unix_second: u64,
         /// The layout's epoch, its first second.
         first: u64,
-        /// The layout's last second.
+        /// The last second a generator acts on: the layout's last second
+        /// less the end margin.
         last: u64,
     },
     /// Issuing would take the generator further ahead of the wall clock than
@@ -287,6 +305,7 @@ impl Error {
             | Error::RecoveryRefused { shard, .. }
             | Error::HostLocked { shard, .. }
             | Error::Fenced { shard, .. }
+            | Error::EndMarginReached { shard, .. }
             | Error::Forked { shard } => Some(*shard),
             #[cfg(feature = "redis")]
             Error::Lease(e) => e.shard(),
@@ -373,6 +392,20 @@ impl fmt::Display for Error {
                 f,
                 "the layout's last second ({last_unix_second} s after the Unix epoch) \
                  has been used; no more IDs can be issued"
+            ),
+            Error::EndMarginReached {
+                shard,
+                from,
+                margin,
+                last_unix_second,
+            } => write!(
+                f,
+                "shard {shard} has reached the last {margin} s of its layout's range (from \
+                 {from} s after the Unix epoch; the range ends at {last_unix_second}), which \
+                 generators keep clear so that a clock far ahead for a moment cannot use the \
+                 shard up; if the clock is right, the layout is used up (open with a smaller \
+                 end margin to issue the rest); if a wrong clock pushed the shard here, move \
+                 its IDs to another shard"
             ),
             Error::ClockOutOfRange {
                 unix_second,

@@ -572,7 +572,8 @@ mod sync;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, IdError, Result};
 pub use generator::{
-    Builder, Generator, IdBatch, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM_SECONDS, MAX_WINDOW,
+    Builder, Generator, IdBatch, DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN,
+    DEFAULT_MAX_CLOCK_STEP, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM_SECONDS, MAX_WINDOW,
 };
 pub use global::IdUtil;
 pub use host_lock::ID_SPACE_ENV;

@@ -27,6 +27,15 @@ fn open(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<M
     builder(dir, shard, clock).open().expect("open")
 }
 
+/// [`open`], with no end margin: the generator issues up to the layout's
+/// very last ID.
+fn full_range(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
+    builder(dir, shard, clock)
+        .end_margin(Duration::ZERO)
+        .open()
+        .expect("open")
+}
+
 /// Captures warnings, so tests can check what was logged for their shard.
 struct Capture(Mutex<Vec<String>>);
 
@@ -182,7 +191,7 @@ fn stops_cleanly_at_the_end_of_the_range() {
     let last_second = Layout::DEFAULT.last_unix_second();
     assert_eq!(last_second, 5_241_652_095, "2136-02-07T06:28:15Z");
     let clock = ManualClock::new(last_second);
-    let g = open(&dir, 31, &clock);
+    let g = full_range(&dir, 31, &clock);
     let ids: Vec<Id> = g.next_ids(PER_SECOND).unwrap().collect();
     assert_eq!(
         *ids.last().unwrap(),
@@ -201,11 +210,11 @@ fn stops_cleanly_at_the_end_of_the_range() {
     drop(g);
     // A clock past the range cannot even open the shard.
     clock.advance(1000);
-    let refused = builder(&dir, 31, &clock).open();
+    let refused = builder(&dir, 31, &clock).end_margin(Duration::ZERO).open();
     assert!(matches!(refused, Err(Error::ClockOutOfRange { .. })));
     // Back at the last second, the shard knows its last ID was used.
     clock.set(last_second);
-    let g = open(&dir, 31, &clock);
+    let g = full_range(&dir, 31, &clock);
     assert!(matches!(g.next_id(), Err(Error::EndOfRange { .. })));
 }
 
@@ -213,7 +222,7 @@ fn stops_cleanly_at_the_end_of_the_range() {
 fn a_batch_that_would_cross_the_end_of_the_range_is_refused_whole() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(Layout::DEFAULT.last_unix_second());
-    let g = open(&dir, 30, &clock);
+    let g = full_range(&dir, 30, &clock);
     assert!(matches!(
         g.next_ids(PER_SECOND + 1),
         Err(Error::EndOfRange { .. })

@@ -45,6 +45,15 @@ pub const DEFAULT_WINDOW: u64 = 5;
 /// top of the headroom. A larger window asked for is this one, so that no
 /// setting can make a crash skip to the end of the layout's range.
 pub const MAX_WINDOW: u64 = 3600;
+/// The default end margin, in seconds: a generator issues nothing in the
+/// last day of its layout's range (see [`Builder::end_margin`]).
+pub const DEFAULT_END_MARGIN: u64 = 86_400;
+/// The default largest forward step of the wall clock a running generator
+/// follows at once, in seconds (see [`Builder::max_clock_step`]).
+pub const DEFAULT_MAX_CLOCK_STEP: u64 = 86_400;
+/// The default time a larger forward step must hold before a running
+/// generator follows it (see [`Builder::clock_step_confirm`]).
+pub const DEFAULT_CLOCK_STEP_CONFIRM: Duration = Duration::from_secs(300);
 /// How often a call waiting on the lead cap looks at the clock again.
 const LEAD_POLL: Duration = Duration::from_millis(5);
 /// How much issuing, at the recent rate, a reservation covers beyond the

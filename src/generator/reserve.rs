@@ -26,9 +26,7 @@ impl<C: Clock> Inner<C> {
     /// such skips, never a doubling.
     pub(super) fn request(&self, cold: &mut Cold, second: u64) {
         let ahead = self.window.saturating_add(self.headroom(cold));
-        let target = second
-            .saturating_add(ahead)
-            .min(self.hot.layout.max_seconds());
+        let target = second.saturating_add(ahead).min(self.hot.usable_last);
         if target > cold.wanted {
             cold.wanted = target;
             self.changed.notify_all();
@@ -84,7 +82,7 @@ impl<C: Clock> Inner<C> {
             cold.trigger
         };
         let mut limit = soft.max(floor.min(cold.reserved));
-        limit = limit.min(self.hot.layout.max_seconds());
+        limit = limit.min(self.hot.usable_last);
         if let Some(max_lead) = self.max_lead {
             limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }
