@@ -175,15 +175,35 @@ pub enum Error {
         /// The pid recorded by the holder, when it could be read.
         pid: Option<u32>,
     },
-    /// Another generator on this host holds the shard in the same ID space,
-    /// whatever its state directory (Linux; see the crate docs, *Security*).
+    /// A process on this host holds the shard in the same ID space,
+    /// whatever its state directory (Linux; see the crate docs,
+    /// *Security*): another generator, or, when it runs as another user,
+    /// possibly a process that took the name to block the shard.
     HostLocked {
         /// The shard.
         shard: u32,
         /// The ID space.
         id_space: String,
-        /// The holder's pid, when it could be learnt without waiting.
+        /// The holder's pid, when the system tells (`/proc/locks`).
         pid: Option<u32>,
+        /// The holder's user, when it is not this process's user.
+        uid: Option<u32>,
+        /// The per-host lock file.
+        lock_file: PathBuf,
+    },
+    /// The shard's per-host lock file cannot be used: another user's file
+    /// this user may not open, a symbolic link, or not a regular file.
+    /// idutil never makes such a file; someone else did, perhaps to block
+    /// the shard. See the crate docs, *Security*.
+    HostLockUnusable {
+        /// The shard.
+        shard: u32,
+        /// The ID space.
+        id_space: String,
+        /// The per-host lock file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
     },
     /// An ID space name that is not 1 to 64 characters of
     /// `A-Z a-z 0-9 . _ -`.
@@ -285,7 +305,11 @@ impl Error {
             | Error::BadState { path, .. }
             | Error::RecoveryRefused { path, .. }
             | Error::RelativeStateDir { path }
-            | Error::Untrusted { path, .. } => Some(path),
+            | Error::Untrusted { path, .. }
+            | Error::HostLockUnusable { path, .. }
+            | Error::HostLocked {
+                lock_file: path, ..
+            } => Some(path),
             _ => None,
         }
     }
@@ -304,6 +328,7 @@ impl Error {
             | Error::BadState { shard, .. }
             | Error::RecoveryRefused { shard, .. }
             | Error::HostLocked { shard, .. }
+            | Error::HostLockUnusable { shard, .. }
             | Error::Fenced { shard, .. }
             | Error::EndMarginReached { shard, .. }
             | Error::Forked { shard } => Some(*shard),
@@ -436,6 +461,8 @@ impl fmt::Display for Error {
                 shard,
                 id_space,
                 pid,
+                uid: None,
+                ..
             } => {
                 write!(
                     f,
@@ -452,6 +479,44 @@ impl fmt::Display for Error {
                      for IDs that never share a table"
                 )
             }
+            Error::HostLocked {
+                shard,
+                id_space,
+                pid,
+                uid: Some(uid),
+                lock_file,
+            } => {
+                write!(
+                    f,
+                    "shard {shard} of ID space {id_space:?} is held on this host by "
+                )?;
+                match pid {
+                    Some(pid) => write!(f, "pid {pid}")?,
+                    None => write!(f, "a process")?,
+                }
+                write!(
+                    f,
+                    " of uid {uid}, another user (lock file {}): if that is not an idutil \
+                     generator of that user, it took the name to block the shard; an \
+                     administrator can end it and remove the file. Meanwhile use another \
+                     shard, or another ID space for IDs that never share a table",
+                    lock_file.display()
+                )
+            }
+            Error::HostLockUnusable {
+                shard,
+                id_space,
+                path,
+                reason,
+            } => write!(
+                f,
+                "cannot take shard {shard} of ID space {id_space:?} on this host: its lock \
+                 file {} cannot be used: {reason}. idutil never makes such a file: someone \
+                 else did, perhaps to block the shard; an administrator can remove it. \
+                 Meanwhile use another shard, or another ID space for IDs that never share \
+                 a table",
+                path.display()
+            ),
             Error::InvalidIdSpace { name, reason } => {
                 write!(f, "invalid ID space {name:?}: {reason}")
             }

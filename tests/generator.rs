@@ -644,7 +644,11 @@ fn a_forward_step_that_holds_is_followed_once_confirmed() {
         .unwrap();
     let ten_days = T + 10 * 86_400;
     clock.set(ten_days);
-    assert_eq!(g.next_id().unwrap().unix_seconds(), T, "not followed at once");
+    assert_eq!(
+        g.next_id().unwrap().unix_seconds(),
+        T,
+        "not followed at once"
+    );
     thread::sleep(Duration::from_millis(1300));
     // The clock kept the step (and ran on with real time).
     clock.set(ten_days + 1);

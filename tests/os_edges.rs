@@ -55,12 +55,20 @@ fn a_forked_child_never_issues_its_parents_ids() {
             .map(str::trim)
             .collect()
     };
-    assert_eq!(field("forked-global"), [CHILD_CALLS.to_string()], "{stdout}");
+    assert_eq!(
+        field("forked-global"),
+        [CHILD_CALLS.to_string()],
+        "{stdout}"
+    );
     assert_eq!(field("forked-explicit"), ["3"], "{stdout}");
     assert_eq!(field("child-closed"), ["ok"], "{stdout}");
     assert_eq!(field("grandchild-status"), ["0"], "{stdout}");
     let ids: Vec<u64> = field("id ").iter().map(|t| harness::parse_id(t)).collect();
-    let by_shard = |shard: u32| ids.iter().filter(|&&id| id & 31 == u64::from(shard)).count();
+    let by_shard = |shard: u32| {
+        ids.iter()
+            .filter(|&&id| id & 31 == u64::from(shard))
+            .count()
+    };
     // The parent's two generators before and after the fork, and the
     // child's own generator, on a shard the parent does not hold.
     assert_eq!(by_shard(3), 2000, "{stdout}");
@@ -90,7 +98,10 @@ fn child_fork() {
     }
     let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
     IdUtil::init_with(harness::builder(&dir).shard(3)).expect("open shard 3");
-    let explicit = harness::builder(&dir).shard(5).open().expect("open shard 5");
+    let explicit = harness::builder(&dir)
+        .shard(5)
+        .open()
+        .expect("open shard 5");
     let mut text = String::new();
     let print_ids = |text: &mut String, n: usize, g: &dyn Fn() -> u64| {
         for _ in 0..n {
@@ -165,7 +176,9 @@ fn forked_child(dir: &Path, explicit: &Generator) {
         }
     }
     text.push_str(&format!("@forked-explicit {forked}\n"));
-    let closed = explicit.close().map_or_else(|e| e.to_string(), |()| "ok".into());
+    let closed = explicit
+        .close()
+        .map_or_else(|e| e.to_string(), |()| "ok".into());
     text.push_str(&format!("@child-closed {closed}\n"));
     // The environment's shard is the parent's; the child opens its own.
     IdUtil::init_with(harness::builder(dir).shard(4)).expect("the child opens shard 4");

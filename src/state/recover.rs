@@ -224,7 +224,15 @@ pub fn plan_recovery(
     // A garbled mark in the lock file says nothing; the state file's own
     // marks and the other evidence still hold.
     let lock_mark = peek.note.mark.ok().flatten();
-    plan_recovery_from(dir, shard, layout, options, peek.state, lock_mark, wall_now())
+    plan_recovery_from(
+        dir,
+        shard,
+        layout,
+        options,
+        peek.state,
+        lock_mark,
+        wall_now(),
+    )
 }
 
 /// Restarts a shard's state conservatively: [`plan_recovery`], then

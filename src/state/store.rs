@@ -196,9 +196,6 @@ impl Store {
             return Err(Error::io("write the state file in", &self.dir, e));
         }
         self.note_in_lock_file(state);
-        if let Some(host) = &self._host {
-            host.drain();
-        }
         Ok(())
     }
 
@@ -219,8 +216,13 @@ impl Store {
             return;
         }
         let first = !note.had_state;
-        let written = write_lock_file(&self.lock, true, mark)
-            .and_then(|()| if first { self.lock.sync_all() } else { Ok(()) });
+        let written = write_lock_file(&self.lock, true, mark).and_then(|()| {
+            if first {
+                self.lock.sync_all()
+            } else {
+                Ok(())
+            }
+        });
         match written {
             Ok(()) => {
                 note.had_state = true;

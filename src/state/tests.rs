@@ -242,11 +242,18 @@ const NOW: u64 = 1_763_751_300;
 /// The plan, or the refusal's message followed by `(remedy R)`.
 fn plan_for(old: Option<&str>, options: &RecoverOptions) -> std::result::Result<Recovery, String> {
     let old = old.map(|t| t.as_bytes().to_vec());
-    plan_recovery_from(Path::new("/state"), 7, &Layout::DEFAULT, options, old, None, NOW).map_err(|e| {
-        match &e {
-            Error::RecoveryRefused { remedy, .. } => format!("{e} (remedy {remedy:?})"),
-            _ => e.to_string(),
-        }
+    plan_recovery_from(
+        Path::new("/state"),
+        7,
+        &Layout::DEFAULT,
+        options,
+        old,
+        None,
+        NOW,
+    )
+    .map_err(|e| match &e {
+        Error::RecoveryRefused { remedy, .. } => format!("{e} (remedy {remedy:?})"),
+        _ => e.to_string(),
     })
 }
 
