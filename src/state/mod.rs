@@ -6,7 +6,11 @@
 //! - `shard-N.lock`: never renamed or removed. A generator holds an
 //!   exclusive `flock` on it (through `fs2`) for its whole life and writes
 //!   its pid into it, so a second generator for the shard is refused with
-//!   the holder's pid.
+//!   the holder's pid. Below the pid, a line `state` once the shard has
+//!   had a state file here (a missing one is then refused, not a fresh
+//!   start), and a line `high_water N`: the highest mark any state file of
+//!   the shard held here, so that an older copy of the state file put back
+//!   is refused (see the crate docs, *The state file*).
 //! - `shard-N.state`: a small text file, replaced atomically (a temporary
 //!   file in the same directory, `fsync`, `rename`, `fsync` of the directory).
 //!
