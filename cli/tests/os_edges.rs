@@ -412,3 +412,91 @@ fn child_flood() {
         }
     }
 }
+
+/// `idutil ARGS` through `sh -c` with the shell redirections `redirect`
+/// (`>&-`, `2>/dev/full`), in `dir` on `shard`.
+fn idutil_redirected(shard: u32, dir: &Path, args: &str, redirect: &str) -> harness::Run {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "exec \"$0\" --shard {shard} --state-dir \"$1\" {args} {redirect}"
+        ))
+        .arg(harness::bin())
+        .arg(dir)
+        .env_remove("IDUTIL_SHARD")
+        .env_remove("IDUTIL_STATE_DIR")
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir));
+    harness::run(&mut cmd)
+}
+
+/// Standard output closed: nothing is issued (every ID would be lost), an
+/// error exit says why, and nothing is created. Standard output full: an
+/// error exit. Standard error unwritable: the right exit status, never a
+/// panic.
+#[test]
+fn output_that_cannot_be_written_is_an_error_exit_never_a_silent_loss_or_a_panic() {
+    let parent = harness::state_dir();
+    let dir = parent.path().join("state");
+    let r = idutil_redirected(1, &dir, "next -n 100", ">&-").expect_code(1, "stdout closed");
+    assert!(
+        r.stderr.contains("standard output is closed"),
+        "{}",
+        r.stderr
+    );
+    assert!(!dir.exists(), "nothing is created");
+    let r = idutil_redirected(1, &dir, "next -n 100", ">/dev/full").expect_code(1, "stdout full");
+    assert!(r.stderr.contains("cannot write the output"), "{}", r.stderr);
+    // Issued, though not printed: the next run continues after them.
+    let mut ledger = Ledger::new();
+    ledger.record(&harness::next(1, &dir, 10));
+    // A usage error and a runtime error with stderr unwritable.
+    idutil_redirected(1, &dir, "next --no-such-flag", "2>/dev/full").expect_code(2, "usage");
+    idutil_redirected(1, &dir, "next -n 5", "2>&- >/dev/null").expect_code(0, "stderr closed");
+    let holder = harness::spawn_next(2, &dir, 1_000_000_000);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    idutil_redirected(2, &dir, "next", "2>/dev/full").expect_code(1, "a held shard");
+    drop(holder);
+}
+
+/// No thread can be started (`prlimit --nproc`, as another user, since
+/// root is not limited): an error exit that says so, never a panic.
+#[test]
+fn a_thread_that_cannot_start_is_an_error_exit_not_a_panic() {
+    let Some(nobody) = as_nobody() else {
+        return;
+    };
+    let parent = tempfile::Builder::new()
+        .prefix("idutil-nproc-")
+        .tempdir()
+        .unwrap();
+    let dir = parent.path().join("state");
+    fs::create_dir(&dir).unwrap();
+    Command::new("chown")
+        .args(["65534:65534"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    // `prlimit` runs as the other user; its limit counts that user's
+    // processes, so a few limits cover where each thread would be needed.
+    let mut refused = 0;
+    for nproc in 1..=3 {
+        let mut cmd = Command::new(&nobody.get_program().to_owned());
+        cmd.args(nobody.get_args())
+            .args(["prlimit", &format!("--nproc={nproc}")])
+            .arg(harness::bin())
+            .args(["--shard", "3", "--state-dir"])
+            .arg(&dir)
+            .arg("next")
+            .env("IDUTIL_ID_SPACE", harness::space_for(&dir));
+        let r = harness::run(&mut cmd);
+        assert_ne!(r.code, Some(101), "nproc {nproc}: a panic: {}", r.stderr);
+        assert!(
+            r.code == Some(0) || (r.code == Some(1) && r.stderr.contains("thread")),
+            "nproc {nproc}: {:?} {}",
+            r.code,
+            r.stderr
+        );
+        refused += usize::from(r.code == Some(1));
+    }
+    assert!(refused > 0, "no limit stopped a thread");
+}

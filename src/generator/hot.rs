@@ -369,9 +369,7 @@ impl<C: Clock> Inner<C> {
     /// to act on instead, until the step has held for the confirmation
     /// time. `None`: follow the reading.
     fn follow_step(&self, cold: &mut Cold, reading: u64) -> Option<u64> {
-        let Some((max_step, confirm)) = self.max_step else {
-            return None;
-        };
+        let (max_step, confirm) = self.max_step?;
         let (base, at) = cold.trusted;
         let expected = base.saturating_add(at.elapsed().as_secs());
         if reading <= expected.saturating_add(max_step) {
