@@ -500,3 +500,76 @@ fn a_thread_that_cannot_start_is_an_error_exit_not_a_panic() {
     }
     assert!(refused > 0, "no limit stopped a thread");
 }
+
+/// SIGTERM while the command waits on a reservation write that takes 10 s
+/// (`strace` delays its `fsync`, the first after opening): the message says
+/// it was waiting for the state file, not for its output; it closes
+/// cleanly and the next run continues after every ID printed.
+#[test]
+fn a_signal_during_a_slow_reservation_write_says_what_it_waited_on() {
+    let Some(strace) = harness::tool("strace", "strace", "a signal during a slow disk write")
+    else {
+        return;
+    };
+    let dir = harness::state_dir();
+    let mut cmd = Command::new(strace);
+    cmd.args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync"])
+        .arg("-einject=fsync:delay_exit=10000000:when=4")
+        .arg(harness::bin())
+        .args(["--shard", "6", "--state-dir"])
+        .arg(dir.path())
+        .args(["next", "-n", "1000000000"])
+        .env_remove("IDUTIL_SHARD")
+        .env_remove("IDUTIL_STATE_DIR")
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    // The command itself, strace's child.
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let pid = loop {
+        if let Some(pid) = fs::read_to_string(&children)
+            .ok()
+            .and_then(|t| t.split_whitespace().next().map(str::to_string))
+        {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "the command started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Long enough to use the first window and wait on the next write.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let pid = rustix::process::Pid::from_raw(pid.parse().unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(std::time::Instant::now() < deadline, "the command hangs");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "{stderr}");
+    assert!(
+        stderr.contains("waiting for the state file to be written")
+            && !stderr.contains("stuck writing the output"),
+        "{stderr}"
+    );
+    let text = reader.join().unwrap();
+    let mut ledger = Ledger::new();
+    let ids = harness::parse_complete_ids(&text);
+    assert!(!ids.is_empty());
+    ledger.record(&ids);
+    ledger.record_after_all(&harness::next(6, dir.path(), 1000));
+}
