@@ -7,16 +7,15 @@
 
 use idutil_harness as harness;
 
-use std::collections::HashSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::{child_var, Ledger};
-use idutil::state::{self, RecoverOptions};
-use idutil::{Error, Generator, IdUtil, Layout, ManualClock};
+use idutil::state;
+use idutil::{Error, Generator, IdUtil, ManualClock};
 
 /// A fixed wall-clock second for manual-clock tests (2023-11-14).
 const T: u64 = 1_700_000_000;

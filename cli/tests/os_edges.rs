@@ -480,7 +480,7 @@ fn a_thread_that_cannot_start_is_an_error_exit_not_a_panic() {
     // processes, so a few limits cover where each thread would be needed.
     let mut refused = 0;
     for nproc in 1..=3 {
-        let mut cmd = Command::new(&nobody.get_program().to_owned());
+        let mut cmd = Command::new(nobody.get_program());
         cmd.args(nobody.get_args())
             .args(["prlimit", &format!("--nproc={nproc}")])
             .arg(harness::bin())
