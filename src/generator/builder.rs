@@ -150,7 +150,8 @@ impl<C: Clock> Builder<C> {
     /// that reads the last seconds of the range for a moment then cannot
     /// use the shard up; a shard that reached the margin stops with
     /// [`Error::EndMarginReached`]. `Duration::ZERO` issues up to the
-    /// layout's very last ID. See the crate docs, *A clock far ahead*.
+    /// layout's very last ID; a margin is at most half the layout's range.
+    /// See the crate docs, *A clock far ahead*.
     pub fn end_margin(mut self, margin: Duration) -> Self {
         self.end_margin = whole_seconds(margin);
         self
@@ -209,7 +210,8 @@ impl<C: Clock> Builder<C> {
         // mistake such a reading for issued IDs, and a clock this wrong
         // leaves no trace.
         let now_unix = self.time.now();
-        let usable_last = self.layout.max_seconds().saturating_sub(self.end_margin);
+        let usable_last =
+            self.layout.max_seconds() - effective_margin(&self.layout, self.end_margin);
         if self
             .layout
             .seconds_of(now_unix)
@@ -233,6 +235,12 @@ impl<C: Clock> Builder<C> {
     }
 }
 
+/// The end margin a generator keeps: at most half the layout's range, so
+/// that a layout of a few minutes (in tests, say) keeps a usable range.
+fn effective_margin(layout: &Layout, margin: u64) -> u64 {
+    margin.min(layout.max_seconds() / 2)
+}
+
 fn whole_seconds(d: Duration) -> u64 {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
@@ -243,7 +251,8 @@ impl<C: Clock> Generator<C> {
         let layout = b.layout;
         let epoch = layout.epoch();
         let now_unix = b.time.now();
-        let usable_last = layout.max_seconds().saturating_sub(b.end_margin);
+        let end_margin = effective_margin(&layout, b.end_margin);
+        let usable_last = layout.max_seconds() - end_margin;
         if layout.seconds_of(now_unix).is_none_or(|s| s > usable_last) {
             // The clock moved since `open` looked: still nothing written.
             return Err(Error::ClockOutOfRange {
@@ -287,7 +296,7 @@ impl<C: Clock> Generator<C> {
             return Err(Error::EndMarginReached {
                 shard,
                 from: epoch + usable_last + 1,
-                margin: b.end_margin,
+                margin: end_margin,
                 last_unix_second: layout.last_unix_second(),
             });
         }
@@ -316,7 +325,7 @@ impl<C: Clock> Generator<C> {
             clock_value: value,
             window: b.window,
             max_lead: b.max_lead,
-            end_margin: b.end_margin,
+            end_margin,
             max_step: b.max_step,
             path: durable.path().to_path_buf(),
             dir: durable.dir().to_path_buf(),
