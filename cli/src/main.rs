@@ -84,11 +84,16 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             action:
                 Some(StateAction::Recover {
                     after,
+                    unused_from,
+                    unused_to,
                     force,
                     dry_run,
                 }),
             ..
-        } => recover(&cli.common, after, force, dry_run, &mut out)?,
+        } => {
+            let unused = unused_from.zip(unused_to);
+            recover(&cli.common, after, unused, force, dry_run, &mut out)?
+        }
     }
     out.flush()?;
     Ok(())

@@ -531,16 +531,25 @@ fn a_signal_during_a_slow_reservation_write_says_what_it_waited_on() {
         let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
         text
     });
-    // The command itself, strace's child.
+    // The command itself: strace's child running the binary.
     let children = format!("/proc/{0}/task/{0}/children", child.id());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let pid = loop {
-        if let Some(pid) = fs::read_to_string(&children)
-            .ok()
-            .and_then(|t| t.split_whitespace().next().map(str::to_string))
-        {
+        let found = fs::read_to_string(&children).ok().and_then(|t| {
+            t.split_whitespace()
+                .find(|pid| {
+                    fs::read_link(format!("/proc/{pid}/exe"))
+                        .is_ok_and(|exe| exe == Path::new(harness::bin()))
+                })
+                .map(str::to_string)
+        });
+        if let Some(pid) = found {
             break pid;
         }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the command ended before the signal"
+        );
         assert!(std::time::Instant::now() < deadline, "the command started");
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
@@ -572,4 +581,48 @@ fn a_signal_during_a_slow_reservation_write_says_what_it_waited_on() {
     assert!(!ids.is_empty());
     ledger.record(&ids);
     ledger.record_after_all(&harness::next(6, dir.path(), 1000));
+}
+
+/// The clock reads 2100 when the command opens the shard (a run has no
+/// earlier reading of its own to compare with) and comes back: the shard
+/// stays in 2100 until `state recover --unused-from --unused-to` brings it
+/// back, after which it issues at the real time again and nothing is
+/// issued twice.
+#[test]
+fn a_shard_pushed_to_2100_when_it_opened_comes_back_with_recover() {
+    let Some(faketime) = harness::faketime() else {
+        return;
+    };
+    const Y2100: u64 = 4_102_444_800;
+    let dir = harness::state_dir();
+    let mut ledger = Ledger::new();
+    ledger.record(&harness::next(8, dir.path(), 1000));
+    let r = next_at(&faketime, "@2100-01-01 00:00:00", 8, dir.path())
+        .expect_code(0, "next while the clock reads 2100");
+    ledger.record_after_all(&harness::parse_ids(&r.stdout));
+    let shifted = harness::next(8, dir.path(), 10);
+    assert!(harness::unix_second(shifted[0]) >= Y2100, "still in 2100");
+    ledger.record_after_all(&shifted);
+    let now = harness::wall_now();
+    let r = harness::run(harness::idutil(8, dir.path()).args([
+        "state",
+        "recover",
+        "--unused-from",
+        &(now + 3600).to_string(),
+        "--unused-to",
+        "2100-01-01T00:00:00Z",
+    ]))
+    .expect_code(0, "recover from 2100");
+    assert!(
+        r.stdout.contains("passed over: 2100-01-01T00:00:00Z"),
+        "{}",
+        r.stdout
+    );
+    let back = harness::next(8, dir.path(), 1000);
+    assert!(
+        harness::unix_second(back[0]) < now + 120,
+        "back to the real time"
+    );
+    ledger.record(&back);
+    ledger.assert_unique();
 }

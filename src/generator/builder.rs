@@ -300,7 +300,15 @@ impl<C: Clock> Generator<C> {
                 last_unix_second: layout.last_unix_second(),
             });
         }
-        let reserved = start_sec.saturating_add(b.window).min(usable_last);
+        // Seconds issued far ahead, relative to the epoch: the reservation
+        // stops short of them until the generator passes over them.
+        let island = file
+            .skip
+            .map(|(first, last)| (first.saturating_sub(epoch), last.saturating_sub(epoch)));
+        let mut reserved = start_sec.saturating_add(b.window).min(usable_last);
+        if let Some((first, _)) = island {
+            reserved = reserved.min(first.saturating_sub(1)).max(start_sec);
+        }
         let value = file.clock_value();
         let mark = file.high_water.get(&value).copied().unwrap_or(0);
         file.high_water.insert(value, mark.max(epoch + reserved));
@@ -346,6 +354,7 @@ impl<C: Clock> Generator<C> {
                 warned_out_of_range: false,
                 trusted: (now_unix, Instant::now()),
                 step: None,
+                island,
                 failure: None,
                 failures: 0,
                 fenced: None,

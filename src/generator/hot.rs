@@ -137,6 +137,10 @@ pub(super) struct Cold {
     /// yet: how far it is ahead of where the clock should be, and since
     /// when it has held.
     pub(super) step: Option<(u64, Instant)>,
+    /// Seconds IDs may have been issued in far ahead (first, last; from
+    /// the state file's `skip` line): nothing is reserved or issued in
+    /// them, and the generator passes over them when it gets there.
+    pub(super) island: Option<(u64, u64)>,
     /// The last reservation write that failed, handed to every call that
     /// waited on it (see `failures`).
     pub(super) failure: Option<Error>,
@@ -253,6 +257,9 @@ impl<C: Clock> Inner<C> {
             cold.seen_run = now;
         }
         cold.seen_max = cold.seen_max.max(now);
+        if cold.island.is_some_and(|(first, _)| now >= first) {
+            self.pass_island(&mut cold);
+        }
         let cursor = self
             .cursor
             .0
@@ -288,6 +295,11 @@ impl<C: Clock> Inner<C> {
             }
             if second > self.hot.usable_last {
                 return Err(self.end_margin_error());
+            }
+            if cold.island.is_some_and(|(first, _)| second >= first) {
+                // Try again from past the seconds issued far ahead.
+                self.pass_island(&mut cold);
+                return Ok(());
             }
             if let Some(max_lead) = self.max_lead {
                 let lead = second.saturating_sub(cold.seen_max);
@@ -411,6 +423,32 @@ impl<C: Clock> Inner<C> {
             }
         }
         Some(expected)
+    }
+
+    /// The generator reached the seconds issued far ahead (the state
+    /// file's `skip` line): move the cursor past them. The next
+    /// reservation is written without the line and past them, before any
+    /// ID there is issued.
+    #[cold]
+    fn pass_island(&self, cold: &mut Cold) {
+        let Some((first, last)) = cold.island.take() else {
+            return;
+        };
+        log::warn!(
+            "shard {} reached the seconds issued far ahead before a recovery ({} to {}); \
+             IDs continue after them",
+            self.shard,
+            self.hot.layout.epoch() + first,
+            self.hot.layout.epoch() + last
+        );
+        let past = last
+            .saturating_add(1)
+            .min(self.hot.layout.max_seconds() + 1);
+        self.cursor
+            .0
+            .fetch_max(past << self.hot.sequence_bits, Relaxed);
+        cold.file.skip = None;
+        self.publish_limit(cold, 0);
     }
 
     /// Why a closed generator does not issue: [`Error::Fenced`] if it

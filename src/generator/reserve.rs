@@ -26,7 +26,10 @@ impl<C: Clock> Inner<C> {
     /// such skips, never a doubling.
     pub(super) fn request(&self, cold: &mut Cold, second: u64) {
         let ahead = self.window.saturating_add(self.headroom(cold));
-        let target = second.saturating_add(ahead).min(self.hot.usable_last);
+        let mut target = second.saturating_add(ahead).min(self.hot.usable_last);
+        if let Some((first, _)) = cold.island {
+            target = target.min(first.saturating_sub(1));
+        }
         if target > cold.wanted {
             cold.wanted = target;
             self.changed.notify_all();
@@ -83,6 +86,9 @@ impl<C: Clock> Inner<C> {
         };
         let mut limit = soft.max(floor.min(cold.reserved));
         limit = limit.min(self.hot.usable_last);
+        if let Some((first, _)) = cold.island {
+            limit = limit.min(first.saturating_sub(1));
+        }
         if let Some(max_lead) = self.max_lead {
             limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }

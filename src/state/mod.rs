@@ -80,7 +80,7 @@ pub(crate) use store::Store;
 pub const STATE_DIR_ENV: &str = "IDUTIL_STATE_DIR";
 
 /// The version of the state file format this crate reads and writes.
-pub const STATE_VERSION: u32 = 2;
+pub const STATE_VERSION: u32 = 3;
 
 /// The oldest state file format this crate still reads: version 1, the same
 /// fields without a checksum.

@@ -456,7 +456,7 @@ pub(super) fn check_lock_mark(
             lock.display()
         ))
     })?;
-    let highest = state.high_water.values().copied().max().unwrap_or(0);
+    let highest = state.highest_issuable();
     match mark {
         Some(mark) if mark > highest => Err(bad(format!(
             "its high-water mark ({highest}) is below the one the lock file {} keeps \

@@ -18,6 +18,7 @@ fn sample() -> StateFile {
         seen_last_run: 1_763_751_200,
         high_water: [(0, 1_763_751_239)].into_iter().collect(),
         last: Some((1_763_751_236, 17)),
+        skip: None,
     }
 }
 
@@ -38,7 +39,7 @@ fn rejects_damage() {
         ("garbage", "line 1 is malformed"),
         (truncated, "truncated"),
         (
-            &good.replace("version = 2", "version = 3"),
+            &good.replace("version = 2", "version = 4"),
             "unknown version",
         ),
         (&good.replace("clock_id = 3", "clock_id = x"), "clock_id"),
