@@ -283,12 +283,28 @@
 //!   meanwhile at the time it went to sleep, unique and increasing.
 //!
 //! What these do not cover: a generator *opened* while the clock is far
-//! ahead (it has no earlier reading of its own to compare with), such as a
-//! run of the `idutil` command at that moment, starts there, and the shard
-//! stays that far ahead: a state file never moves back, since IDs issued in
-//! the far future must stay unique. Such a shard keeps issuing unique,
-//! increasing IDs, with times in the future; to get IDs with true times,
-//! move the application to another shard.
+//! ahead has no earlier reading of its own to compare with (a run of the
+//! `idutil` command at that moment, say), so it starts there, and the
+//! shard stays that far ahead, since a generator never resumes before
+//! anything the state file says may have been issued. IDs stay unique and
+//! increasing, with times in the future.
+//!
+//! **The way back** is a recovery in which the operator vouches for the
+//! time the clock skipped: `idutil state recover --unused-from A
+//! --unused-to B` ([`state::RecoverOptions::unused`]) says that no ID of
+//! the shard has a second from `A` up to `B` (for a clock that jumped to
+//! 2100 for a moment: `A` a little after the last real ID, `B` the wrong
+//! time). The shard then resumes after the latest second anything accounts
+//! for before `A` (and after the wall clock), and the state file records
+//! the seconds from `B` to the latest it accounts for, where IDs were
+//! issued while the clock was wrong, in a `skip` line. A generator never
+//! reserves into those seconds and, when it reaches them (by the clock in
+//! 2100, or by borrowing), passes over them; a generator that opens
+//! inside them starts after them. So the IDs issued far ahead stay unique,
+//! and the shard issues at the real time again. The recovery refuses when
+//! anything the state file records (a mark, the last ID, a clock reading,
+//! the lock file's mark) lies inside the interval, or when the wall clock
+//! is still past its start.
 //!
 //! Every write goes to a temporary file in the same directory, is `fsync`ed,
 //! renamed over the old file, and the directory is `fsync`ed. A crash at
@@ -331,7 +347,8 @@
 //! ## Recovery
 //!
 //! `idutil state recover` never resumes before anything that may have been
-//! issued:
+//! issued, save the interval an operator vouches unused with
+//! `--unused-from`/`--unused-to` (see *A clock far ahead*):
 //!
 //! - When the old file's high-water mark can be read with certainty (a
 //!   complete, legible `high_water` line of a version-1 file for this shard,

@@ -32,10 +32,14 @@
 //!
 //! `high_water` lists, per clock value, the highest second an ID may have
 //! been issued in; `last` (present only after a clean close) is the exact
-//! last second and sequence issued. `checksum` is the CRC-32 of every byte
+//! last second and sequence issued. After a recovery that brought the shard
+//! back from a clock far ahead, a line `skip = FIRST LAST` (then `version =
+//! 3`) names the seconds issued far ahead, above every mark: generators
+//! pass over them, and drop the line once past. `checksum` is the CRC-32 of every byte
 //! before its line, so a changed digit that leaves the values plausible is
 //! still caught. `end` marks a complete file. Version 1 files (the same
-//! fields, no checksum) are still read.
+//! fields, no checksum) are still read; version 2 is this format without
+//! a `skip` line, version 3 with one.
 //!
 //! Every value is checked when the file is read, and a file that breaks any
 //! rule is refused ([`Error::BadState`](crate::Error::BadState)), never repaired: every second lies

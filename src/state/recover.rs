@@ -226,7 +226,10 @@ impl Recovery {
 /// with certainty and no time is vouched for, when the state file is
 /// healthy and the recovery is not forced, when the vouched-for time is past
 /// the layout's last second, or when resuming would leave no second of the
-/// layout; [`Error::Io`] if the state file cannot be read.
+/// layout; with [`RecoverOptions::unused`], when the interval is empty or
+/// past the layout's end, when anything the state records lies inside it,
+/// or when resuming would not come before it; [`Error::Io`] if the state
+/// file or the lock file cannot be read.
 pub fn plan_recovery(
     dir: &Path,
     shard: u32,
