@@ -103,13 +103,12 @@ impl IdUtil {
     /// Those of [`IdUtil::init`].
     #[inline]
     pub fn generator() -> Result<&'static Generator> {
-        match GLOBAL.get() {
-            Some(g) if !g.forked() => Ok(g),
-            Some(_) => match REOPENED.get() {
-                Some(g) if !g.forked() => Ok(g),
-                _ => IdUtil::init(),
-            },
-            None => IdUtil::init(),
+        // No fork check here (the generator's own call makes it): only a
+        // child of `fork()` that opened its own generator has `REOPENED`.
+        match (GLOBAL.get(), REOPENED.get()) {
+            (Some(g), None) => Ok(g),
+            (Some(_), Some(reopened)) => Ok(reopened),
+            (None, _) => IdUtil::init(),
         }
     }
 
