@@ -103,8 +103,15 @@ impl IdUtil {
     /// Those of [`IdUtil::init`].
     #[inline]
     pub fn generator() -> Result<&'static Generator> {
-        // No fork check here (the generator's own call makes it): only a
-        // child of `fork()` that opened its own generator has `REOPENED`.
+        // A process never created by `fork()` (the fork count the
+        // generator's own call reads anyway is 0) has no `REOPENED`.
+        if let Some(g) = GLOBAL.get() {
+            if crate::fork::current() == 0 {
+                return Ok(g);
+            }
+        }
+        // Only a child of `fork()` that opened its own generator has
+        // `REOPENED`; the parent's generator reports `Forked` itself.
         match (GLOBAL.get(), REOPENED.get()) {
             (Some(g), None) => Ok(g),
             (Some(_), Some(reopened)) => Ok(reopened),
