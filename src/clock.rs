@@ -1,7 +1,7 @@
 //! Where time comes from: the wall clock, or a clock a test drives.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -31,7 +31,10 @@ pub struct SystemClock;
 
 static TICK: AtomicU64 = AtomicU64::new(0);
 static DIRECT: AtomicBool = AtomicBool::new(false);
-static START: Once = Once::new();
+/// The fork count (see [`fork`](crate::fork)) of the process whose ticker
+/// thread runs, if one was started: a child of `fork()` has no such thread
+/// and starts its own.
+static TICKER: Mutex<Option<u64>> = Mutex::new(None);
 const MAX_SLEEP: Duration = Duration::from_millis(250);
 
 /// One read of the wall clock, uncached.
@@ -52,13 +55,24 @@ impl Clock for SystemClock {
     }
 }
 
+/// Called in a child of `fork()`, from the fork hook (so only an atomic
+/// store): the ticker thread stayed in the parent, so the next reading
+/// starts one in the child instead of returning the parent's frozen second.
+pub(crate) fn forget_ticker() {
+    TICK.store(0, Relaxed);
+}
+
 #[cold]
 fn start_ticker() -> u64 {
-    START.call_once(|| {
+    let forks = crate::fork::install();
+    let mut ticker = crate::sync::lock(&TICKER);
+    if *ticker != Some(forks) {
+        *ticker = Some(forks);
+        DIRECT.store(false, Relaxed);
         TICK.store(wall_now().max(1), Relaxed);
         let spawned = thread::Builder::new()
             .name("idutil-clock".into())
-            .spawn(|| loop {
+            .spawn(move || loop {
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .unwrap_or_default();
@@ -72,11 +86,17 @@ fn start_ticker() -> u64 {
             DIRECT.store(true, Relaxed);
             TICK.store(0, Relaxed);
         }
-    });
+    }
+    drop(ticker);
     if DIRECT.load(Relaxed) {
         wall_now()
     } else {
-        TICK.load(Relaxed)
+        // The ticker has stored a reading (or a fork hook just cleared it,
+        // in a child of a child: read the wall clock once).
+        match TICK.load(Relaxed) {
+            0 => wall_now(),
+            t => t,
+        }
     }
 }
 

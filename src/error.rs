@@ -145,15 +145,33 @@ pub enum Error {
         /// The last representable second, in seconds since the Unix epoch.
         last_unix_second: u64,
     },
+    /// The shard reached the end margin of its layout's range (see
+    /// [`Builder::end_margin`](crate::Builder::end_margin)): the last
+    /// seconds, kept clear so that a clock far ahead for a moment cannot
+    /// use the shard up. The crate docs, *A clock far ahead*, say what to
+    /// do.
+    EndMarginReached {
+        /// The shard.
+        shard: u32,
+        /// The first second of the margin (Unix seconds).
+        from: u64,
+        /// The margin, in seconds.
+        margin: u64,
+        /// The layout's last second (Unix seconds).
+        last_unix_second: u64,
+    },
     /// The wall clock reads a second outside the layout's range: before
-    /// its epoch or after its last second. Nothing is issued or recorded
-    /// on such a reading; generators work again once the clock is sane.
+    /// its epoch or after its last second (less the generator's end margin,
+    /// [`Builder::end_margin`](crate::Builder::end_margin)). Nothing is
+    /// issued or recorded on such a reading; generators work again once
+    /// the clock is sane.
     ClockOutOfRange {
         /// The clock's reading, in seconds since the Unix epoch.
         unix_second: u64,
         /// The layout's epoch, its first second.
         first: u64,
-        /// The layout's last second.
+        /// The last second a generator acts on: the layout's last second
+        /// less the end margin.
         last: u64,
     },
     /// Issuing would take the generator further ahead of the wall clock than
@@ -173,15 +191,35 @@ pub enum Error {
         /// The pid recorded by the holder, when it could be read.
         pid: Option<u32>,
     },
-    /// Another generator on this host holds the shard in the same ID space,
-    /// whatever its state directory (Linux; see the crate docs, *Security*).
+    /// A process on this host holds the shard in the same ID space,
+    /// whatever its state directory (Linux; see the crate docs,
+    /// *Security*): another generator, or, when it runs as another user,
+    /// possibly a process that took the name to block the shard.
     HostLocked {
         /// The shard.
         shard: u32,
         /// The ID space.
         id_space: String,
-        /// The holder's pid, when it could be learnt without waiting.
+        /// The holder's pid, when the system tells (`/proc/locks`).
         pid: Option<u32>,
+        /// The holder's user, when it is not this process's user.
+        uid: Option<u32>,
+        /// The per-host lock file.
+        lock_file: PathBuf,
+    },
+    /// The shard's per-host lock file cannot be used: another user's file
+    /// this user may not open, a symbolic link, or not a regular file.
+    /// idutil never makes such a file; someone else did, perhaps to block
+    /// the shard. See the crate docs, *Security*.
+    HostLockUnusable {
+        /// The shard.
+        shard: u32,
+        /// The ID space.
+        id_space: String,
+        /// The per-host lock file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
     },
     /// An ID space name that is not 1 to 64 characters of
     /// `A-Z a-z 0-9 . _ -`.
@@ -265,6 +303,15 @@ pub enum Error {
         /// What would let the recovery go ahead.
         remedy: Remedy,
     },
+    /// The generator was opened by the parent of this process, which
+    /// `fork()` created: the child shares the generator's position and
+    /// state file with its parent, so it issues nothing from it. Open a
+    /// generator on another shard in the child (for
+    /// [`IdUtil`](crate::IdUtil), [`IdUtil::init_with`](crate::IdUtil::init_with)).
+    Forked {
+        /// The parent's shard.
+        shard: u32,
+    },
     /// The generator was closed; it issues no more IDs.
     Closed,
     /// The process-wide generator was already initialized.
@@ -286,7 +333,11 @@ impl Error {
             | Error::BadState { path, .. }
             | Error::RecoveryRefused { path, .. }
             | Error::RelativeStateDir { path }
-            | Error::Untrusted { path, .. } => Some(path),
+            | Error::Untrusted { path, .. }
+            | Error::HostLockUnusable { path, .. }
+            | Error::HostLocked {
+                lock_file: path, ..
+            } => Some(path),
             _ => None,
         }
     }
@@ -305,10 +356,47 @@ impl Error {
             | Error::BadState { shard, .. }
             | Error::RecoveryRefused { shard, .. }
             | Error::HostLocked { shard, .. }
-            | Error::Fenced { shard, .. } => Some(*shard),
+            | Error::HostLockUnusable { shard, .. }
+            | Error::Fenced { shard, .. }
+            | Error::EndMarginReached { shard, .. }
+            | Error::Forked { shard } => Some(*shard),
             #[cfg(feature = "lease")]
             Error::Lease(e) => e.shard(),
             _ => None,
+        }
+    }
+
+    /// The same error for another caller that waited on the same failed
+    /// write: the variant, path and message are kept; an I/O error's
+    /// source becomes one of the same kind and message (an `io::Error` is
+    /// not `Clone`).
+    pub(crate) fn for_another_caller(&self, state_path: &Path) -> Error {
+        let copy = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
+        match self {
+            Error::Io {
+                action,
+                path,
+                source,
+            } => Error::Io {
+                action,
+                path: path.clone(),
+                source: copy(source),
+            },
+            Error::Fenced { shard, reason } => Error::Fenced {
+                shard: *shard,
+                reason: reason.clone(),
+            },
+            Error::Untrusted { path, reason } => Error::Untrusted {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            #[cfg(feature = "redis")]
+            Error::Lease(e) => Error::Lease(e.clone()),
+            other => Error::io(
+                "reserve seconds in",
+                state_path,
+                io::Error::other(other.to_string()),
+            ),
         }
     }
 
@@ -358,6 +446,20 @@ impl fmt::Display for Error {
                 "the layout's last second ({last_unix_second} s after the Unix epoch) \
                  has been used; no more IDs can be issued"
             ),
+            Error::EndMarginReached {
+                shard,
+                from,
+                margin,
+                last_unix_second,
+            } => write!(
+                f,
+                "shard {shard} has reached the last {margin} s of its layout's range (from \
+                 {from} s after the Unix epoch; the range ends at {last_unix_second}), which \
+                 generators keep clear so that a clock far ahead for a moment cannot use the \
+                 shard up; if the clock is right, the layout is used up (open with a smaller \
+                 end margin to issue the rest); if a wrong clock pushed the shard here, move \
+                 its IDs to another shard"
+            ),
             Error::ClockOutOfRange {
                 unix_second,
                 first,
@@ -387,6 +489,8 @@ impl fmt::Display for Error {
                 shard,
                 id_space,
                 pid,
+                uid: None,
+                ..
             } => {
                 write!(
                     f,
@@ -403,6 +507,44 @@ impl fmt::Display for Error {
                      for IDs that never share a table"
                 )
             }
+            Error::HostLocked {
+                shard,
+                id_space,
+                pid,
+                uid: Some(uid),
+                lock_file,
+            } => {
+                write!(
+                    f,
+                    "shard {shard} of ID space {id_space:?} is held on this host by "
+                )?;
+                match pid {
+                    Some(pid) => write!(f, "pid {pid}")?,
+                    None => write!(f, "a process")?,
+                }
+                write!(
+                    f,
+                    " of uid {uid}, another user (lock file {}): if that is not an idutil \
+                     generator of that user, it took the name to block the shard; an \
+                     administrator can end it and remove the file. Meanwhile use another \
+                     shard, or another ID space for IDs that never share a table",
+                    lock_file.display()
+                )
+            }
+            Error::HostLockUnusable {
+                shard,
+                id_space,
+                path,
+                reason,
+            } => write!(
+                f,
+                "cannot take shard {shard} of ID space {id_space:?} on this host: its lock \
+                 file {} cannot be used: {reason}. idutil never makes such a file: someone \
+                 else did, perhaps to block the shard; an administrator can remove it. \
+                 Meanwhile use another shard, or another ID space for IDs that never share \
+                 a table",
+                path.display()
+            ),
             Error::InvalidIdSpace { name, reason } => {
                 write!(f, "invalid ID space {name:?}: {reason}")
             }
@@ -454,6 +596,12 @@ impl fmt::Display for Error {
                 f,
                 "state file {} was not recovered: {reason}",
                 path.display()
+            ),
+            Error::Forked { shard } => write!(
+                f,
+                "the generator of shard {shard} was opened by the parent of this process \
+                 (created by fork()), and a child never issues its parent's IDs; open a \
+                 generator on another shard in the child"
             ),
             Error::Closed => write!(f, "the generator is closed"),
             Error::AlreadyInitialized => {

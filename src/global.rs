@@ -11,6 +11,10 @@ static GLOBAL: OnceLock<Generator> = OnceLock::new();
 static INIT: Mutex<()> = Mutex::new(());
 /// Set by [`IdUtil::shutdown`]: the process-wide generator is gone for good.
 static SHUT_DOWN: AtomicBool = AtomicBool::new(false);
+/// In a child created by `fork()` after [`GLOBAL`] was set: the generator
+/// opened in the child, which replaces the parent's (left as it is, never
+/// dropped, as a `static` is). Set under [`INIT`].
+static REOPENED: OnceLock<Generator> = OnceLock::new();
 
 /// The one-line API: IDs from a process-wide [`Generator`], created on first
 /// use from the environment (`IDUTIL_SHARD` or the host name,
@@ -163,6 +167,12 @@ impl IdUtil {
 
     /// Creates the process-wide generator from `builder`.
     ///
+    /// In a child created by `fork()` after the parent's process-wide
+    /// generator opened, this opens the child's own (on another shard: the
+    /// parent holds its shard), which later calls use; until then they
+    /// fail with [`Error::Forked`]. This works once per process tree: in a
+    /// child of that child, open a [`Generator`] of its own instead.
+    ///
     /// # Errors
     ///
     /// [`Error::AlreadyInitialized`] if it exists already; otherwise those
@@ -179,9 +189,19 @@ impl IdUtil {
     /// Those of [`IdUtil::init`].
     #[inline]
     pub fn generator() -> Result<&'static Generator> {
-        match GLOBAL.get() {
-            Some(g) => Ok(g),
-            None => IdUtil::init(),
+        // A process never created by `fork()` (the fork count the
+        // generator's own call reads anyway is 0) has no `REOPENED`.
+        if let Some(g) = GLOBAL.get() {
+            if crate::fork::current() == 0 {
+                return Ok(g);
+            }
+        }
+        // Only a child of `fork()` that opened its own generator has
+        // `REOPENED`; the parent's generator reports `Forked` itself.
+        match (GLOBAL.get(), REOPENED.get()) {
+            (Some(g), None) => Ok(g),
+            (Some(_), Some(reopened)) => Ok(reopened),
+            (None, _) => IdUtil::init(),
         }
     }
 
@@ -197,6 +217,9 @@ impl IdUtil {
     pub fn shutdown() -> Result<()> {
         let _guard = crate::sync::lock(&INIT);
         SHUT_DOWN.store(true, SeqCst);
+        if let Some(g) = REOPENED.get() {
+            return g.close();
+        }
         match GLOBAL.get() {
             Some(g) => g.close(),
             None => Ok(()),
@@ -208,7 +231,25 @@ impl IdUtil {
         if SHUT_DOWN.load(SeqCst) {
             return Err(Error::Closed);
         }
-        if let Some(g) = GLOBAL.get() {
+        let existing = match (GLOBAL.get(), REOPENED.get()) {
+            // A child of `fork()`: the parent's generator issues nothing
+            // here (`Error::Forked`); one opened in the child does. Without
+            // a builder the parent's is reported: the environment names the
+            // parent's shard, which the parent holds.
+            (Some(g), None) if g.forked() => match builder {
+                None => Some(g),
+                Some(builder) => {
+                    let generator = builder.open()?;
+                    return Ok(REOPENED.get_or_init(|| generator));
+                }
+            },
+            // In a child of a child, the first child's generator (which
+            // reports `Error::Forked`) stays: one reopening per process
+            // tree.
+            (Some(g), Some(r)) if g.forked() => Some(r),
+            (g, _) => g,
+        };
+        if let Some(g) = existing {
             return match builder {
                 Some(_) => Err(Error::AlreadyInitialized),
                 None => Ok(g),

@@ -3,16 +3,27 @@
 //!
 //! The state directory's lock file only protects one directory: two
 //! directories for one shard would be two independent generators issuing
-//! the same IDs. So a generator also binds a Linux abstract-namespace Unix
-//! socket named `idutil/<id space>/shard-<N>` and keeps it listening for its
-//! whole life. The kernel allows one socket per name and removes it when its
-//! owner exits, however it exits: there is no file to go stale, delete or
-//! replace with a symlink. A second generator finds the name taken and asks
-//! the holder's pid with a non-blocking connect and `SO_PEERCRED`.
+//! the same IDs. So a generator also holds an exclusive `flock` on a lock
+//! file in a host-wide directory, `/run/lock` (else `/dev/shm`, else
+//! `/tmp`), named `idutil.<id space>.shard-<N>.lock`, for its whole life.
+//! The kernel drops the lock when its holder exits, however it exits; the
+//! holder removes the file when it lets go, and every taker checks after
+//! locking that the file it locked is still the one at the path, so a
+//! file removed meanwhile is never shared. Who holds a lock comes from
+//! `/proc/locks`: the pid, and from `/proc/<pid>`, the user.
 //!
-//! The abstract namespace belongs to the network namespace: containers with
-//! a network namespace of their own are separate hosts to this lock. On
-//! other Unix systems there is no abstract namespace and only the state
+//! Nothing on the file is served to other processes: a local user can open
+//! it, probe it or flood the directory without costing a generator
+//! anything, since the generator never looks at it again after taking it.
+//! What a local user *can* do is take a name first (the directory is
+//! shared by every user, as a lock that spans users must be): a generator
+//! then refuses the shard and names the holder, its user and the file, so
+//! an administrator can end that process and remove the file. See the
+//! crate docs, *Security*.
+//!
+//! The directory belongs to the mount namespace: processes in other
+//! network namespaces share the lock; containers with a `/run/lock` of
+//! their own are separate hosts to it. Outside Linux only the state
 //! directory's lock applies.
 
 use crate::error::{Error, Result};
@@ -84,21 +95,26 @@ pub fn resolve_id_space(explicit: Option<&str>) -> Result<String> {
 pub enum HostHolder {
     /// No generator on this host holds it.
     None,
-    /// A generator holds it; its pid could not be learnt.
+    /// A process holds it; its pid could not be learnt.
     Unknown,
-    /// The generator with this pid holds it.
+    /// The process with this pid holds it.
     Pid(u32),
 }
 
-fn socket_name(id_space: &str, shard: u32) -> String {
-    format!("idutil/{id_space}/shard-{shard}")
+/// The directories that may hold the per-host lock files, in order: the
+/// first that exists is the one every process on the host uses.
+#[cfg(target_os = "linux")]
+const LOCK_DIRS: [&str; 3] = ["/run/lock", "/dev/shm", "/tmp"];
+
+fn lock_name(id_space: &str, shard: u32) -> String {
+    format!("idutil.{id_space}.shard-{shard}.lock")
 }
 
 /// The per-host hold on a shard of an ID space, released when dropped.
 #[derive(Debug)]
 pub(crate) struct HostLock {
     #[cfg(target_os = "linux")]
-    listener: std::os::unix::net::UnixListener,
+    _held: linux::Held,
 }
 
 #[cfg(target_os = "linux")]
@@ -107,52 +123,14 @@ impl HostLock {
     ///
     /// # Errors
     ///
-    /// [`Error::HostLocked`] if a generator on this host holds it;
-    /// [`Error::Io`] if the socket cannot be made.
+    /// [`Error::HostLocked`] if a process on this host holds it;
+    /// [`Error::HostLockUnusable`] if its lock file cannot be used (another
+    /// user's file this user may not open, a symbolic link, not a regular
+    /// file); [`Error::Io`] if the lock directory or file cannot be read.
     pub(crate) fn acquire(id_space: &str, shard: u32) -> Result<HostLock> {
-        use std::os::linux::net::SocketAddrExt;
-        use std::os::unix::net::{SocketAddr, UnixListener};
-
-        let name = socket_name(id_space, shard);
-        let io_err = |e| Error::io("bind the per-host lock", name.as_ref(), e);
-        let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(io_err)?;
-        // A socket closed a moment ago can linger while another thread of
-        // its process is between fork and exec (the child holds a copy of
-        // every descriptor until exec closes it): retry briefly before
-        // calling the shard held.
-        let mut bound = UnixListener::bind_addr(&addr);
-        for _ in 0..20 {
-            match &bound {
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                    bound = UnixListener::bind_addr(&addr);
-                }
-                _ => break,
-            }
-        }
-        match bound {
-            Ok(listener) => {
-                // Probes connect to learn the pid; they are accepted and
-                // dropped without blocking so the backlog never fills.
-                listener.set_nonblocking(true).map_err(io_err)?;
-                Ok(HostLock { listener })
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(Error::HostLocked {
-                shard,
-                id_space: id_space.to_string(),
-                pid: match holder(id_space, shard) {
-                    HostHolder::Pid(pid) => Some(pid),
-                    _ => None,
-                },
-            }),
-            Err(e) => Err(io_err(e)),
-        }
-    }
-
-    /// Accepts and drops the connections of processes that asked for the
-    /// holder's pid.
-    pub(crate) fn drain(&self) {
-        while self.listener.accept().is_ok() {}
+        Ok(HostLock {
+            _held: linux::acquire(id_space, shard)?,
+        })
     }
 }
 
@@ -162,46 +140,280 @@ impl HostLock {
     pub(crate) fn acquire(_id_space: &str, _shard: u32) -> Result<HostLock> {
         Ok(HostLock {})
     }
-
-    pub(crate) fn drain(&self) {}
 }
 
-/// Who holds `shard` of `id_space` on this host. Never blocks: a holder
-/// whose pid cannot be learnt at once is [`HostHolder::Unknown`]. Outside
-/// Linux, always [`HostHolder::None`].
+/// Who holds `shard` of `id_space` on this host. Never blocks and never
+/// creates anything: a holder whose pid cannot be learnt is
+/// [`HostHolder::Unknown`]. Outside Linux, always [`HostHolder::None`].
 pub fn holder(id_space: &str, shard: u32) -> HostHolder {
     #[cfg(target_os = "linux")]
     {
-        use rustix::net::{
-            connect, socket_with, sockopt::socket_peercred, AddressFamily, SocketAddrUnix,
-            SocketFlags, SocketType,
-        };
-        let name = socket_name(id_space, shard);
-        let Ok(addr) = SocketAddrUnix::new_abstract_name(name.as_bytes()) else {
-            return HostHolder::Unknown;
-        };
-        let Ok(fd) = socket_with(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
-            None,
-        ) else {
-            return HostHolder::Unknown;
-        };
-        match connect(&fd, &addr) {
-            Ok(()) => match socket_peercred(&fd) {
-                Ok(cred) => u32::try_from(cred.pid.as_raw_nonzero().get())
-                    .map_or(HostHolder::Unknown, HostHolder::Pid),
-                Err(_) => HostHolder::Unknown,
-            },
-            Err(rustix::io::Errno::CONNREFUSED) | Err(rustix::io::Errno::NOENT) => HostHolder::None,
-            Err(_) => HostHolder::Unknown,
-        }
+        linux::holder(id_space, shard)
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (id_space, shard);
         HostHolder::None
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::path::{Path, PathBuf};
+
+    use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
+    use rustix::io::Errno;
+
+    use super::{lock_name, HostHolder, LOCK_DIRS};
+    use crate::error::{Error, Result};
+
+    /// A held per-host lock: the open lock file (closing it releases the
+    /// `flock`), and where it is, to remove it on release.
+    #[derive(Debug)]
+    pub(super) struct Held {
+        // Held for the `flock`; closing it releases the lock.
+        _file: File,
+        dir: OwnedFd,
+        name: String,
+        ours: bool,
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            // Removed while still locked: a taker that opened this file
+            // before the removal finds, after locking it, that the path
+            // names another file or none, and starts over.
+            if self.ours {
+                let _ = rfs::unlinkat(&self.dir, self.name.as_str(), AtFlags::empty());
+            }
+        }
+    }
+
+    /// The host-wide lock directory: the first of [`LOCK_DIRS`] that is a
+    /// directory, opened.
+    fn lock_dir() -> Result<(PathBuf, OwnedFd)> {
+        for dir in LOCK_DIRS {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            match rfs::open(dir, flags, Mode::empty()) {
+                Ok(fd) => return Ok((PathBuf::from(dir), fd)),
+                Err(Errno::NOENT | Errno::NOTDIR) => continue,
+                Err(e) => {
+                    return Err(Error::io(
+                        "open the per-host lock directory",
+                        Path::new(dir),
+                        e.into(),
+                    ))
+                }
+            }
+        }
+        Err(Error::io(
+            "find a per-host lock directory (/run/lock, /dev/shm or /tmp) for",
+            Path::new("/run/lock"),
+            io::ErrorKind::NotFound.into(),
+        ))
+    }
+
+    /// Opens the lock file without following a symbolic link and without
+    /// blocking on a FIFO: read-write if this user may, else read-only (a
+    /// `flock` needs no more). `None` if there is no such file.
+    fn open_existing(dir: &OwnedFd, name: &str) -> std::result::Result<Option<File>, Errno> {
+        let base = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        for access in [OFlags::RDWR, OFlags::RDONLY] {
+            match rfs::openat(dir, name, access | base, Mode::empty()) {
+                Ok(fd) => return Ok(Some(File::from(fd))),
+                Err(Errno::NOENT) => return Ok(None),
+                Err(Errno::ACCESS) if access == OFlags::RDWR => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("the read-only attempt returns")
+    }
+
+    fn same_file(a: &rfs::Stat, b: &rfs::Stat) -> bool {
+        (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    }
+
+    pub(super) fn acquire(id_space: &str, shard: u32) -> Result<Held> {
+        let (dir_path, dir) = lock_dir()?;
+        let name = lock_name(id_space, shard);
+        let path = dir_path.join(&name);
+        let unusable = |reason: String| Error::HostLockUnusable {
+            shard,
+            id_space: id_space.to_string(),
+            path: path.clone(),
+            reason,
+        };
+        let euid = rustix::process::geteuid().as_raw();
+        // A few rounds: a file removed by its last holder between our open
+        // and our lock, or a lock held for an instant by a child between
+        // fork and exec (it holds a copy of every descriptor until exec
+        // closes it), is not a holder.
+        let mut last_err = None;
+        for _ in 0..20 {
+            let (file, ours) = match open_existing(&dir, &name) {
+                Ok(Some(file)) => (file, false),
+                Ok(None) => {
+                    let flags = OFlags::RDWR
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC;
+                    match rfs::openat(&dir, name.as_str(), flags, Mode::from_raw_mode(0o644)) {
+                        Ok(fd) => {
+                            // Readable by every user, whatever the umask: a
+                            // generator of another user takes it read-only.
+                            rfs::fchmod(&fd, Mode::from_raw_mode(0o644))
+                                .map_err(|e| Error::io("set the mode of", &path, e.into()))?;
+                            (File::from(fd), true)
+                        }
+                        Err(Errno::EXIST) => continue,
+                        Err(e) => return Err(Error::io("create", &path, e.into())),
+                    }
+                }
+                Err(Errno::LOOP) => {
+                    return Err(unusable(format!(
+                        "it is a symbolic link{}, which idutil never follows",
+                        owner_of(&dir, &name)
+                    )))
+                }
+                Err(Errno::ACCESS) => {
+                    return Err(unusable(format!(
+                        "this user (uid {euid}) may not open it{}",
+                        owner_of(&dir, &name)
+                    )))
+                }
+                Err(e) => return Err(Error::io("open", &path, e.into())),
+            };
+            let st = rfs::fstat(&file).map_err(|e| Error::io("examine", &path, e.into()))?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                return Err(unusable(format!(
+                    "it is not a regular file{}",
+                    owner_of(&dir, &name)
+                )));
+            }
+            match fs2::FileExt::try_lock_exclusive(&file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == fs2::lock_contended_error().kind() => {
+                    last_err = Some(e);
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
+                Err(e) => return Err(Error::io("lock", &path, e)),
+            }
+            // Still the file at the path? Its last holder may have removed
+            // it after we opened it; then a new one may be locked by now.
+            match rfs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(now) if same_file(&now, &st) => {
+                    let ours = ours || st.st_uid == euid;
+                    return Ok(Held {
+                        _file: file,
+                        dir,
+                        name,
+                        ours,
+                    });
+                }
+                Ok(_) | Err(Errno::NOENT) => continue,
+                Err(e) => return Err(Error::io("examine", &path, e.into())),
+            }
+        }
+        if last_err.is_none() {
+            return Err(Error::io(
+                "take",
+                &path,
+                io::Error::other("the lock file kept being replaced"),
+            ));
+        }
+        let (pid, uid) = match holder_of(&dir, &name) {
+            Some((pid, uid)) => (Some(pid), uid),
+            None => (None, None),
+        };
+        Err(Error::HostLocked {
+            shard,
+            id_space: id_space.to_string(),
+            pid,
+            uid: uid.filter(|&u| u != euid),
+            lock_file: path,
+        })
+    }
+
+    /// `", which belongs to uid N"` for the entry `name` in `dir`, or
+    /// nothing if it cannot be examined.
+    fn owner_of(dir: &OwnedFd, name: &str) -> String {
+        match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => format!(", which belongs to uid {}", st.st_uid),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// The pid holding a `flock` on `name` in `dir`, from `/proc/locks`,
+    /// and that process's real uid where `/proc` tells.
+    fn holder_of(dir: &OwnedFd, name: &str) -> Option<(u32, Option<u32>)> {
+        let st = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        let pid = flock_holder(&st)?;
+        Some((pid, uid_of(pid)))
+    }
+
+    /// Reads `/proc/locks` (a few lines per lock on the host; capped) for
+    /// the `FLOCK` on the file `st` describes.
+    fn flock_holder(st: &rfs::Stat) -> Option<u32> {
+        use std::io::Read as _;
+        let mut text = String::new();
+        File::open("/proc/locks")
+            .ok()?
+            .take(1 << 20)
+            .read_to_string(&mut text)
+            .ok()?;
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        let dev = st.st_dev as u64;
+        let want = format!(
+            "{:02x}:{:02x}:{}",
+            rustix::fs::major(dev),
+            rustix::fs::minor(dev),
+            st.st_ino
+        );
+        text.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // "1: FLOCK ADVISORY WRITE 1234 00:1a:5678 0 EOF"; a blocked
+            // waiter's line has "->" after the number.
+            let at = fields.iter().position(|f| *f == "FLOCK")?;
+            let (pid, file) = (fields.get(at + 3)?, fields.get(at + 4)?);
+            (*file == want).then(|| pid.parse().ok()).flatten()
+        })
+    }
+
+    /// A process's real uid, from `/proc/<pid>/status`.
+    fn uid_of(pid: u32) -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    pub(super) fn holder(id_space: &str, shard: u32) -> HostHolder {
+        let Ok((_, dir)) = lock_dir() else {
+            return HostHolder::Unknown;
+        };
+        let name = lock_name(id_space, shard);
+        let file = match open_existing(&dir, &name) {
+            Ok(Some(file)) => file,
+            Ok(None) => return HostHolder::None,
+            Err(_) => return HostHolder::Unknown,
+        };
+        match fs2::FileExt::try_lock_shared(&file) {
+            Ok(()) => {
+                let _ = fs2::FileExt::unlock(&file);
+                HostHolder::None
+            }
+            Err(_) => match rfs::fstat(file.as_fd())
+                .ok()
+                .and_then(|st| flock_holder(&st))
+            {
+                Some(pid) => HostHolder::Pid(pid),
+                None => HostHolder::Unknown,
+            },
+        }
     }
 }
 
@@ -226,21 +438,30 @@ mod tests {
         assert_eq!(holder(&space, 4), HostHolder::None);
         let first = HostLock::acquire(&space, 4).unwrap();
         match HostLock::acquire(&space, 4) {
-            Err(Error::HostLocked { shard: 4, pid, .. }) => {
-                assert_eq!(pid, Some(std::process::id()))
+            Err(Error::HostLocked {
+                shard: 4, pid, uid, ..
+            }) => {
+                assert_eq!(pid, Some(std::process::id()));
+                assert_eq!(uid, None, "the same user");
             }
             other => panic!("expected HostLocked, got {other:?}"),
         }
         // Another shard and another space are independent.
         let _other_shard = HostLock::acquire(&space, 5).unwrap();
         let _other_space = HostLock::acquire(&format!("{space}-b"), 4).unwrap();
-        // Many probes never fill the backlog for good.
         for _ in 0..300 {
             assert_eq!(holder(&space, 4), HostHolder::Pid(std::process::id()));
-            first.drain();
         }
         drop(first);
         assert_eq!(holder(&space, 4), HostHolder::None);
-        let _again = HostLock::acquire(&space, 4).unwrap();
+        let again = HostLock::acquire(&space, 4).unwrap();
+        drop(again);
+        // Released, the file is gone: nothing is left behind.
+        let dir = LOCK_DIRS
+            .iter()
+            .find(|d| std::path::Path::new(d).is_dir())
+            .unwrap();
+        let path = std::path::Path::new(dir).join(lock_name(&space, 4));
+        assert!(!path.exists(), "{} left behind", path.display());
     }
 }

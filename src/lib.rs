@@ -184,6 +184,24 @@
 //! at each second boundary. A clock step shows up within 250 ms; until then
 //! IDs carry the previous second, unique and increasing either way.
 //!
+//! ## `fork()`
+//!
+//! A child created by `fork()` gets a copy of every generator its parent
+//! had open: the same position, the same state file, but not its
+//! reservation thread. Issuing from that copy would repeat the parent's
+//! IDs, so a child never does: a `pthread_atfork` hook, installed when the
+//! first generator opens, counts forks in the child, and every call on a
+//! generator opened before the fork returns [`Error::Forked`]. The hot
+//! path pays one load of a static and a compare per call, no system call.
+//! Closing or dropping the copy in the child stops only the copy (nothing
+//! is written, the parent's thread is not waited for), and the cached wall
+//! clock starts its own thread in the child. The child keeps the parent's
+//! locks through the descriptors it inherited (closed at `exec`), so it
+//! opens a generator on another shard: for [`IdUtil`],
+//! [`IdUtil::init_with`]. IDs already taken before the fork, in an
+//! [`IdBatch`] not yet read, are in both processes' memory: read a batch
+//! before forking, not after. The hook is the crate's only `unsafe` code.
+//!
 //! ## Clock rollbacks
 //!
 //! While running, a clock that goes back (an NTP step, a VM restore) changes
@@ -253,6 +271,11 @@
 //! compound: N crashes in a row cost at most N such skips. The reservation
 //! kept in Redis under a lease is the same one.
 //!
+//! A reservation write that fails (a full disk, an I/O error) is answered
+//! to every call waiting on it, each with the error; none waits for ever,
+//! and the next call that needs the reservation asks for it again, so a
+//! disk that recovers lets issuing go on after everything before.
+//!
 //! A signal is not a crash: the `idutil` command stops issuing on SIGTERM,
 //! SIGINT or SIGHUP, flushes what it printed, closes the generator (which
 //! records the exact last ID) and exits with 128 + the signal number, so
@@ -263,10 +286,66 @@
 //! A wall clock that reads a second before the layout's epoch or after its
 //! last second (a dead RTC battery, a clock set to 2140) says nothing about
 //! which IDs are free. Opening a generator under such a clock fails with
-//! [`Error::ClockOutOfRange`] before anything is read or written; a running
+//! [`Error::ClockOutOfRange`] before anything is read, created, locked or
+//! written; a running
 //! generator returns that error from every call while the clock reads so,
 //! records nothing of the reading, and issues normally once the clock is
 //! sane again.
+//!
+//! ## A clock far ahead
+//!
+//! A clock that jumps far ahead for a moment (a bad NTP answer, an RTC read
+//! wrongly at boot, a 32-bit `time_t` that wraps in 2106) could push a
+//! shard decades ahead, where its IDs no longer sort or query by time, or
+//! to the end of the layout's range, where it issues nothing ever again.
+//! Two settings keep that from happening silently:
+//!
+//! - **The end margin** ([`Builder::end_margin`], default one day,
+//!   [`DEFAULT_END_MARGIN`]): the last day of the layout's range is kept
+//!   clear. A clock that reads there is treated as outside the range
+//!   ([`Error::ClockOutOfRange`]: nothing issued, nothing recorded), and a
+//!   shard that reaches it, by borrowing or from its state file, stops with
+//!   [`Error::EndMarginReached`], which opening reports before it writes
+//!   anything. So a clock at 2136-02-07T06:28:10 for a moment costs the
+//!   shard nothing. A deployment that really runs in 2136 sets a smaller
+//!   margin (`Duration::ZERO` issues up to [`Id::MAX`]).
+//! - **The forward-step limit** ([`Builder::max_clock_step`], default one
+//!   day, [`DEFAULT_MAX_CLOCK_STEP`]): a running generator keeps where the
+//!   clock should be (the last reading it acted on plus the time elapsed
+//!   since, by the monotonic clock). A reading further ahead than the limit
+//!   is logged and not followed: IDs go on at the time before the step.
+//!   Once the new time has held for [`Builder::clock_step_confirm`]
+//!   (default five minutes, [`DEFAULT_CLOCK_STEP_CONFIRM`]) the generator
+//!   follows it and logs that it did; a clock that comes back first was
+//!   never followed. Smaller steps, and every step of a generator opened
+//!   with `max_clock_step(None)`, are followed at once. The monotonic clock
+//!   stops while the machine sleeps, so after a suspend of more than a
+//!   day the generator follows the clock five minutes late, issuing
+//!   meanwhile at the time it went to sleep, unique and increasing.
+//!
+//! What these do not cover: a generator *opened* while the clock is far
+//! ahead has no earlier reading of its own to compare with (a run of the
+//! `idutil` command at that moment, say), so it starts there, and the
+//! shard stays that far ahead, since a generator never resumes before
+//! anything the state file says may have been issued. IDs stay unique and
+//! increasing, with times in the future.
+//!
+//! **The way back** is a recovery in which the operator vouches for the
+//! time the clock skipped: `idutil state recover --unused-from A
+//! --unused-to B` ([`state::RecoverOptions::unused`]) says that no ID of
+//! the shard has a second from `A` up to `B` (for a clock that jumped to
+//! 2100 for a moment: `A` a little after the last real ID, `B` the wrong
+//! time). The shard then resumes after the latest second anything accounts
+//! for before `A` (and after the wall clock), and the state file records
+//! the seconds from `B` to the latest it accounts for, where IDs were
+//! issued while the clock was wrong, in a `skip` line. A generator never
+//! reserves into those seconds and, when it reaches them (by the clock in
+//! 2100, or by borrowing), passes over them; a generator that opens
+//! inside them starts after them. So the IDs issued far ahead stay unique,
+//! and the shard issues at the real time again. The recovery refuses when
+//! anything the state file records (a mark, the last ID, a clock reading,
+//! the lock file's mark) lies inside the interval, or when the wall clock
+//! is still past its start.
 //!
 //! Every write goes to a temporary file in the same directory, is `fsync`ed,
 //! renamed over the old file, and the directory is `fsync`ed. A crash at
@@ -277,6 +356,23 @@
 //! restored from a snapshot or backup travels back in time with its state
 //! files. Both can lead to reissued IDs; neither can be detected from
 //! inside.
+//!
+//! **An older copy of the state file is refused.** The lock file, never
+//! replaced, keeps the highest high-water mark any state file of the shard
+//! held in the directory (a line `high_water N`, written after each state
+//! file lands). A state file whose marks are all below it is an older copy
+//! put back (from a backup, a snapshot, a careless `cp`): opening fails
+//! with [`Error::BadState`] naming both marks, `idutil state` says so, and
+//! `idutil state recover` resumes after the lock file's mark. It catches a
+//! state file restored alone; **it cannot catch a whole directory
+//! restored**, lock file included, nor a file system rolled back: the copy
+//! and the mark then agree. The lock file's mark is not `fsync`ed on every
+//! write (that would double the disk's work), so after a power loss it may
+//! lag the state file by a write: that can only let an older copy pass,
+//! never refuse a current one. A garbled mark line is refused too, and a
+//! recovery rewrites it. A read of the lock file that fails (EIO, say) is
+//! an error naming the file, never taken for "no state file was ever
+//! written".
 //!
 //! A state file that is unreadable, truncated, from an unknown version or
 //! for another layout, or that holds any value its layout rules out (a
@@ -292,7 +388,8 @@
 //! ## Recovery
 //!
 //! `idutil state recover` never resumes before anything that may have been
-//! issued:
+//! issued, save the interval an operator vouches unused with
+//! `--unused-from`/`--unused-to` (see *A clock far ahead*):
 //!
 //! - When the old file's high-water mark can be read with certainty (a
 //!   complete, legible `high_water` line of a version-1 file for this shard,
@@ -320,11 +417,11 @@
 //! persistent volume that outlives the container, not its writable layer,
 //! and one shard's state must live in exactly one directory: two state
 //! directories for one shard are two independent histories. On one host
-//! (one network namespace) the per-host lock refuses a second live
+//! (one mount namespace) the per-host lock refuses a second live
 //! generator for a shard whatever its directory (see *Security*), but
 //! nothing can tell that a directory used yesterday is not the one used
-//! today, and containers with network namespaces of their own do not see
-//! each other's locks.
+//! today, and containers with a `/run/lock` of their own do not see each
+//! other's locks.
 //!
 //! ## The shard
 //!
@@ -528,15 +625,47 @@
 //! not delete a live generator's state.
 //!
 //! **One shard, one generator per host.** Besides the lock file, a
-//! generator holds its shard on the host through a Linux abstract-namespace
-//! Unix socket named `idutil/<ID space>/shard-<N>`, which the kernel removes
-//! when the process exits, however it exits. A second generator for the
-//! shard in the same ID space, in this process or another, with any state
-//! directory, gets [`Error::HostLocked`] naming the holder's pid. The scope
-//! is the network namespace: containers with a network namespace of their
-//! own are separate hosts to this lock, so give them distinct shards (or
-//! a lease). On other Unix systems there is no abstract namespace
-//! and only the lock file in the state directory applies.
+//! generator holds its shard on the host through an exclusive `flock` on a
+//! file in a host-wide directory: `/run/lock/idutil.<ID space>.shard-<N>.lock`
+//! (or in `/dev/shm`, else `/tmp`, where there is no `/run/lock`). The
+//! kernel drops the lock when the process exits, however it exits. A second
+//! generator for the shard in the same ID space, in this process or
+//! another, with any state directory, gets [`Error::HostLocked`] naming the
+//! holder's pid (from `/proc/locks`). The holder removes the file when it
+//! lets go (every taker checks, after locking, that the file it locked is
+//! still the one at the path). The scope is the mount namespace: processes
+//! in other network namespaces share the lock, while containers with a
+//! `/run/lock` of their own are separate hosts to it, so give them distinct
+//! shards (or a lease). Outside Linux only the lock file in the state
+//! directory applies.
+//!
+//! **Another local user and the per-host lock.** A lock that must stop two
+//! users' generators (an application's, and an administrator's `sudo
+//! idutil next`) from sharing a shard needs a name every user can take,
+//! and a name every user can take can be taken first by a hostile one:
+//! no shared mechanism prevents that, and a per-user one would let two
+//! users issue the same IDs. idutil keeps the shared name and makes the
+//! cost of hostility small and visible:
+//!
+//! - Nothing is served: the generator never reads or answers anything on
+//!   the lock file after taking it, so another user who opens, probes or
+//!   floods it, or the directory, costs a generator nothing, and cannot
+//!   stall an ID, a save or a SIGTERM. (Earlier versions listened on an
+//!   abstract Unix socket, which another user could flood to stall every
+//!   reservation write.)
+//! - A name held by a process of another user is refused as
+//!   [`Error::HostLocked`] naming the holder's pid, its user and the file,
+//!   and saying that if it is not an idutil generator of that user it took
+//!   the name to block the shard, which an administrator can end (root can
+//!   remove the file; `/run/lock` is sticky, so its owner and root are the
+//!   only ones who can). A file idutil never makes (a FIFO, a symbolic
+//!   link, another user's file this user may not open) is
+//!   [`Error::HostLockUnusable`], refused at once, never followed or
+//!   waited on.
+//! - Meanwhile another shard, or an ID space of its own for IDs that never
+//!   share a table, goes on. A hostile user can take every name of an ID
+//!   space it knows: that is a denial of service an administrator ends, not
+//!   a duplicate ID.
 //!
 //! **ID spaces.** The per-host lock is per ID space
 //! ([`Builder::id_space`], `IDUTIL_ID_SPACE`, `idutil --id-space NAME`;
@@ -547,7 +676,8 @@
 //! issues the same IDs. The default puts every generator on a host in one
 //! space, which is always safe.
 //! //!
-#![forbid(unsafe_code)]
+// `unsafe` only in `fork` (one call to `pthread_atfork`), allowed there.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -555,6 +685,7 @@ mod clock;
 mod durable;
 mod error;
 mod external;
+mod fork;
 mod generator;
 mod global;
 pub mod host_lock;
@@ -573,7 +704,8 @@ mod sync;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, IdError, Result};
 pub use generator::{
-    Builder, Generator, IdBatch, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM_SECONDS, MAX_WINDOW,
+    Builder, Generator, IdBatch, DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN,
+    DEFAULT_MAX_CLOCK_STEP, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM_SECONDS, MAX_WINDOW,
 };
 pub use global::IdUtil;
 pub use host_lock::ID_SPACE_ENV;

@@ -27,6 +27,15 @@ fn open(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<M
     builder(dir, shard, clock).open().expect("open")
 }
 
+/// [`open`], with no end margin: the generator issues up to the layout's
+/// very last ID.
+fn full_range(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
+    builder(dir, shard, clock)
+        .end_margin(Duration::ZERO)
+        .open()
+        .expect("open")
+}
+
 /// Captures warnings, so tests can check what was logged for their shard.
 struct Capture(Mutex<Vec<String>>);
 
@@ -182,7 +191,7 @@ fn stops_cleanly_at_the_end_of_the_range() {
     let last_second = Layout::DEFAULT.last_unix_second();
     assert_eq!(last_second, 5_241_652_095, "2136-02-07T06:28:15Z");
     let clock = ManualClock::new(last_second);
-    let g = open(&dir, 31, &clock);
+    let g = full_range(&dir, 31, &clock);
     let ids: Vec<Id> = g.next_ids(PER_SECOND).unwrap().collect();
     assert_eq!(
         *ids.last().unwrap(),
@@ -201,11 +210,11 @@ fn stops_cleanly_at_the_end_of_the_range() {
     drop(g);
     // A clock past the range cannot even open the shard.
     clock.advance(1000);
-    let refused = builder(&dir, 31, &clock).open();
+    let refused = builder(&dir, 31, &clock).end_margin(Duration::ZERO).open();
     assert!(matches!(refused, Err(Error::ClockOutOfRange { .. })));
     // Back at the last second, the shard knows its last ID was used.
     clock.set(last_second);
-    let g = open(&dir, 31, &clock);
+    let g = full_range(&dir, 31, &clock);
     assert!(matches!(g.next_id(), Err(Error::EndOfRange { .. })));
 }
 
@@ -213,7 +222,7 @@ fn stops_cleanly_at_the_end_of_the_range() {
 fn a_batch_that_would_cross_the_end_of_the_range_is_refused_whole() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(Layout::DEFAULT.last_unix_second());
-    let g = open(&dir, 30, &clock);
+    let g = full_range(&dir, 30, &clock);
     assert!(matches!(
         g.next_ids(PER_SECOND + 1),
         Err(Error::EndOfRange { .. })
@@ -575,4 +584,83 @@ fn no_window_setting_can_make_a_crash_skip_to_the_end_of_the_range() {
         "reserved until {} with the clock at {T}",
         g.reserved_until()
     );
+}
+
+/// 2100-01-01T00:00:00Z.
+const Y2100: u64 = 4_102_444_800;
+/// 2106-02-07T06:28:16Z: where a 32-bit unsigned `time_t` wraps.
+const TIME_T_WRAP: u64 = 1 << 32;
+
+#[test]
+fn a_clock_far_ahead_for_a_moment_neither_shifts_nor_ends_the_shard() {
+    let _ = warnings();
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = open(&dir, 9, &clock);
+    let mut ids = vec![g.next_id().unwrap()];
+    for far in [Y2100, TIME_T_WRAP] {
+        clock.set(far);
+        ids.extend(g.next_ids(1000).unwrap());
+        clock.set(T);
+        ids.extend(g.next_ids(1000).unwrap());
+    }
+    // The end of the range for a moment: in the end margin, so nothing is
+    // issued on it and nothing recorded.
+    clock.set(Layout::DEFAULT.last_unix_second() - 5);
+    for _ in 0..3 {
+        match g.next_id() {
+            Err(Error::ClockOutOfRange { last, .. }) => {
+                assert_eq!(last, Layout::DEFAULT.last_unix_second() - 86_400)
+            }
+            other => panic!("expected ClockOutOfRange, got {other:?}"),
+        }
+    }
+    clock.set(T);
+    ids.push(g.next_id().unwrap());
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    // Every ID is at the real time, where a query by time finds it.
+    let at = std::time::UNIX_EPOCH + Duration::from_secs(T);
+    for id in &ids {
+        assert_eq!(id.unix_seconds(), T, "{id:?}");
+        assert!(Id::min_at(at).unwrap() <= *id && *id <= Id::max_at(at).unwrap());
+    }
+    assert!(g.reserved_until() < T + 60, "{}", g.reserved_until());
+    assert_eq!(warnings_about(9, "jumped"), 2);
+    drop(g);
+    // What the file keeps is the real time too: the next run starts there.
+    let g = open(&dir, 9, &clock);
+    let next = g.next_id().unwrap();
+    assert!(next > *ids.last().unwrap() && next.unix_seconds() < T + 60);
+}
+
+#[test]
+fn a_forward_step_that_holds_is_followed_once_confirmed() {
+    let _ = warnings();
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T);
+    let g = builder(&dir, 10, &clock)
+        .clock_step_confirm(Duration::from_secs(1))
+        .open()
+        .unwrap();
+    let ten_days = T + 10 * 86_400;
+    clock.set(ten_days);
+    assert_eq!(
+        g.next_id().unwrap().unix_seconds(),
+        T,
+        "not followed at once"
+    );
+    thread::sleep(Duration::from_millis(1300));
+    // The clock kept the step (and ran on with real time).
+    clock.set(ten_days + 1);
+    let id = g.next_id().unwrap();
+    assert_eq!(id.unix_seconds(), ten_days + 1, "followed once confirmed");
+    assert_eq!(warnings_about(10, "following it"), 1);
+    // Without a limit, every step is followed at once.
+    let dir = tempfile::tempdir().unwrap();
+    let g = builder(&dir, 11, &clock)
+        .max_clock_step(None)
+        .open()
+        .unwrap();
+    clock.set(Y2100);
+    assert_eq!(g.next_id().unwrap().unix_seconds(), Y2100);
 }

@@ -151,6 +151,7 @@ fn serde_json_ids_are_exact_in_javascript() {
         .shard(31)
         .state_dir(state.path())
         .clock(clock)
+        .end_margin(std::time::Duration::ZERO)
         .open()
         .unwrap();
     ids.extend(generator.next_ids(70_000).unwrap().step_by(97));

@@ -128,6 +128,7 @@ proptest! {
             .state_dir(dir.path())
             .layout(layout)
             .clock(clock.clone())
+            .end_margin(std::time::Duration::ZERO)
             .open()
             .unwrap();
         let mut last: Option<Id> = None;

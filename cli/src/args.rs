@@ -239,6 +239,15 @@ pub(crate) enum StateAction {
         /// mark cannot be read or the file is gone
         #[arg(long, value_name = "TIME", value_parser = parse_time)]
         after: Option<u64>,
+        /// With --unused-to: a time from which you vouch that no ID of the
+        /// shard has a second up to --unused-to, because a clock far ahead
+        /// skipped it. The shard comes back before it; the IDs issued far
+        /// ahead are passed over when the shard gets there
+        #[arg(long, value_name = "TIME", value_parser = parse_time, requires = "unused_to")]
+        unused_from: Option<u64>,
+        /// The end (not included) of the interval --unused-from starts
+        #[arg(long, value_name = "TIME", value_parser = parse_time, requires = "unused_from")]
+        unused_to: Option<u64>,
         /// Replace the state file even if it is healthy
         #[arg(long)]
         force: bool,

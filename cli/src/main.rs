@@ -18,10 +18,12 @@ use crate::args::{Cli, Command, StateAction};
 use crate::decode::{decode, decode_lines};
 use crate::manual::{completions, man};
 use crate::next::{next, Interrupted};
+use crate::report::stdout_was_closed;
 use crate::report::{is_broken_pipe, runtime_error, usage_error, CommandError, StderrLogger};
 use crate::state::{recover, show_state};
 
 fn main() -> ExitCode {
+    let stdout_closed = stdout_was_closed();
     log::set_logger(&StderrLogger).ok();
     log::set_max_level(log::LevelFilter::Warn);
     let args: Vec<OsString> = std::env::args_os().collect();
@@ -29,12 +31,25 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e, &args),
     };
+    if stdout_closed
+        && !matches!(
+            cli.command,
+            Command::State {
+                action: Some(_),
+                ..
+            }
+        )
+    {
+        // Nothing is issued: every ID printed would be lost.
+        let closed = io::Error::other("standard output is closed, so the output would be lost");
+        return runtime_error(&closed);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => match e.downcast_ref::<Interrupted>() {
             Some(stop) => {
-                eprintln!("idutil: {stop}");
+                report::say!("idutil: {stop}");
                 ExitCode::from(stop.exit_status())
             }
             None => runtime_error(&*e),
@@ -69,11 +84,16 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             action:
                 Some(StateAction::Recover {
                     after,
+                    unused_from,
+                    unused_to,
                     force,
                     dry_run,
                 }),
             ..
-        } => recover(&cli.common, after, force, dry_run, &mut out)?,
+        } => {
+            let unused = unused_from.zip(unused_to);
+            recover(&cli.common, after, unused, force, dry_run, &mut out)?
+        }
     }
     out.flush()?;
     Ok(())

@@ -1,7 +1,7 @@
 //! `idutil next`: issuing IDs, and stopping cleanly on a signal.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering::SeqCst};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::args::Common;
-use crate::report::one_line;
+use crate::report::{one_line, say};
 use crate::BoxError;
 
 /// IDs per batch that `next` issues and prints: a signal or an error stops
@@ -23,6 +23,11 @@ const LEAD_POLL: Duration = Duration::from_millis(5);
 /// signal thread closes the generator itself: a write blocked on a pipe
 /// that nobody reads never returns.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// The main thread is taking IDs from the generator (which may wait for a
+/// reservation to be written).
+const ISSUING: u8 = 0;
+/// The main thread is writing IDs to the output.
+const WRITING: u8 = 1;
 /// A run warns when it ends further than this ahead of the wall clock.
 const LEAD_WARNING: u64 = 60;
 
@@ -93,29 +98,42 @@ pub(crate) fn next(
     let signal = AtomicI32::new(0);
     let signals_handle = signals.handle();
     let (done, finished) = mpsc::channel::<()>();
+    // What the main thread is doing, for the message of a stop that had
+    // to wait: issuing (which may wait on the disk) or writing the output.
+    let phase = AtomicU8::new(ISSUING);
     let issued = thread::scope(|scope| {
-        let (signals, signal, generator) = (&mut signals, &signal, &generator);
-        scope.spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                signal.store(sig, SeqCst);
-                if finished.recv_timeout(STOP_GRACE) == Err(RecvTimeoutError::Timeout) {
-                    // Still stuck in a write nobody reads: every ID taken so
-                    // far counts as issued, and the output may end mid-line.
-                    let saved = generator.close();
-                    eprintln!(
-                        "idutil: stopped by {} while stuck writing the output, which may end \
-                         in a cut line; every ID taken is saved as issued, and the next run \
-                         continues after them",
-                        Interrupted(sig).name()
-                    );
-                    if let Err(e) = saved {
-                        eprintln!("idutil: error: {}", one_line(&e.to_string()));
+        let (signals, signal, generator, phase) = (&mut signals, &signal, &generator, &phase);
+        let watcher = thread::Builder::new()
+            .name("idutil-signals".into())
+            .spawn_scoped(scope, move || {
+                if let Some(sig) = signals.forever().next() {
+                    signal.store(sig, SeqCst);
+                    if finished.recv_timeout(STOP_GRACE) == Err(RecvTimeoutError::Timeout) {
+                        // Still stuck: every ID taken so far counts as
+                        // issued, and the output may end mid-line.
+                        let waiting_on = match phase.load(SeqCst) {
+                            ISSUING => "waiting for the state file to be written (a slow disk)",
+                            _ => "stuck writing the output, which may end in a cut line",
+                        };
+                        let saved = generator.close();
+                        say!(
+                            "idutil: stopped by {} while {waiting_on}; every ID taken is saved \
+                             as issued, and the next run continues after them",
+                            Interrupted(sig).name()
+                        );
+                        if let Err(e) = saved {
+                            say!("idutil: error: {}", one_line(&e.to_string()));
+                        }
+                        std::process::exit(i32::from(Interrupted(sig).exit_status()));
                     }
-                    std::process::exit(i32::from(Interrupted(sig).exit_status()));
                 }
-            }
-        });
-        let issued = issue(generator, n, json, signal, out).and_then(|()| Ok(out.flush()?));
+            });
+        if let Err(e) = watcher {
+            // Without the thread a signal could not stop the run cleanly.
+            signals_handle.close();
+            return Err(format!("cannot start a thread to catch signals: {e}").into());
+        }
+        let issued = issue(generator, n, json, signal, phase, out).and_then(|()| Ok(out.flush()?));
         let _ = done.send(());
         signals_handle.close();
         issued
@@ -146,6 +164,7 @@ fn issue(
     n: u64,
     json: bool,
     signal: &AtomicI32,
+    phase: &AtomicU8,
     out: &mut impl Write,
 ) -> Result<(), BoxError> {
     if json {
@@ -160,7 +179,10 @@ fn issue(
             return Ok(());
         }
         let k = left.min(CHUNK);
-        let batch = match generator.next_ids_nowait(k) {
+        phase.store(ISSUING, SeqCst);
+        let batch = generator.next_ids_nowait(k);
+        phase.store(WRITING, SeqCst);
+        let batch = match batch {
             Ok(batch) => batch,
             Err(idutil::Error::LeadCapReached { .. }) => {
                 thread::sleep(LEAD_POLL);

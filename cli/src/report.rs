@@ -10,6 +10,41 @@ use clap::CommandFactory;
 use crate::args::Cli;
 use crate::BoxError;
 
+/// Writes one line to stderr. An unwritable stderr (closed, full) loses
+/// the line, never the exit status: `eprintln!` would panic instead.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+pub(crate) use say;
+
+/// Whether the command was started with standard output closed
+/// (`idutil next >&-`): every ID it printed would be lost, so it refuses to
+/// issue. The Rust runtime opens `/dev/null` read-write on a standard
+/// descriptor that is closed at start-up (so that no file the command
+/// opens takes its number), which tells it from a shell's `>/dev/null`
+/// (write-only). Linux only (`/proc/self`); elsewhere, `false`.
+pub(crate) fn stdout_was_closed() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let null = std::fs::read_link("/proc/self/fd/1")
+            .is_ok_and(|target| target == std::path::Path::new("/dev/null"));
+        let read_write = std::fs::read_to_string("/proc/self/fdinfo/1").is_ok_and(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|flags| u32::from_str_radix(flags.trim(), 8).ok())
+                .is_some_and(|flags| flags & 0o3 == 0o2)
+        });
+        null && read_write
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 /// Reports an error from running a command on one line of stderr. Settings
 /// that cannot work (a shard out of range, an unusable environment variable)
 /// are the caller's to fix, so they exit 2 like bad arguments; everything
@@ -21,7 +56,7 @@ pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
             CommandError::Input(_) => ("bad input", 2),
             CommandError::Read(_) => ("error", 1),
         };
-        eprintln!("idutil: {kind}: {}", one_line(&e.to_string()));
+        say!("idutil: {kind}: {}", one_line(&e.to_string()));
         return ExitCode::from(code);
     }
     let (kind, code) = match e.downcast_ref::<idutil::Error>() {
@@ -38,7 +73,7 @@ pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
         // error comes from writing the output.
         None if e.is::<io::Error>() || e.is::<serde_json::Error>() => {
             let reason = one_line(&e.to_string());
-            eprintln!("idutil: error: cannot write the output: {reason}");
+            say!("idutil: error: cannot write the output: {reason}");
             return ExitCode::FAILURE;
         }
         None => ("error", 1),
@@ -48,7 +83,7 @@ pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
         .and_then(hint)
         .map(|h| format!("; {h}"))
         .unwrap_or_default();
-    eprintln!("idutil: {kind}: {}{hint}", one_line(&e.to_string()));
+    say!("idutil: {kind}: {}{hint}", one_line(&e.to_string()));
     ExitCode::from(code)
 }
 
@@ -115,7 +150,7 @@ pub(crate) fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
     } else {
         clap_reason(&e.render().to_string())
     };
-    eprintln!("idutil: usage error: {reason} (see '{command} --help')");
+    say!("idutil: usage error: {reason} (see '{command} --help')");
     ExitCode::from(2)
 }
 
@@ -232,7 +267,7 @@ impl log::Log for StderrLogger {
                 log::Level::Error => "error",
                 _ => "warning",
             };
-            eprintln!("idutil: {level}: {}", record.args());
+            say!("idutil: {level}: {}", record.args());
         }
     }
     fn flush(&self) {}

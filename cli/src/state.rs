@@ -197,6 +197,7 @@ fn last_id(s: &StateFile) -> Option<u64> {
 pub(crate) fn recover(
     common: &Common,
     after: Option<u64>,
+    unused: Option<(u64, u64)>,
     force: bool,
     dry_run: bool,
     out: &mut impl Write,
@@ -205,6 +206,9 @@ pub(crate) fn recover(
     let mut options = RecoverOptions::new().force(force).window(DEFAULT_WINDOW);
     if let Some(after) = after {
         options = options.after(after);
+    }
+    if let Some((from, to)) = unused {
+        options = options.unused(from, to);
     }
     let r = state::plan_recovery(&dir, shard, &common.layout(), &options)?;
     writeln!(out, "state file:   {}", r.path.display())?;
@@ -225,6 +229,15 @@ pub(crate) fn recover(
         r.window,
         r.clock_id
     )?;
+    if let Some((first, last)) = r.skip {
+        writeln!(
+            out,
+            "passed over: {} ({first}) to {} ({last}): issued while the clock was far ahead, \
+             skipped when the shard gets there",
+            rfc3339(first),
+            rfc3339(last)
+        )?;
+    }
     if let Some(kept) = &r.kept_as {
         writeln!(out, "old file:     kept as {}", kept.display())?;
     }

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use super::hot::{Cold, Hot, Inner, Padded};
 use super::plan::{cover_seen, plan, Plan};
-use super::{Generator, DEFAULT_WINDOW, FENCED, MAX_WINDOW};
+use super::{
+    Generator, DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN, DEFAULT_MAX_CLOCK_STEP,
+    DEFAULT_WINDOW, FENCED, MAX_WINDOW,
+};
 use crate::clock::{Clock, SystemClock};
 use crate::durable::{self, Durable};
 use crate::error::{Error, Result};
@@ -37,6 +40,8 @@ pub struct Builder<C: Clock = SystemClock> {
     max_lead: Option<u64>,
     /// A throw-away generator for tests: see [`Builder::ephemeral`].
     ephemeral: bool,
+    end_margin: u64,
+    max_step: Option<(u64, Duration)>,
     /// The state file's companions: with the feature `redis`, the lease.
     pub(crate) durable: durable::Settings,
 }
@@ -59,6 +64,8 @@ impl Builder<SystemClock> {
             window: DEFAULT_WINDOW,
             max_lead: None,
             ephemeral: false,
+            end_margin: DEFAULT_END_MARGIN,
+            max_step: Some((DEFAULT_MAX_CLOCK_STEP, DEFAULT_CLOCK_STEP_CONFIRM)),
             durable: durable::Settings::default(),
         }
     }
@@ -140,6 +147,8 @@ impl<C: Clock> Builder<C> {
             window: self.window,
             max_lead: self.max_lead,
             ephemeral: self.ephemeral,
+            end_margin: self.end_margin,
+            max_step: self.max_step,
             durable: self.durable,
         }
     }
@@ -169,12 +178,56 @@ impl<C: Clock> Builder<C> {
         self
     }
 
+    /// How much of the end of the layout's range the generator keeps
+    /// clear (whole seconds; default one day, [`DEFAULT_END_MARGIN`]): it
+    /// issues no ID in those last seconds and treats a clock reading there
+    /// like one outside the range ([`Error::ClockOutOfRange`]). A clock
+    /// that reads the last seconds of the range for a moment then cannot
+    /// use the shard up; a shard that reached the margin stops with
+    /// [`Error::EndMarginReached`]. `Duration::ZERO` issues up to the
+    /// layout's very last ID; a margin is at most half the layout's range.
+    /// See the crate docs, *A clock far ahead*.
+    pub fn end_margin(mut self, margin: Duration) -> Self {
+        self.end_margin = whole_seconds(margin);
+        self
+    }
+
+    /// The largest forward step of the wall clock a running generator
+    /// follows at once (default one day, [`DEFAULT_MAX_CLOCK_STEP`]);
+    /// `None` follows every step. A larger step, measured from where the
+    /// clock should be by the monotonic clock, is logged and not followed
+    /// until it has held for [`clock_step_confirm`](Builder::clock_step_confirm):
+    /// meanwhile IDs go on at the time before the step. A clock that jumps
+    /// decades ahead for a moment then cannot shift the shard. See the
+    /// crate docs, *A clock far ahead*.
+    pub fn max_clock_step(mut self, max_step: Option<Duration>) -> Self {
+        let confirm = self
+            .max_step
+            .map_or(DEFAULT_CLOCK_STEP_CONFIRM, |(_, confirm)| confirm);
+        self.max_step = max_step.map(|d| (whole_seconds(d), confirm));
+        self
+    }
+
+    /// How long a forward step larger than
+    /// [`max_clock_step`](Builder::max_clock_step) must hold before the
+    /// generator follows it (default five minutes,
+    /// [`DEFAULT_CLOCK_STEP_CONFIRM`]).
+    pub fn clock_step_confirm(mut self, confirm: Duration) -> Self {
+        if let Some((_, c)) = &mut self.max_step {
+            *c = confirm;
+        }
+        self
+    }
+
     /// Takes the shard's lock, reads its state and reserves the first
     /// window durably.
     ///
     /// # Errors
     ///
-    /// [`Error::ShardOutOfRange`], [`Error::InvalidEnv`] or
+    /// [`Error::ClockOutOfRange`] if the clock reads outside the layout's
+    /// range or in its end margin (then nothing is created or locked),
+    /// [`Error::EndMarginReached`] if the shard already issued into its end
+    /// margin, [`Error::ShardOutOfRange`], [`Error::InvalidEnv`] or
     /// [`Error::UnusableHostname`] for a bad shard,
     /// [`Error::InvalidIdSpace`] for a bad ID space name,
     /// [`Error::Locked`] if another generator holds the shard in the state
@@ -191,11 +244,6 @@ impl<C: Clock> Builder<C> {
     /// is set but blank.
     pub fn open(mut self) -> Result<Generator<C>> {
         let ephemeral = self.ephemeral;
-        if ephemeral {
-            self.state_dir = Some(state::scratch_dir()?);
-            self.id_space = Some(format!("ephemeral-{}", std::process::id()));
-            self.shard = Some(self.shard.unwrap_or(0));
-        }
         // An ephemeral generator reads nothing from the environment.
         let layout = match self.layout {
             Some(layout) => layout,
@@ -203,6 +251,23 @@ impl<C: Clock> Builder<C> {
             None => Layout::from_env()?.unwrap_or_default(),
         };
         self.layout = Some(layout);
+        // Before anything is read, created or locked: a later run must not
+        // mistake such a reading for issued IDs, and a clock this wrong
+        // leaves no trace.
+        let now_unix = self.time.now();
+        let usable_last = layout.max_seconds() - effective_margin(&layout, self.end_margin);
+        if layout.seconds_of(now_unix).is_none_or(|s| s > usable_last) {
+            return Err(Error::ClockOutOfRange {
+                unix_second: now_unix,
+                first: layout.epoch(),
+                last: layout.epoch() + usable_last,
+            });
+        }
+        if ephemeral {
+            self.state_dir = Some(state::scratch_dir()?);
+            self.id_space = Some(format!("ephemeral-{}", std::process::id()));
+            self.shard = Some(self.shard.unwrap_or(0));
+        }
         let (durable, shard, source) = durable::open(&durable::Request {
             settings: &self.durable,
             shard: self.shard,
@@ -218,22 +283,30 @@ impl<C: Clock> Builder<C> {
     }
 }
 
+/// The end margin a generator keeps: at most half the layout's range, so
+/// that a layout of a few minutes (in tests, say) keeps a usable range.
+fn effective_margin(layout: &Layout, margin: u64) -> u64 {
+    margin.min(layout.max_seconds() / 2)
+}
+
 fn whole_seconds(d: Duration) -> u64 {
     d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 impl<C: Clock> Generator<C> {
     fn start(b: Builder<C>, durable: Durable, shard: u32, source: ShardSource) -> Result<Self> {
+        let forks = crate::fork::install();
         let layout = b.layout.unwrap_or_default();
         let epoch = layout.epoch();
         let now_unix = b.time.now();
-        if layout.seconds_of(now_unix).is_none() {
-            // Refused before anything is read or written: a later run must
-            // not mistake such a reading for issued IDs.
+        let end_margin = effective_margin(&layout, b.end_margin);
+        let usable_last = layout.max_seconds() - end_margin;
+        if layout.seconds_of(now_unix).is_none_or(|s| s > usable_last) {
+            // The clock moved since `open` looked: still nothing written.
             return Err(Error::ClockOutOfRange {
                 unix_second: now_unix,
                 first: epoch,
-                last: layout.last_unix_second(),
+                last: epoch + usable_last,
             });
         }
         let prev = durable.load()?;
@@ -273,7 +346,26 @@ impl<C: Clock> Generator<C> {
         start = durable.resume(&layout, start, &mut file);
         let now = now_unix.saturating_sub(epoch);
         let start_sec = start >> layout.sequence_bits();
-        let reserved = start_sec.saturating_add(b.window).min(layout.max_seconds());
+        if start_sec > usable_last && start_sec <= layout.max_seconds() {
+            // Refused before the reservation is written (see the crate
+            // docs, *A clock far ahead*). Past the very end, the generator
+            // opens and answers `EndOfRange`, as it always has.
+            return Err(Error::EndMarginReached {
+                shard,
+                from: epoch + usable_last + 1,
+                margin: end_margin,
+                last_unix_second: layout.last_unix_second(),
+            });
+        }
+        // Seconds issued far ahead, relative to the epoch: the reservation
+        // stops short of them until the generator passes over them.
+        let island = file
+            .skip
+            .map(|(first, last)| (first.saturating_sub(epoch), last.saturating_sub(epoch)));
+        let mut reserved = start_sec.saturating_add(b.window).min(usable_last);
+        if let Some((first, _)) = island {
+            reserved = reserved.min(first.saturating_sub(1)).max(start_sec);
+        }
         let value = file.clock_value();
         let mark = file.high_water.get(&value).copied().unwrap_or(0);
         file.high_water.insert(value, mark.max(epoch + reserved));
@@ -289,6 +381,8 @@ impl<C: Clock> Generator<C> {
                 layout,
                 sequence_bits: layout.sequence_bits(),
                 base: layout.base(value, shard),
+                usable_last,
+                forks,
             }),
             shard,
             shard_source: source,
@@ -296,6 +390,8 @@ impl<C: Clock> Generator<C> {
             clock_value: value,
             window: b.window,
             max_lead: b.max_lead,
+            end_margin,
+            max_step: b.max_step,
             path: durable.path().to_path_buf(),
             dir: durable.dir().to_path_buf(),
             fence: durable.fence(),
@@ -313,7 +409,11 @@ impl<C: Clock> Generator<C> {
                 rate_since: Instant::now(),
                 recent: 0,
                 warned_out_of_range: false,
+                trusted: (now_unix, Instant::now()),
+                step: None,
+                island,
                 failure: None,
+                failures: 0,
                 fenced: None,
                 closing: false,
                 file,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{CLOCK_OUT, CLOSED, FENCED, FLAGS, LEAD_POLL};
 use crate::clock::Clock;
@@ -65,6 +65,14 @@ pub(super) struct Hot<C> {
     pub(super) layout: Layout,
     pub(super) sequence_bits: u32,
     pub(super) base: u64,
+    /// The last second (since the layout epoch) the generator may issue
+    /// in or act on a clock reading of: the layout's last second less the
+    /// end margin.
+    pub(super) usable_last: u64,
+    /// The process's fork count when the generator opened (see
+    /// [`fork`](crate::fork)): a different count means this is a child of
+    /// the process that opened it.
+    pub(super) forks: u64,
 }
 
 pub(super) struct Inner<C> {
@@ -81,6 +89,11 @@ pub(super) struct Inner<C> {
     pub(super) clock_value: u32,
     pub(super) window: u64,
     pub(super) max_lead: Option<u64>,
+    /// The end margin, in seconds.
+    pub(super) end_margin: u64,
+    /// The largest forward step of the clock followed at once, and how
+    /// long a larger one must hold before it is followed.
+    pub(super) max_step: Option<(u64, Duration)>,
     pub(super) path: PathBuf,
     pub(super) dir: PathBuf,
     /// Why issuing is fenced, and giving the shard back (see
@@ -117,7 +130,24 @@ pub(super) struct Cold {
     pub(super) recent: u64,
     /// Whether a clock reading outside the layout's range was logged.
     pub(super) warned_out_of_range: bool,
+    /// The last clock reading acted on (Unix seconds) and when it was
+    /// taken: with the time elapsed since, where the clock should be now.
+    pub(super) trusted: (u64, Instant),
+    /// A forward step of the clock larger than the limit, not followed
+    /// yet: how far it is ahead of where the clock should be, and since
+    /// when it has held.
+    pub(super) step: Option<(u64, Instant)>,
+    /// Seconds IDs may have been issued in far ahead (first, last; from
+    /// the state file's `skip` line): nothing is reserved or issued in
+    /// them, and the generator passes over them when it gets there.
+    pub(super) island: Option<(u64, u64)>,
+    /// The last reservation write that failed, handed to every call that
+    /// waited on it (see `failures`).
     pub(super) failure: Option<Error>,
+    /// How many reservation writes have failed: a waiting call returns
+    /// [`failure`](Cold::failure) once this moves, so every waiter of a
+    /// failed write gets an answer, not just the first to wake.
+    pub(super) failures: u64,
     /// Why the generator fenced itself ([`Error::Fenced`]): it issues and
     /// writes nothing more.
     pub(super) fenced: Option<String>,
@@ -140,6 +170,12 @@ impl<C: Clock> Inner<C> {
     /// Hands out `n >= 1` consecutive counter values; returns the first.
     #[inline]
     pub(super) fn take(&self, n: u64, wait: bool) -> Result<u64> {
+        // A child of `fork()` shares the cursor's value and the state file
+        // with its parent: it must not issue. One load of a static a fork
+        // hook raises in the child, no system call (see `fork`).
+        if crate::fork::current() != self.hot.forks {
+            return Err(self.forked_error());
+        }
         if self.hot.time.now() != self.hot.last_now.load(Relaxed) {
             self.tick();
         }
@@ -185,23 +221,23 @@ impl<C: Clock> Inner<C> {
             return;
         }
         self.hot.last_now.store(now_unix, Relaxed);
-        let Some(now) = self.hot.layout.seconds_of(now_unix) else {
+        let Some(now) = self.usable(now_unix) else {
             // Neither issued on nor recorded: a clock this wrong says
             // nothing about which IDs are free.
             self.cursor.0.fetch_or(CLOCK_OUT, Relaxed);
             if !cold.warned_out_of_range {
                 log::warn!(
                     "{} on shard {}; issuing stops until the clock is within the layout's range",
-                    Error::ClockOutOfRange {
-                        unix_second: now_unix,
-                        first: self.hot.layout.epoch(),
-                        last: self.hot.layout.last_unix_second(),
-                    },
+                    self.clock_out_of_range(now_unix),
                     self.shard
                 );
                 cold.warned_out_of_range = true;
             }
             return;
+        };
+        let now = match self.follow_step(&mut cold, now_unix) {
+            Some(expected) => self.usable(expected).unwrap_or(now),
+            None => now,
         };
         if self.cursor.0.fetch_and(!CLOCK_OUT, Relaxed) & CLOCK_OUT != 0 {
             cold.warned_out_of_range = false;
@@ -221,6 +257,9 @@ impl<C: Clock> Inner<C> {
             cold.seen_run = now;
         }
         cold.seen_max = cold.seen_max.max(now);
+        if cold.island.is_some_and(|(first, _)| now >= first) {
+            self.pass_island(&mut cold);
+        }
         let cursor = self
             .cursor
             .0
@@ -247,16 +286,20 @@ impl<C: Clock> Inner<C> {
                 return Err(self.fenced_error());
             }
             if flags & CLOCK_OUT != 0 {
-                return Err(Error::ClockOutOfRange {
-                    unix_second: self.hot.last_now.load(Relaxed),
-                    first: self.hot.layout.epoch(),
-                    last: self.hot.layout.last_unix_second(),
-                });
+                return Err(self.clock_out_of_range(self.hot.last_now.load(Relaxed)));
             }
             if second > self.hot.layout.max_seconds() {
                 return Err(Error::EndOfRange {
                     last_unix_second: self.hot.layout.last_unix_second(),
                 });
+            }
+            if second > self.hot.usable_last {
+                return Err(self.end_margin_error());
+            }
+            if cold.island.is_some_and(|(first, _)| second >= first) {
+                // Try again from past the seconds issued far ahead.
+                self.pass_island(&mut cold);
+                return Ok(());
             }
             if let Some(max_lead) = self.max_lead {
                 let lead = second.saturating_sub(cold.seen_max);
@@ -275,11 +318,21 @@ impl<C: Clock> Inner<C> {
             }
             if second > cold.reserved {
                 self.request(&mut cold, second);
+                let failures = cold.failures;
                 cold = crate::sync::wait_while(&self.changed, cold, |c| {
-                    c.reserved < second && c.failure.is_none() && !c.closing
+                    c.reserved < second && c.failures == failures && !c.closing
                 });
-                if let Some(e) = cold.failure.take() {
-                    return Err(e);
+                if cold.failures != failures && cold.reserved < second {
+                    // The next call asks again: a write that failed is not
+                    // remembered as a verdict.
+                    return Err(match &cold.failure {
+                        Some(e) => e.for_another_caller(&self.path),
+                        None => Error::io(
+                            "reserve seconds in",
+                            &self.path,
+                            std::io::Error::other("the reservation write failed"),
+                        ),
+                    });
                 }
                 continue;
             }
@@ -294,6 +347,110 @@ impl<C: Clock> Inner<C> {
         }
     }
 
+    /// The seconds field for a clock reading the generator may act on:
+    /// within the layout's range and before its end margin.
+    #[inline]
+    pub(super) fn usable(&self, unix_second: u64) -> Option<u64> {
+        self.hot
+            .layout
+            .seconds_of(unix_second)
+            .filter(|&s| s <= self.hot.usable_last)
+    }
+
+    pub(super) fn clock_out_of_range(&self, unix_second: u64) -> Error {
+        Error::ClockOutOfRange {
+            unix_second,
+            first: self.hot.layout.epoch(),
+            last: self.hot.layout.epoch() + self.hot.usable_last,
+        }
+    }
+
+    #[cold]
+    pub(super) fn end_margin_error(&self) -> Error {
+        Error::EndMarginReached {
+            shard: self.shard,
+            from: self.hot.layout.epoch() + self.hot.usable_last + 1,
+            margin: self.end_margin,
+            last_unix_second: self.hot.layout.last_unix_second(),
+        }
+    }
+
+    /// A clock reading far ahead of where the clock should be (the last
+    /// reading acted on plus the time elapsed since, on the monotonic
+    /// clock) is not followed at once: `Some(where the clock should be)`
+    /// to act on instead, until the step has held for the confirmation
+    /// time. `None`: follow the reading.
+    fn follow_step(&self, cold: &mut Cold, reading: u64) -> Option<u64> {
+        let (max_step, confirm) = self.max_step?;
+        let (base, at) = cold.trusted;
+        let expected = base.saturating_add(at.elapsed().as_secs());
+        if reading <= expected.saturating_add(max_step) {
+            cold.trusted = (reading, Instant::now());
+            if cold.step.take().is_some() {
+                log::warn!(
+                    "the wall clock of shard {} is back within {max_step} s of where it should \
+                     be; issuing follows it again",
+                    self.shard
+                );
+            }
+            return None;
+        }
+        let ahead = reading - expected;
+        match cold.step {
+            // The same step, give or take the clock's own ticks.
+            Some((seen, since)) if seen.abs_diff(ahead) <= 2 => {
+                if since.elapsed() >= confirm {
+                    log::warn!(
+                        "the wall clock of shard {} has held {ahead} s ahead for {} s: \
+                         following it",
+                        self.shard,
+                        confirm.as_secs()
+                    );
+                    cold.step = None;
+                    cold.trusted = (reading, Instant::now());
+                    return None;
+                }
+            }
+            _ => {
+                log::warn!(
+                    "the wall clock of shard {} jumped {ahead} s ahead of where it should be \
+                     (more than the {max_step} s a generator follows at once); IDs go on at \
+                     the time before the jump until the new time has held for {} s",
+                    self.shard,
+                    confirm.as_secs()
+                );
+                cold.step = Some((ahead, Instant::now()));
+            }
+        }
+        Some(expected)
+    }
+
+    /// The generator reached the seconds issued far ahead (the state
+    /// file's `skip` line): move the cursor past them. The next
+    /// reservation is written without the line and past them, before any
+    /// ID there is issued.
+    #[cold]
+    fn pass_island(&self, cold: &mut Cold) {
+        let Some((first, last)) = cold.island.take() else {
+            return;
+        };
+        log::warn!(
+            "shard {} reached the seconds issued far ahead before a recovery ({} to {}); \
+             IDs continue after them",
+            self.shard,
+            self.hot.layout.epoch() + first,
+            self.hot.layout.epoch() + last
+        );
+        let past = last
+            .saturating_add(1)
+            .min(self.hot.layout.max_seconds() + 1);
+        self.cursor
+            .0
+            .fetch_max(past << self.hot.sequence_bits, Relaxed);
+        cold.file.skip = None;
+        self.publish_limit(cold, 0);
+    }
+
     /// Why a closed generator does not issue: [`Error::Fenced`] if it
     /// fenced itself, else [`Error::Closed`].
     pub(super) fn closed_error(&self, cold: &Cold) -> Error {
@@ -304,6 +461,19 @@ impl<C: Clock> Inner<C> {
             },
             None => Error::Closed,
         }
+    }
+
+    /// Whether this process is a child, created by `fork()`, of the one
+    /// that opened the generator.
+    #[inline]
+    pub(super) fn forked(&self) -> bool {
+        crate::fork::current() != self.hot.forks
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn forked_error(&self) -> Error {
+        Error::Forked { shard: self.shard }
     }
 
     /// Why a fenced generator does not issue.

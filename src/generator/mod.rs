@@ -45,6 +45,15 @@ pub const DEFAULT_WINDOW: u64 = 5;
 /// top of the headroom. A larger window asked for is this one, so that no
 /// setting can make a crash skip to the end of the layout's range.
 pub const MAX_WINDOW: u64 = 3600;
+/// The default end margin, in seconds: a generator issues nothing in the
+/// last day of its layout's range (see [`Builder::end_margin`]).
+pub const DEFAULT_END_MARGIN: u64 = 86_400;
+/// The default largest forward step of the wall clock a running generator
+/// follows at once, in seconds (see [`Builder::max_clock_step`]).
+pub const DEFAULT_MAX_CLOCK_STEP: u64 = 86_400;
+/// The default time a larger forward step must hold before a running
+/// generator follows it (see [`Builder::clock_step_confirm`]).
+pub const DEFAULT_CLOCK_STEP_CONFIRM: Duration = Duration::from_secs(300);
 /// How often a call waiting on the lead cap looks at the clock again.
 const LEAD_POLL: Duration = Duration::from_millis(5);
 /// How much issuing, at the recent rate, a reservation covers beyond the
@@ -119,7 +128,8 @@ impl<C: Clock> Generator<C> {
     ///
     /// [`Error::EndOfRange`] past the layout's last second,
     /// [`Error::Closed`] after [`close`](Generator::close), [`Error::Io`] if
-    /// a needed reservation cannot be written.
+    /// a needed reservation cannot be written, [`Error::Forked`] in a child
+    /// process created by `fork()` after the generator opened.
     #[inline]
     pub fn next_id(&self) -> Result<Id> {
         self.inner.take(1, true).map(|v| self.inner.id(v))
@@ -196,6 +206,13 @@ impl<C: Clock> Generator<C> {
         current.saturating_sub(self.inner.lock().seen_max)
     }
 
+    /// Whether this process is a child, created by `fork()`, of the
+    /// process that opened the generator: then it issues nothing
+    /// ([`Error::Forked`]).
+    pub fn forked(&self) -> bool {
+        self.inner.forked()
+    }
+
     /// The shard.
     pub fn shard(&self) -> u32 {
         self.inner.shard
@@ -246,7 +263,9 @@ impl<C: Clock> Generator<C> {
 
     /// Stops issuing, records the exact last ID in the state file and
     /// releases the shard. Later calls return [`Error::Closed`]. Closing
-    /// twice is harmless; dropping the generator closes it too.
+    /// twice is harmless; dropping the generator closes it too. In a child
+    /// created by `fork()` it only stops the child's copy: the shard, its
+    /// state file and its locks stay the parent's.
     ///
     /// # Errors
     ///
@@ -255,6 +274,19 @@ impl<C: Clock> Generator<C> {
     /// generator just starts a little further ahead. [`Error::Fenced`] if
     /// the generator fenced itself (then nothing is written).
     pub fn close(&self) -> Result<()> {
+        if self.inner.forked() {
+            // A child of `fork()`: the reservation thread and the state
+            // file are the parent's, and the locks of this copy may have
+            // been held by a parent thread at the fork. Stop this copy
+            // without touching either; the parent closes the shard.
+            self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
+            if let Ok(mut extender) = self.extender.try_lock() {
+                // No such thread in the child: joining it would wait for
+                // ever, detaching it would free what the parent's copy owns.
+                std::mem::forget(extender.take());
+            }
+            return Ok(());
+        }
         let Some(handle) = crate::sync::lock(&self.extender).take() else {
             return Ok(());
         };

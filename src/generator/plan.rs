@@ -73,6 +73,7 @@ pub(crate) fn plan(
                 seen_last_run: reading,
                 high_water: Default::default(),
                 last: None,
+                skip: None,
             },
             start: now_counter,
             rollback: None,
@@ -128,7 +129,16 @@ pub(crate) fn plan(
         (Some(&mark), _) => Some(at(mark.saturating_add(1))),
         (None, _) => None,
     };
-    let start = after.map_or(now_counter, |a| a.max(now_counter));
+    let mut start = after.map_or(now_counter, |a| a.max(now_counter));
+    let mut file = file;
+    if let Some((first, last)) = file.skip {
+        // The clock has reached the seconds issued far ahead: pass over
+        // them, and the line has done its work.
+        if start >= at(first) {
+            start = start.max(at(last.saturating_add(1)));
+            file.skip = None;
+        }
+    }
     Ok(Plan {
         file,
         start,
@@ -160,6 +170,7 @@ mod tests {
             seen_last_run: seen,
             high_water: marks.iter().copied().collect::<BTreeMap<_, _>>(),
             last,
+            skip: None,
         }
     }
 

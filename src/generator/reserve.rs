@@ -26,12 +26,12 @@ impl<C: Clock> Inner<C> {
     /// such skips, never a doubling.
     pub(super) fn request(&self, cold: &mut Cold, second: u64) {
         let ahead = self.window.saturating_add(self.headroom(cold));
-        let target = second
-            .saturating_add(ahead)
-            .min(self.hot.layout.max_seconds());
+        let mut target = second.saturating_add(ahead).min(self.hot.usable_last);
+        if let Some((first, _)) = cold.island {
+            target = target.min(first.saturating_sub(1));
+        }
         if target > cold.wanted {
             cold.wanted = target;
-            cold.failure = None;
             self.changed.notify_all();
         }
     }
@@ -85,7 +85,10 @@ impl<C: Clock> Inner<C> {
             cold.trigger
         };
         let mut limit = soft.max(floor.min(cold.reserved));
-        limit = limit.min(self.hot.layout.max_seconds());
+        limit = limit.min(self.hot.usable_last);
+        if let Some((first, _)) = cold.island {
+            limit = limit.min(first.saturating_sub(1));
+        }
         if let Some(max_lead) = self.max_lead {
             limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }
@@ -147,8 +150,10 @@ impl<C: Clock> Inner<C> {
                 }
                 Err(e) => {
                     log::warn!("shard {}: {e}", self.shard);
-                    // Handed to the one call that waits for this write.
+                    // Handed to every call that waits for this write; the
+                    // next call that needs more asks again.
                     cold.failure = Some(e);
+                    cold.failures += 1;
                     cold.wanted = cold.reserved;
                 }
             }

@@ -28,12 +28,25 @@ pub struct StateFile {
     /// After a clean close: the exact last second and sequence issued,
     /// under clock value `clock_id mod 2^clock_bits`.
     pub last: Option<(u64, u32)>,
+    /// Seconds, first and last, that IDs may have been issued in far ahead
+    /// of the rest, after a clock that was far ahead: a generator passes
+    /// over them when it gets there. Written by a recovery that brought
+    /// the shard back ([`RecoverOptions::unused`](super::RecoverOptions::unused));
+    /// a file with this line is version 3.
+    pub skip: Option<(u64, u64)>,
 }
 
 impl StateFile {
     /// The clock value IDs carry: `clock_id` modulo the layout's clock values.
     pub fn clock_value(&self) -> u32 {
         (self.clock_id % u64::from(self.layout.clock_values())) as u32
+    }
+
+    /// The latest second an ID may have been issued in, as far as this
+    /// file says: the highest mark, or the last second issued far ahead.
+    pub(super) fn highest_issuable(&self) -> u64 {
+        let mark = self.high_water.values().copied().max().unwrap_or(0);
+        self.skip.map_or(mark, |(_, last)| mark.max(last))
     }
 
     pub(super) fn render(&self) -> String {
@@ -46,7 +59,7 @@ impl StateFile {
             "# idutil state file for shard {shard}. Replaced atomically by the generator that \
              holds shard-{shard}.lock; do not edit.\n\
              # If it is damaged, run: idutil state recover --shard {shard} --state-dir <this directory>\n\
-             version = {STATE_VERSION}\n\
+             version = {version}\n\
              layout = {layout}\n\
              shard = {shard}\n\
              clock_id = {clock_id}\n\
@@ -54,6 +67,7 @@ impl StateFile {
              seen_last_run = {seen_last_run}\n\
              high_water = {marks}\n",
             shard = self.shard,
+            version = if self.skip.is_some() { 3 } else { 2 },
             layout = self.layout.fingerprint(),
             clock_id = self.clock_id,
             seen_max = self.seen_max,
@@ -62,6 +76,9 @@ impl StateFile {
         );
         if let Some((sec, seq)) = self.last {
             out.push_str(&format!("last = {sec} {seq}\n"));
+        }
+        if let Some((first, last)) = self.skip {
+            out.push_str(&format!("skip = {first} {last}\n"));
         }
         let checksum = crc32fast::hash(out.as_bytes());
         out.push_str(&format!("checksum = {checksum:08x}\nend\n"));
@@ -160,6 +177,21 @@ impl StateFile {
                 ))
             }
         };
+        let skip = match fields.remove("skip") {
+            None => None,
+            Some((n, _)) if version < 3 => return Err(format!("line {n} has an unknown field")),
+            Some((n, v)) => {
+                let mut words = v.split_whitespace();
+                let (Some(first), Some(last), None) = (words.next(), words.next(), words.next())
+                else {
+                    return Err(format!("skip (line {n}) is malformed"));
+                };
+                Some((
+                    number((n, first), "the first skipped second")?,
+                    number((n, last), "the last skipped second")?,
+                ))
+            }
+        };
         let state = StateFile {
             layout,
             shard,
@@ -168,6 +200,7 @@ impl StateFile {
             seen_last_run,
             high_water,
             last,
+            skip,
         };
         state.check()?;
         // Last, so a field that is wrong in itself is named. Version 1
@@ -253,12 +286,24 @@ impl StateFile {
         if self.high_water.values().all(|&mark| mark < self.seen_max) {
             return Err("every high_water mark is below seen_max".into());
         }
+        if let Some((first, last)) = self.skip {
+            in_range("the first skipped second", first)?;
+            in_range("the last skipped second", last)?;
+            if first > last {
+                return Err("the skipped seconds end before they start".into());
+            }
+            // What a generator resumes after lies before the skipped
+            // seconds; past them, the line is dropped.
+            if self.high_water.values().any(|&mark| mark >= first) {
+                return Err("a high_water mark is not below the skipped seconds".into());
+            }
+        }
         Ok(())
     }
 }
 
 /// The fields of a state file, in the order they are written.
-pub(super) const FIELDS: [&str; 9] = [
+pub(super) const FIELDS: [&str; 10] = [
     "checksum",
     "version",
     "layout",
@@ -268,6 +313,7 @@ pub(super) const FIELDS: [&str; 9] = [
     "seen_last_run",
     "high_water",
     "last",
+    "skip",
 ];
 
 /// A field's line number and value.

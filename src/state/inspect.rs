@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::OFlags;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What `idutil state` shows: the state file as it is on disk, read without
 /// taking the lock, and who holds the lock.
@@ -40,8 +40,12 @@ pub fn inspect(dir: &Path, shard: u32) -> Result<StateReport> {
     let path = state_path(dir, shard);
     let peek = peek(dir, shard)?;
     let state = match peek.state {
-        Some(bytes) => Some(parse_state(&bytes, &path, shard)?),
-        None if peek.had_state => return Err(missing_state(&path, shard)),
+        Some(bytes) => {
+            let state = parse_state(&bytes, &path, shard)?;
+            check_lock_mark(&path, shard, &state, &peek.note)?;
+            Some(state)
+        }
+        None if peek.note.had_state => return Err(missing_state(&path, shard)),
         None => None,
     };
     Ok(StateReport {
@@ -59,8 +63,9 @@ pub fn inspect(dir: &Path, shard: u32) -> Result<StateReport> {
 pub(super) struct Peek {
     /// `Some` while a generator holds the lock, with its pid if legible.
     pub(super) holder: Option<Option<u32>>,
-    /// Whether the lock file says the shard has had a state file.
-    pub(super) had_state: bool,
+    /// What the lock file says: whether the shard has had a state file,
+    /// and the highest mark it held.
+    pub(super) note: LockNote,
     /// The state file's bytes, if there is one.
     pub(super) state: Option<Vec<u8>>,
 }
@@ -69,25 +74,26 @@ pub(super) fn peek(dir: &Path, shard: u32) -> Result<Peek> {
     let Some(dir_fd) = open_dir(dir, false)? else {
         return Ok(Peek {
             holder: None,
-            had_state: false,
+            note: LockNote::default(),
             state: None,
         });
     };
     let lock_path = lock_path(dir, shard);
-    let (holder, had_state) = match open_in(&dir_fd, &lock_path, &lock_name(shard), OFlags::RDONLY)?
-    {
+    let (holder, note) = match open_in(&dir_fd, &lock_path, &lock_name(shard), OFlags::RDONLY)? {
         Some(f) => {
             check_file(&f, &lock_path)?;
-            let (pid, had_state) = read_lock_file(&f);
+            let note =
+                read_lock_file(&f).map_err(|e| Error::io("read the lock file", &lock_path, e))?;
             match fs2::FileExt::try_lock_shared(&f) {
                 Ok(()) => {
                     let _ = fs2::FileExt::unlock(&f);
-                    (None, had_state)
+                    (None, note)
                 }
-                Err(_) => (Some(pid), had_state),
+                Err(e) if e.kind() == fs2::lock_contended_error().kind() => (Some(note.pid), note),
+                Err(e) => return Err(Error::io("test the lock on", &lock_path, e)),
             }
         }
-        None => (None, false),
+        None => (None, LockNote::default()),
     };
     let path = state_path(dir, shard);
     let state = match open_in(&dir_fd, &path, &state_name(shard), OFlags::RDONLY)? {
@@ -99,7 +105,7 @@ pub(super) fn peek(dir: &Path, shard: u32) -> Result<Peek> {
     };
     Ok(Peek {
         holder,
-        had_state,
+        note,
         state,
     })
 }

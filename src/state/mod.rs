@@ -6,7 +6,11 @@
 //! - `shard-N.lock`: never renamed or removed. A generator holds an
 //!   exclusive `flock` on it (through `fs2`) for its whole life and writes
 //!   its pid into it, so a second generator for the shard is refused with
-//!   the holder's pid.
+//!   the holder's pid. Below the pid, a line `state` once the shard has
+//!   had a state file here (a missing one is then refused, not a fresh
+//!   start), and a line `high_water N`: the highest mark any state file of
+//!   the shard held here, so that an older copy of the state file put back
+//!   is refused (see the crate docs, *The state file*).
 //! - `shard-N.state`: a small text file, replaced atomically (a temporary
 //!   file in the same directory, `fsync`, `rename`, `fsync` of the directory).
 //!
@@ -28,10 +32,14 @@
 //!
 //! `high_water` lists, per clock value, the highest second an ID may have
 //! been issued in; `last` (present only after a clean close) is the exact
-//! last second and sequence issued. `checksum` is the CRC-32 of every byte
+//! last second and sequence issued. After a recovery that brought the shard
+//! back from a clock far ahead, a line `skip = FIRST LAST` (then `version =
+//! 3`) names the seconds issued far ahead, above every mark: generators
+//! pass over them, and drop the line once past. `checksum` is the CRC-32 of every byte
 //! before its line, so a changed digit that leaves the values plausible is
 //! still caught. `end` marks a complete file. Version 1 files (the same
-//! fields, no checksum) are still read.
+//! fields, no checksum) are still read; version 2 is this format without
+//! a `skip` line, version 3 with one.
 //!
 //! Every value is checked when the file is read, and a file that breaks any
 //! rule is refused ([`Error::BadState`](crate::Error::BadState)), never repaired: every second lies
@@ -78,7 +86,7 @@ pub(crate) use store::Store;
 pub const STATE_DIR_ENV: &str = "IDUTIL_STATE_DIR";
 
 /// The version of the state file format this crate reads and writes.
-pub const STATE_VERSION: u32 = 2;
+pub const STATE_VERSION: u32 = 3;
 
 /// The oldest state file format this crate still reads: version 1, the same
 /// fields without a checksum.

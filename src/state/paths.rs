@@ -414,24 +414,114 @@ pub(super) fn remove_stale_temporaries(dir_fd: &OwnedFd, shard: u32) {
     }
 }
 
-/// The lock file's contents: the holder's pid, and whether the shard ever
-/// had a state file in this directory (a line `state`).
-pub(super) fn read_lock_file(file: &File) -> (Option<u32>, bool) {
-    let mut bytes = vec![0; 256];
-    let n = file.read_at(&mut bytes, 0).unwrap_or(0);
-    let text = String::from_utf8_lossy(&bytes[..n]);
-    let mut lines = text.lines().map(str::trim);
-    let pid = lines.next().and_then(|l| l.parse().ok());
-    (pid, lines.any(|l| l == "state"))
+/// What the lock file says, besides the lock itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LockNote {
+    /// The pid of the generator that last took the lock (advice for error
+    /// messages: the lock is what protects).
+    pub(super) pid: Option<u32>,
+    /// Whether the shard ever had a state file in this directory (a line
+    /// `state`).
+    pub(super) had_state: bool,
+    /// The highest high-water mark (Unix seconds) a state file of this
+    /// shard has held in this directory (a line `high_water N`): `Err` if
+    /// the line is there but garbled.
+    pub(super) mark: std::result::Result<Option<u64>, ()>,
 }
 
-pub(super) fn write_lock_file(file: &File, had_state: bool) -> io::Result<()> {
+impl Default for LockNote {
+    /// No lock file: nothing recorded.
+    fn default() -> Self {
+        LockNote {
+            pid: None,
+            had_state: false,
+            mark: Ok(None),
+        }
+    }
+}
+
+/// Reads the lock file's note. A read that fails is an error, never an
+/// empty note: an empty note would let a shard whose state file is gone
+/// start again at the clock.
+pub(super) fn read_lock_file(file: &File) -> io::Result<LockNote> {
+    let mut bytes = vec![0; 256];
+    let mut n = 0;
+    while n < bytes.len() {
+        match file.read_at(&mut bytes[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes[..n]);
+    let mut lines = text.lines().map(str::trim);
+    let mut note = LockNote {
+        pid: lines.next().and_then(|l| l.parse().ok()),
+        ..LockNote::default()
+    };
+    for line in lines {
+        if line == "state" {
+            note.had_state = true;
+        } else if let Some(mark) = line.strip_prefix("high_water") {
+            let mark = mark.trim();
+            note.mark = match mark.parse::<u64>() {
+                Ok(m) if mark.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(m)),
+                _ => Err(()),
+            };
+        }
+    }
+    Ok(note)
+}
+
+/// Writes the lock file's note: this process's pid, the `state` line and
+/// the high-water mark. Written in place (the file is never replaced), as
+/// one write of a few dozen bytes.
+pub(super) fn write_lock_file(file: &File, had_state: bool, mark: Option<u64>) -> io::Result<()> {
     let mut text = format!("{}\n", std::process::id());
     if had_state {
         text.push_str("state\n");
     }
+    if let Some(mark) = mark {
+        text.push_str(&format!("high_water {mark}\n"));
+    }
     file.write_all_at(text.as_bytes(), 0)?;
     file.set_len(text.len() as u64)
+}
+
+/// The state file is an older copy than the lock file says the shard had
+/// (restored from a backup or a snapshot, say): its mark is below the
+/// mark the lock file keeps, so resuming after it could re-issue IDs.
+pub(super) fn check_lock_mark(
+    path: &Path,
+    shard: u32,
+    state: &StateFile,
+    note: &LockNote,
+) -> Result<()> {
+    let lock = path.with_file_name(lock_name(shard));
+    let bad = |reason: String| Error::BadState {
+        path: path.to_path_buf(),
+        shard,
+        reason,
+        remedy: Remedy::Recover,
+    };
+    let mark = note.mark.map_err(|()| {
+        bad(format!(
+            "the high_water line of the lock file {} is garbled, so nothing says whether \
+             the state file is the latest one",
+            lock.display()
+        ))
+    })?;
+    let highest = state.highest_issuable();
+    match mark {
+        Some(mark) if mark > highest => Err(bad(format!(
+            "its high-water mark ({highest}) is below the one the lock file {} keeps \
+             ({mark}): it is an older copy of the state file (restored from a backup or \
+             a snapshot?), and resuming after it could re-issue IDs",
+            lock.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 pub(super) fn load_at(dir_fd: &OwnedFd, path: &Path, shard: u32) -> Result<Option<StateFile>> {

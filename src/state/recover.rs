@@ -76,6 +76,7 @@ pub enum Remedy {
 #[derive(Clone, Debug)]
 pub struct RecoverOptions {
     after: Option<u64>,
+    unused: Option<(u64, u64)>,
     force: bool,
     window: u64,
 }
@@ -91,6 +92,7 @@ impl RecoverOptions {
     pub fn new() -> Self {
         RecoverOptions {
             after: None,
+            unused: None,
             force: false,
             window: crate::generator::DEFAULT_WINDOW,
         }
@@ -102,6 +104,21 @@ impl RecoverOptions {
     /// the resumption later.
     pub fn after(mut self, unix_second: u64) -> Self {
         self.after = Some(unix_second);
+        self
+    }
+
+    /// Brings back a shard that a clock far ahead pushed into the future:
+    /// you vouch that no ID of the shard carries a second from `from` up to
+    /// (not including) `to` (Unix seconds), the time the clock skipped.
+    /// The shard then resumes after the latest second anything accounts for
+    /// below `from` (and after the wall clock), and the seconds from `to` to
+    /// the latest the state accounts for, where IDs were issued while the
+    /// clock was wrong, are recorded as issued (a `skip` line): a
+    /// generator passes over them when it gets there, so they stay unique.
+    /// Healthy files are recovered this way without forcing. See the crate
+    /// docs, *A clock far ahead*.
+    pub fn unused(mut self, from: u64, to: u64) -> Self {
+        self.unused = Some((from, to));
         self
     }
 
@@ -142,6 +159,9 @@ pub struct Recovery {
     pub resume_after: u64,
     /// The clock id written: the old one (where legible, else 0) plus one.
     pub clock_id: u64,
+    /// The seconds (first, last; Unix seconds) recorded as issued far ahead,
+    /// passed over when reached: with [`RecoverOptions::unused`].
+    pub skip: Option<(u64, u64)>,
     /// Where the old file is kept (`shard-N.state.bad`), if there is one.
     pub kept_as: Option<PathBuf>,
     dir: PathBuf,
@@ -206,7 +226,10 @@ impl Recovery {
 /// with certainty and no time is vouched for, when the state file is
 /// healthy and the recovery is not forced, when the vouched-for time is past
 /// the layout's last second, or when resuming would leave no second of the
-/// layout; [`Error::Io`] if the state file cannot be read.
+/// layout; with [`RecoverOptions::unused`], when the interval is empty or
+/// past the layout's end, when anything the state records lies inside it,
+/// or when resuming would not come before it; [`Error::Io`] if the state
+/// file or the lock file cannot be read.
 pub fn plan_recovery(
     dir: &Path,
     shard: u32,
@@ -221,7 +244,18 @@ pub fn plan_recovery(
             pid,
         });
     }
-    plan_recovery_from(dir, shard, layout, options, peek.state, wall_now())
+    // A garbled mark in the lock file says nothing; the state file's own
+    // marks and the other evidence still hold.
+    let lock_mark = peek.note.mark.ok().flatten();
+    plan_recovery_from(
+        dir,
+        shard,
+        layout,
+        options,
+        peek.state,
+        lock_mark,
+        wall_now(),
+    )
 }
 
 /// Restarts a shard's state conservatively: [`plan_recovery`], then
@@ -248,6 +282,7 @@ pub(super) fn plan_recovery_from(
     layout: &Layout,
     options: &RecoverOptions,
     old: Option<Vec<u8>>,
+    lock_mark: Option<u64>,
     now: u64,
 ) -> Result<Recovery> {
     let path = state_path(dir, shard);
@@ -272,6 +307,12 @@ pub(super) fn plan_recovery_from(
     let mut evidence: Vec<(&'static str, u64)> = vec![("the wall clock", now)];
     if let Some(after) = options.after {
         evidence.push(("the time vouched for", after));
+    }
+    // The lock file keeps the highest mark any state file of the shard
+    // held in this directory: a state file put back from an older copy
+    // is below it.
+    if let Some(mark) = lock_mark.filter(|m| (layout.epoch()..=last_second).contains(m)) {
+        evidence.push(("the mark the lock file keeps", mark));
     }
     let mut old_clock_id = None;
     let found = match &old {
@@ -304,13 +345,22 @@ pub(super) fn plan_recovery_from(
             match whole {
                 Ok(s) => {
                     evidence.extend(s.high_water.values().map(|&m| ("the high-water mark", m)));
+                    evidence.extend(s.skip.map(|(_, l)| ("the last second issued far ahead", l)));
                     evidence.extend(s.last.map(|(sec, _)| ("the last issued ID", sec)));
                     evidence.push(("the highest wall clock seen", s.seen_max));
                     evidence.push(("the wall clock of the last run", s.seen_last_run));
                     old_clock_id = Some(s.clock_id);
-                    if s.layout != *layout {
+                    let highest = s.highest_issuable();
+                    if let Some(mark) = lock_mark.filter(|&m| m > highest) {
+                        OldState::Damaged {
+                            reason: format!(
+                                "its high-water mark ({highest}) is below the one the lock \
+                                 file keeps ({mark}): it is an older copy"
+                            ),
+                        }
+                    } else if s.layout != *layout {
                         OldState::OtherLayout(s.layout)
-                    } else if options.force {
+                    } else if options.force || options.unused.is_some() {
                         OldState::Healthy
                     } else {
                         return Err(refuse(
@@ -348,6 +398,42 @@ pub(super) fn plan_recovery_from(
             }
         }
     };
+    // Brought back from the future: what lies from `to` on is the far-ahead
+    // stretch, recorded as issued; nothing may lie in the vouched interval.
+    let mut skip = None;
+    if let Some((from, to)) = options.unused {
+        if from >= to || to > last_second {
+            return Err(refuse(
+                format!(
+                    "the interval vouched unused must start before it ends and end within \
+                     the layout's range (its last second is {last_second})"
+                ),
+                Remedy::None,
+            ));
+        }
+        if let Some((what, second)) = evidence
+            .iter()
+            .skip(1)
+            .find(|(_, s)| (from..to).contains(s))
+        {
+            return Err(refuse(
+                format!(
+                    "{what} ({second}) lies in the interval vouched unused ({from} to {to}): \
+                     IDs may have been issued there"
+                ),
+                Remedy::None,
+            ));
+        }
+        if let Some(&(_, far)) = evidence
+            .iter()
+            .filter(|(_, s)| *s >= to)
+            .max_by_key(|e| e.1)
+        {
+            skip = Some((to, far));
+        }
+        // The wall clock stays: a clock still far ahead leaves no room.
+        evidence.retain(|&(what, s)| s < from || what == "the wall clock");
+    }
     // Ties go to the first: the wall clock, then the vouched-for time, then
     // the file's fields.
     let (latest_from, latest) = evidence
@@ -357,7 +443,7 @@ pub(super) fn plan_recovery_from(
         .unwrap_or(("the wall clock", now));
     let resume_after = latest
         .checked_add(options.window)
-        .filter(|&r| r < last_second)
+        .filter(|&r| r < last_second && skip.is_none_or(|(first, _)| r < first))
         .ok_or_else(|| {
             refuse(
                 format!(
@@ -386,6 +472,7 @@ pub(super) fn plan_recovery_from(
             .map(|c| (c, resume_after))
             .collect(),
         last: None,
+        skip,
     };
     new_state
         .check()
@@ -402,6 +489,7 @@ pub(super) fn plan_recovery_from(
         window: options.window,
         resume_after,
         clock_id,
+        skip,
         kept_as,
         dir: dir.to_path_buf(),
         old,
@@ -446,7 +534,7 @@ impl Salvage {
             values("high_water").as_slice(),
         ) {
             ([], _) => Err("no legible version line".to_string()),
-            ([v], _) if !["1", "2"].contains(v) => Err(format!(
+            ([v], _) if !["1", "2", "3"].contains(v) => Err(format!(
                 "an unknown version; this idutil reads versions {OLDEST_VERSION} to \
                  {STATE_VERSION}"
             )),
@@ -468,7 +556,7 @@ impl Salvage {
             (Some(false), _) => {
                 Err("the file's checksum does not match, so none of its fields is certain".into())
             }
-            (None, ["2"]) => {
+            (None, ["2"] | ["3"]) => {
                 Err("its checksum line is gone, so none of its fields is certain".into())
             }
             _ => marks,
@@ -502,6 +590,14 @@ impl Salvage {
                 None => Ok(m),
             }
         });
+        // Seconds issued far ahead (version 3): never resumed before, so a
+        // damaged file's recovery passes them by resuming after them.
+        seconds.extend(
+            one("skip")
+                .and_then(|v| v.split_whitespace().nth(1))
+                .and_then(plausible)
+                .map(|s| ("the last second issued far ahead", s)),
+        );
         if !certain || marks.is_err() {
             seconds.extend(
                 legible_marks

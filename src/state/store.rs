@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Mutex;
 
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 
@@ -32,9 +32,9 @@ pub(crate) struct Store {
     // Held for the `flock`; closing it releases the lock.
     pub(super) lock: File,
     pub(super) lock_id: (u64, u64),
-    /// Whether a state file was ever written for this shard in this
-    /// directory, as the lock file records.
-    pub(super) had_state: AtomicBool,
+    /// What the lock file records: whether a state file was ever written
+    /// for this shard in this directory, and the highest mark it held.
+    pub(super) note: Mutex<LockNote>,
     /// The per-host hold on the shard, for generators.
     pub(super) _host: Option<HostLock>,
 }
@@ -101,15 +101,19 @@ impl Store {
                 return Err(Error::Locked {
                     shard,
                     dir: dir.to_path_buf(),
-                    pid: read_lock_file(&lock).0,
+                    pid: read_lock_file(&lock).ok().and_then(|note| note.pid),
                 });
             }
             return Err(Error::io("lock", &lock_path, e));
         }
         remove_stale_temporaries(&dir_fd, shard);
-        let had_state = read_lock_file(&lock).1;
+        let note =
+            read_lock_file(&lock).map_err(|e| Error::io("read the lock file", &lock_path, e))?;
         // The pid is advice for error messages; the lock is what protects.
-        let _ = write_lock_file(&lock, had_state);
+        // A garbled mark is left as it is, for `load` to refuse.
+        if let Ok(mark) = note.mark {
+            let _ = write_lock_file(&lock, note.had_state, mark);
+        }
         Ok(Store {
             dir: dir.to_path_buf(),
             path: state_path(dir, shard),
@@ -119,7 +123,7 @@ impl Store {
             dir_id,
             lock,
             lock_id,
-            had_state: AtomicBool::new(had_state),
+            note: Mutex::new(note),
             _host: None,
         })
     }
@@ -134,12 +138,17 @@ impl Store {
 
     /// Reads the state file: `None` if there is none yet.
     ///
-    /// A missing state file for a shard that had one in this directory is
-    /// [`Error::BadState`], never a fresh start.
+    /// A missing state file for a shard that had one in this directory,
+    /// and a state file whose mark is below the one the lock file keeps
+    /// (an older copy put back), are [`Error::BadState`], never a fresh
+    /// start.
     pub(crate) fn load(&self) -> Result<Option<StateFile>> {
         let state = load_at(&self.dir_fd, &self.path, self.shard)?;
-        if state.is_none() && self.had_state.load(Relaxed) {
-            return Err(missing_state(&self.path, self.shard));
+        let note = *crate::sync::lock(&self.note);
+        match &state {
+            None if note.had_state => return Err(missing_state(&self.path, self.shard)),
+            None => {}
+            Some(state) => check_lock_mark(&self.path, self.shard, state, &note)?,
         }
         Ok(state)
     }
@@ -186,21 +195,54 @@ impl Store {
             self.check_ground()?;
             return Err(Error::io("write the state file in", &self.dir, e));
         }
-        if !self.had_state.load(Relaxed) {
-            match write_lock_file(&self.lock, true).and_then(|()| self.lock.sync_all()) {
-                Ok(()) => self.had_state.store(true, Relaxed),
-                Err(e) => log::warn!(
-                    "cannot record in {} that shard {} has a state file ({e}); \
+        self.note_in_lock_file(state);
+        Ok(())
+    }
+
+    /// Records in the lock file, after a state file was written, that the
+    /// shard has one and the highest mark it holds, so that an older copy
+    /// of the state file put back later is refused ([`Store::load`]). The
+    /// first time, synced: a lost `state` line would let a shard whose
+    /// state file is gone start again. A failure is logged and retried at
+    /// the next write: the state file already holds the reservation.
+    fn note_in_lock_file(&self, state: &StateFile) {
+        let mut note = crate::sync::lock(&self.note);
+        let highest = state.high_water.values().copied().max();
+        let mark = match note.mark {
+            Ok(Some(old)) => highest.map(|m| m.max(old)).or(Some(old)),
+            _ => highest,
+        };
+        if note.had_state && note.mark == Ok(mark) {
+            return;
+        }
+        let first = !note.had_state;
+        let written = write_lock_file(&self.lock, true, mark).and_then(|()| {
+            if first {
+                self.lock.sync_all()
+            } else {
+                Ok(())
+            }
+        });
+        match written {
+            Ok(()) => {
+                note.had_state = true;
+                note.mark = Ok(mark);
+            }
+            Err(e) if first || note.mark.is_ok() => {
+                log::warn!(
+                    "cannot record in {} that shard {} has a state file and its mark ({e}); \
                      retrying at the next write",
                     self.lock_path.display(),
                     self.shard
-                ),
+                );
+                // Warned once: until a write succeeds, `mark` says "not
+                // known to be written".
+                if !first {
+                    note.mark = Err(());
+                }
             }
+            Err(_) => {}
         }
-        if let Some(host) = &self._host {
-            host.drain();
-        }
-        Ok(())
     }
 
     /// `Err(Error::Fenced)` unless the directory and lock file paths still

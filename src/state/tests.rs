@@ -18,6 +18,7 @@ fn sample() -> StateFile {
         seen_last_run: 1_763_751_200,
         high_water: [(0, 1_763_751_239)].into_iter().collect(),
         last: Some((1_763_751_236, 17)),
+        skip: None,
     }
 }
 
@@ -38,7 +39,7 @@ fn rejects_damage() {
         ("garbage", "line 1 is malformed"),
         (truncated, "truncated"),
         (
-            &good.replace("version = 2", "version = 3"),
+            &good.replace("version = 2", "version = 4"),
             "unknown version",
         ),
         (&good.replace("clock_id = 3", "clock_id = x"), "clock_id"),
@@ -242,11 +243,18 @@ const NOW: u64 = 1_763_751_300;
 /// The plan, or the refusal's message followed by `(remedy R)`.
 fn plan_for(old: Option<&str>, options: &RecoverOptions) -> std::result::Result<Recovery, String> {
     let old = old.map(|t| t.as_bytes().to_vec());
-    plan_recovery_from(Path::new("/state"), 7, &Layout::DEFAULT, options, old, NOW).map_err(|e| {
-        match &e {
-            Error::RecoveryRefused { remedy, .. } => format!("{e} (remedy {remedy:?})"),
-            _ => e.to_string(),
-        }
+    plan_recovery_from(
+        Path::new("/state"),
+        7,
+        &Layout::DEFAULT,
+        options,
+        old,
+        None,
+        NOW,
+    )
+    .map_err(|e| match &e {
+        Error::RecoveryRefused { remedy, .. } => format!("{e} (remedy {remedy:?})"),
+        _ => e.to_string(),
     })
 }
 
@@ -416,6 +424,7 @@ fn recovery_resumes_after_every_legible_second_plus_the_window() {
         &Layout::DEFAULT,
         &RecoverOptions::new(),
         Some(bytes),
+        None,
         NOW,
     )
     .unwrap();

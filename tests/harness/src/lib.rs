@@ -39,5 +39,5 @@ pub use ids::{
 };
 pub use ledger::Ledger;
 pub use rng::Rng;
-pub use skip::{faketime, skipped, Faketime};
+pub use skip::{faketime, skipped, tool, Faketime};
 pub use space::{builder, ids_from_shards, space_for, state_dir, state_file, wall_now};

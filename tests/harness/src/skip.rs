@@ -76,3 +76,27 @@ pub fn faketime() -> Option<Faketime> {
     ));
     None
 }
+
+/// A command-line tool from the system (`strace`, `setpriv`, `flock`), or
+/// `None` after a loud skip message saying what is not tested; under CI
+/// its absence is a failure.
+pub fn tool(name: &str, package: &str, untested: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_some() {
+        return found;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{name} is not installed; CI must install it (apt-get install {package})");
+    }
+    skipped(format_args!(
+        "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+         !!! SKIPPED: {name} is not installed, so {untested} is NOT tested.\n\
+         !!! Install it: apt-get install {package}\n\
+         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
+    ));
+    None
+}

@@ -1,0 +1,342 @@
+//! The edges of the operating system, in the library: a `fork()` of a
+//! process holding generators, a reservation write that fails under
+//! waiting threads, and a state file restored from an older copy.
+//!
+//! Processes are real: this test binary, re-executed to run one
+//! `#[ignore]`d entry point, forks with `fork(2)` itself.
+
+use idutil_harness as harness;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use harness::{child_var, Ledger};
+use idutil::state;
+use idutil::{Error, Generator, IdUtil, ManualClock};
+
+/// A fixed wall-clock second for manual-clock tests (2023-11-14).
+const T: u64 = 1_700_000_000;
+
+/// How many calls the forked child makes on its parent's generators.
+const CHILD_CALLS: u64 = 200_000;
+
+/// Runs the `fork` entry point in a child process and checks its report:
+/// every ID it and its forked child printed is unique, the forked child
+/// got `Error::Forked` from every call on its parent's generators (at
+/// once, without hanging), closed them without a panic, and issued from a
+/// shard of its own.
+#[test]
+fn a_forked_child_never_issues_its_parents_ids() {
+    let dir = harness::state_dir();
+    let child = harness::child::child_command(
+        "child_fork",
+        &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn the child");
+    let out = finish_within(child, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix('@')).collect();
+    let field = |key: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(key))
+            .map(str::trim)
+            .collect()
+    };
+    assert_eq!(
+        field("forked-global"),
+        [CHILD_CALLS.to_string()],
+        "{stdout}"
+    );
+    assert_eq!(field("forked-explicit"), ["3"], "{stdout}");
+    assert_eq!(field("child-closed"), ["ok"], "{stdout}");
+    assert_eq!(field("grandchild-status"), ["0"], "{stdout}");
+    let ids: Vec<u64> = field("id ").iter().map(|t| harness::parse_id(t)).collect();
+    let by_shard = |shard: u32| {
+        ids.iter()
+            .filter(|&&id| id & 31 == u64::from(shard))
+            .count()
+    };
+    // The parent's two generators before and after the fork, and the
+    // child's own generator, on a shard the parent does not hold.
+    assert_eq!(by_shard(3), 2000, "{stdout}");
+    assert_eq!(by_shard(5), 2000, "{stdout}");
+    assert_eq!(by_shard(4), 1001, "{stdout}");
+    harness::assert_unique_set(&ids);
+    // The child's clock was not frozen at the parent's last reading: its
+    // generator follows the wall clock.
+    assert_eq!(field("child-clock-follows"), ["true"], "{stdout}");
+    // The child's own shard was closed cleanly; the parent's shards too.
+    for shard in [3, 4, 5] {
+        let report = state::inspect(dir.path(), shard).unwrap();
+        assert!(report.state.unwrap().last.is_some(), "shard {shard}");
+        assert!(!report.locked, "shard {shard} is still locked");
+    }
+}
+
+/// Child entry point of [`a_forked_child_never_issues_its_parents_ids`]:
+/// opens the process-wide generator on shard 3 and a generator on shard 5,
+/// issues from both, forks, and issues from both again while the forked
+/// child tries them, reopens `IdUtil` on shard 4 and issues from it.
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    IdUtil::init_with(harness::builder(&dir).shard(3)).expect("open shard 3");
+    let explicit = harness::builder(&dir)
+        .shard(5)
+        .open()
+        .expect("open shard 5");
+    let mut text = String::new();
+    let print_ids = |text: &mut String, n: usize, g: &dyn Fn() -> u64| {
+        for _ in 0..n {
+            text.push_str(&format!("@id {}\n", g()));
+        }
+    };
+    print_ids(&mut text, 1000, &|| IdUtil::next_id() as u64);
+    print_ids(&mut text, 1000, &|| explicit.next_id().unwrap().as_u64());
+    emit(&text);
+
+    // SAFETY (test): the child only calls the library, formats and writes
+    // its report, and leaves with `_exit`.
+    #[allow(unsafe_code)]
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // The forked child: a stuck call would hang it, so it is killed
+        // after a while whatever happens.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::alarm(30)
+        };
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            forked_child(&dir, &explicit)
+        }))
+        .map_or(3, |()| 0);
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::_exit(code)
+        };
+    }
+    // The parent goes on issuing from both generators meanwhile.
+    let mut text = String::new();
+    print_ids(&mut text, 1000, &|| IdUtil::next_id() as u64);
+    print_ids(&mut text, 1000, &|| explicit.next_id().unwrap().as_u64());
+    emit(&text);
+    let mut status = 0;
+    #[allow(unsafe_code)]
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid);
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -libc::WTERMSIG(status)
+    };
+    emit(&format!("@grandchild-status {code}\n"));
+    explicit.close().unwrap();
+    IdUtil::shutdown().unwrap();
+}
+
+fn forked_child(dir: &Path, explicit: &Generator) {
+    let mut forked = 0;
+    let mut text = String::new();
+    for _ in 0..CHILD_CALLS {
+        match IdUtil::try_next_id() {
+            Err(Error::Forked { shard: 3 }) => forked += 1,
+            Ok(id) => text.push_str(&format!("@id {id}\n")),
+            Err(e) => text.push_str(&format!("@unexpected {e}\n")),
+        }
+    }
+    text.push_str(&format!("@forked-global {forked}\n"));
+    let mut forked = 0;
+    for result in [
+        explicit.next_id().map(|_| ()),
+        explicit.next_id_nowait().map(|_| ()),
+        explicit.next_ids(10).map(|_| ()),
+    ] {
+        match result {
+            Err(Error::Forked { shard: 5 }) => forked += 1,
+            Ok(()) => text.push_str("@unexpected an ID\n"),
+            Err(e) => text.push_str(&format!("@unexpected {e}\n")),
+        }
+    }
+    text.push_str(&format!("@forked-explicit {forked}\n"));
+    let closed = explicit
+        .close()
+        .map_or_else(|e| e.to_string(), |()| "ok".into());
+    text.push_str(&format!("@child-closed {closed}\n"));
+    // The environment's shard is the parent's; the child opens its own.
+    IdUtil::init_with(harness::builder(dir).shard(4)).expect("the child opens shard 4");
+    for _ in 0..1000 {
+        text.push_str(&format!("@id {}\n", IdUtil::next_id()));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let id = IdUtil::next_id() as u64;
+    text.push_str(&format!("@id {id}\n"));
+    let follows = harness::unix_second(id) + 1 >= harness::wall_now();
+    text.push_str(&format!("@child-clock-follows {follows}\n"));
+    IdUtil::shutdown().expect("the child closes shard 4");
+    emit(&text);
+}
+
+/// The child's output once it ends; fails the test (killing the child) if
+/// it takes longer than `limit`.
+fn finish_within(child: std::process::Child, limit: Duration) -> std::process::Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("wait for the child"),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("the child (or its forked child) hangs: still running after {limit:?}");
+        }
+    }
+}
+
+/// Writes `text` to stdout in one piece, flushed: parent and forked child
+/// share the pipe.
+fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).unwrap();
+    out.flush().unwrap();
+}
+
+/// A reservation write that fails (the process may not write a byte:
+/// `RLIMIT_FSIZE` 0, a real `EFBIG` from the kernel) while four threads
+/// wait on it: every one of them gets the error, at once; once writing
+/// works again the next call retries and issues, after everything before.
+#[test]
+fn a_failed_reservation_write_answers_every_waiting_thread() {
+    let dir = harness::state_dir();
+    let child = harness::child::child_command(
+        "child_failed_write",
+        &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn the child");
+    let out = finish_within(child, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("@answer "))
+        .collect();
+    // Every thread answered (none waits for ever). A thread that read the
+    // cursor before another moved it to the new clock may still take an
+    // ID within the old reservation; every other answer is the error.
+    assert_eq!(answers.len(), 4, "{stdout}");
+    let mut raced = Vec::new();
+    for answer in &answers {
+        match answer.strip_prefix("an ID ") {
+            Some(id) => raced.push(harness::parse_id(id)),
+            None => assert!(answer.contains("File too large"), "{stdout}"),
+        }
+    }
+    assert!(raced.len() < 4, "no thread waited on the write: {stdout}");
+    raced.sort_unstable();
+    let mut ledger = Ledger::new();
+    let ids = |key: &str| -> Vec<u64> {
+        stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .map(harness::parse_id)
+            .collect()
+    };
+    ledger.record(&ids("@before "));
+    ledger.record_after_all(&raced);
+    for &id in &raced {
+        assert_eq!(harness::unix_second(id), T, "within the old reservation");
+    }
+    ledger.record_after_all(&ids("@after "));
+    assert_eq!(ids("@after ").len(), 1000, "{stdout}");
+}
+
+/// Child entry point of
+/// [`a_failed_reservation_write_answers_every_waiting_thread`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_failed_write() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let clock = ManualClock::new(T);
+    let g = Arc::new(
+        harness::builder(&dir)
+            .shard(6)
+            .clock(clock.clone())
+            .open()
+            .expect("open shard 6"),
+    );
+    let mut text = String::new();
+    for _ in 0..1000 {
+        text.push_str(&format!("@before {}\n", g.next_id().unwrap()));
+    }
+    emit(&text);
+    let limit = |bytes: u64| {
+        let limit = libc::rlimit {
+            rlim_cur: bytes,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) };
+        assert_eq!(rc, 0, "setrlimit");
+    };
+    // SAFETY (test): ignoring SIGXFSZ makes a write past the limit fail
+    // with EFBIG instead of killing the process.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN)
+    };
+    limit(0);
+    // Far past the reservation: every call needs the next write.
+    clock.set(T + 100);
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (g, start) = (Arc::clone(&g), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                match g.next_id() {
+                    Ok(id) => format!("an ID {id}"),
+                    Err(e) => e.to_string(),
+                }
+            })
+        })
+        .collect();
+    let mut text = String::new();
+    for t in threads {
+        text.push_str(&format!("@answer {}\n", t.join().unwrap()));
+    }
+    emit(&text);
+    limit(libc::RLIM_INFINITY);
+    let mut text = String::new();
+    for _ in 0..1000 {
+        text.push_str(&format!("@after {}\n", g.next_id().expect("a retry")));
+    }
+    emit(&text);
+    g.close().unwrap();
+}
