@@ -693,6 +693,51 @@ fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
     assert!(closing.elapsed() < Duration::from_secs(15));
 }
 
+/// A database whose sessions have a short `statement_timeout` (a role's
+/// default): a cancelled wait for a synchronous standby is reported as a
+/// commit although the standby never got it, so a timeout that cut the
+/// wait short would pass off a raise or a lease the standby does not have.
+/// With the standby cut off, nothing is issued past the reservation and
+/// nothing is leased.
+#[test]
+fn statement_timeout_cannot_pass_off_an_unreplicated_commit() {
+    let Some(primary) = server() else { return };
+    let link = Proxy::start(primary.port());
+    let standby = primary.standby(Some(link.port()));
+    primary.synchronous(true);
+    primary.psql("CREATE TABLE probe (x int); INSERT INTO probe VALUES (1)");
+    primary.psql("ALTER ROLE postgres SET statement_timeout = '200ms'");
+    let ttl = Duration::from_secs(3);
+    let host_a = state_dir();
+    let a = leased(
+        &host_a,
+        LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(4..=4),
+    )
+    .open()
+    .unwrap();
+    let before = u64::from(a.next_id().unwrap());
+    link.cut();
+    // A burst 20 seconds past the reservation needs raises, which cannot
+    // reach the standby.
+    let burst = a.next_ids(1_500_000);
+    assert!(
+        burst.is_err(),
+        "a holder cut off from its synchronous standby borrowed ahead (from {before})"
+    );
+    // Nor can a new holder lease a shard there.
+    let host_b = state_dir();
+    let b = leased(
+        &host_b,
+        LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(5..=5),
+    )
+    .open();
+    assert!(
+        b.is_err(),
+        "a shard was leased from a primary cut off from its synchronous standby"
+    );
+    drop(standby);
+}
+
 /// The same failover with an asynchronous standby whose replication is cut
 /// while a holder bursts 30 seconds ahead of the clock, then the primary
 /// dies: the promoted standby never got those raises, and a new holder
