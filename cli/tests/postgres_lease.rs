@@ -19,7 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use idutil::lease::{LeaseConfig, LeaseError};
-use idutil::{Error, Generator, Layout};
+use idutil::{Error, Generator, Layout, ManualClock};
 use idutil_harness::child::{self, child_command, ChildProc, MARK};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::proxy::Proxy;
@@ -892,6 +892,57 @@ fn rewritten_or_deleted_row_stops_the_holder_for_good() {
         assert!(g.next_id().is_err(), "{how}: stopped for good");
         drop(g);
         pg.psql("DELETE FROM idutil_lease");
+    }
+}
+
+/// A host clock that reads the end of the layout's range (2136) for a
+/// moment, ten times over, on one shard: each holder refuses to follow it,
+/// the shard's mark never moves there, and the next holder resumes near
+/// real time. Nothing is issued twice.
+#[test]
+fn clock_at_2136_for_a_moment_neither_ends_nor_shifts_the_shard() {
+    let Some(pg) = server() else { return };
+    let config = LeaseConfig::new(pg.tcp_url())
+        .ttl(Duration::from_secs(2))
+        .shards(6..=6);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let mut all = Ids::default();
+    for round in 0..10 {
+        let host = state_dir();
+        let clock = ManualClock::new(now());
+        let g = leased(&host, config.clone())
+            .clock(clock.clone())
+            .open()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let who = format!("holder {round}");
+        all.add(g.next_ids(1000).unwrap().map(u64::from), &who);
+        clock.set(Layout::DEFAULT.last_unix_second() - 1);
+        let during = g.next_ids(10);
+        clock.set(now());
+        // The holder refuses, naming the skew, and stops for good: its
+        // cursor followed the clock, and the mark never will.
+        for result in [during, g.next_ids(10)] {
+            match result {
+                Err(Error::Lease(LeaseError::ClockSkew { .. })) => {}
+                Err(e) => panic!("round {round}: unclear refusal: {e}"),
+                Ok(ids) => all.add(ids.map(u64::from), &who),
+            }
+        }
+        g.close().ok();
+        drop(g);
+        let mark: u64 = pg
+            .psql("SELECT high_water FROM idutil_lease WHERE shard = 6")
+            .parse()
+            .unwrap();
+        assert!(
+            mark < now() + 3600,
+            "round {round}: the shard's mark moved to {mark}"
+        );
     }
 }
 
