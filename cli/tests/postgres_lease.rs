@@ -22,7 +22,7 @@ use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Error, Generator, Layout, ManualClock};
 use idutil_harness::child::{self, child_command, ChildProc, MARK};
 use idutil_harness::postgres::{Options, Postgres};
-use idutil_harness::proxy::Proxy;
+use idutil_harness::proxy::{Blackhole, Proxy};
 use idutil_harness::{state_dir, Rng};
 
 /// 1,024 shards of 2,048 IDs a second.
@@ -736,6 +736,50 @@ fn statement_timeout_cannot_pass_off_an_unreplicated_commit() {
         "a shard was leased from a primary cut off from its synchronous standby"
     );
     drop(standby);
+}
+
+/// A multi-host URL whose first host is cut off (packets dropped, or a
+/// server that accepts and never answers): every connection goes on to the
+/// second host within the round trip's deadline, as libpq's per-host
+/// `connect_timeout` does, so a fleet follows a failover whatever became
+/// of the old primary.
+#[test]
+fn a_dead_first_host_does_not_keep_holders_from_the_next() {
+    let Some(pg) = server() else { return };
+    let blackhole = Blackhole::start();
+    let silent = Proxy::start(pg.port());
+    silent.cut();
+    for (how, port) in [
+        ("dropping packets", blackhole.port()),
+        ("silent", silent.port()),
+    ] {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{port},127.0.0.1:{}/postgres?sslmode=disable&target_session_attrs=read-write",
+            pg.port()
+        );
+        let host = state_dir();
+        let config = LeaseConfig::new(url)
+            .ttl(Duration::from_secs(2))
+            .shards(7..=7);
+        let g = leased(&host, config)
+            .open()
+            .unwrap_or_else(|e| panic!("first host {how}: {e}"));
+        // A burst past the reservation: raises go through the second host.
+        g.next_ids(300_000)
+            .unwrap_or_else(|e| panic!("first host {how}: {e}"));
+        // Renewals, on a connection of their own, go there too: no fence.
+        thread::sleep(Duration::from_secs(3));
+        g.next_ids(300_000)
+            .unwrap_or_else(|e| panic!("first host {how}, after the TTL: {e}"));
+        let closing = Instant::now();
+        g.close().unwrap();
+        assert!(closing.elapsed() < Duration::from_secs(3), "{how}");
+        let holder = pg.psql("SELECT coalesce(holder, 'none') FROM idutil_lease WHERE shard = 7");
+        assert_eq!(
+            holder, "none",
+            "first host {how}: the lease was not given back"
+        );
+    }
 }
 
 /// The same failover with an asynchronous standby whose replication is cut

@@ -16,16 +16,17 @@ use std::time::Duration;
 use native_tls::{Certificate, TlsConnector};
 use postgres_native_tls::MakeTlsConnector;
 use tokio::runtime::{Builder, Runtime};
-use tokio_postgres::config::SslMode;
+use tokio_postgres::config::{Host, LoadBalanceHosts, SslMode};
 use tokio_postgres::{Client, Config};
 
 use super::ENGINE;
 use crate::lease::{LeaseConfig, LeaseError};
 
-/// Where and how to connect: the parsed URL and its TLS settings.
+/// Where and how to connect: the parsed URL, one configuration per host
+/// in the order they are tried, and the TLS settings.
 #[derive(Clone)]
 pub(super) struct Target {
-    config: Config,
+    hosts: Vec<Config>,
     tls: MakeTlsConnector,
 }
 
@@ -105,13 +106,45 @@ impl Target {
             config.application_name("idutil-lease");
         }
         Ok(Target {
-            config,
+            hosts: per_host(&config),
             tls: MakeTlsConnector::new(tls),
         })
     }
 
-    async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
-        let (client, connection) = self.config.connect(self.tls.clone()).await?;
+    /// Connects to the first host that answers (and accepts writes, with
+    /// `target_session_attrs=read-write`) by `deadline`. Each host but the
+    /// last gets its share of the time left, as libpq's `connect_timeout`
+    /// applies to each host, so a host that drops packets or never answers
+    /// cannot keep a connection from the next one (`tokio-postgres` bounds
+    /// only the TCP connect of each host, and would spend the whole
+    /// deadline on the first).
+    async fn connect(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Client, tokio_postgres::Error> {
+        let n = self.hosts.len();
+        let mut failed = None;
+        for (i, config) in self.hosts.iter().enumerate() {
+            if i + 1 == n {
+                return self.connect_one(config).await;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let share = left / u32::try_from(n - i).unwrap_or(u32::MAX);
+            match tokio::time::timeout(share, self.connect_one(config)).await {
+                Ok(Ok(client)) => return Ok(client),
+                Ok(Err(e)) => failed = Some(e),
+                Err(_) => {}
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            // No host at all: `tokio-postgres` says so.
+            None => self.connect_one(&Config::new()).await,
+        }
+    }
+
+    async fn connect_one(&self, config: &Config) -> Result<Client, tokio_postgres::Error> {
+        let (client, connection) = config.connect(self.tls.clone()).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 log::debug!("PostgreSQL lease connection closed: {e}");
@@ -128,6 +161,90 @@ impl Target {
             .await?;
         Ok(client)
     }
+}
+
+/// One configuration per host of `config` (its port and address with it),
+/// in the order to try them: shuffled with `load_balance_hosts=random`.
+/// A configuration with one host or none is kept as it is.
+fn per_host(config: &Config) -> Vec<Config> {
+    let (hosts, addrs, ports) = (
+        config.get_hosts(),
+        config.get_hostaddrs(),
+        config.get_ports(),
+    );
+    let n = hosts.len().max(addrs.len());
+    if n <= 1 {
+        return vec![config.clone()];
+    }
+    let mut all: Vec<Config> = (0..n)
+        .map(|i| {
+            let mut one = Config::new();
+            match hosts.get(i) {
+                Some(Host::Tcp(host)) => {
+                    one.host(host);
+                }
+                #[cfg(unix)]
+                Some(Host::Unix(path)) => {
+                    one.host_path(path);
+                }
+                None => {}
+            }
+            if let Some(addr) = addrs.get(i) {
+                one.hostaddr(*addr);
+            }
+            match ports {
+                [] => {}
+                [port] => {
+                    one.port(*port);
+                }
+                _ => {
+                    one.port(ports.get(i).copied().unwrap_or(5432));
+                }
+            }
+            if let Some(user) = config.get_user() {
+                one.user(user);
+            }
+            if let Some(password) = config.get_password() {
+                one.password(password);
+            }
+            if let Some(dbname) = config.get_dbname() {
+                one.dbname(dbname);
+            }
+            if let Some(options) = config.get_options() {
+                one.options(options);
+            }
+            if let Some(name) = config.get_application_name() {
+                one.application_name(name);
+            }
+            if let Some(timeout) = config.get_connect_timeout() {
+                one.connect_timeout(*timeout);
+            }
+            if let Some(timeout) = config.get_tcp_user_timeout() {
+                one.tcp_user_timeout(*timeout);
+            }
+            if let Some(interval) = config.get_keepalives_interval() {
+                one.keepalives_interval(interval);
+            }
+            if let Some(retries) = config.get_keepalives_retries() {
+                one.keepalives_retries(retries);
+            }
+            one.ssl_mode(config.get_ssl_mode())
+                .ssl_negotiation(config.get_ssl_negotiation())
+                .keepalives(config.get_keepalives())
+                .keepalives_idle(config.get_keepalives_idle())
+                .target_session_attrs(config.get_target_session_attrs())
+                .channel_binding(config.get_channel_binding());
+            one
+        })
+        .collect();
+    if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let start = usize::try_from(nanos).unwrap_or(0) % all.len();
+        all.rotate_left(start);
+    }
+    all
 }
 
 /// Takes `names` out of a URL's query or a `key=value` string; returns the
@@ -280,14 +397,15 @@ impl Conn {
             .as_ref()
             .expect("the runtime lives as long as the connection");
         let result = rt.block_on(async {
-            tokio::time::timeout(timeout, async {
+            let deadline = tokio::time::Instant::now() + timeout;
+            tokio::time::timeout_at(deadline, async {
                 if let Some(c) = client.as_mut() {
                     match op(c).await {
                         Err(e) if e.is_closed() => *client = None,
                         done => return done,
                     }
                 }
-                let c = client.insert(target.connect().await?);
+                let c = client.insert(target.connect(deadline).await?);
                 op(c).await
             })
             .await
