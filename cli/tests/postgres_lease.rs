@@ -990,6 +990,36 @@ fn clock_at_2136_for_a_moment_neither_ends_nor_shifts_the_shard() {
     }
 }
 
+/// A row garbled where the acquiring statement itself would fail on it (a
+/// fencing epoch at the top of `bigint`, which no holder can raise) does
+/// not stop the fleet: the other shards are leased, and the row, asked for
+/// by number, is refused naming it.
+#[test]
+fn a_row_whose_epoch_cannot_rise_does_not_stop_the_fleet() {
+    let Some(pg) = server() else { return };
+    let url = pg.tcp_url();
+    let host = state_dir();
+    let config = LeaseConfig::new(url).shards(0..=2);
+    drop(leased(&host, config.clone()).open().unwrap());
+    pg.psql("UPDATE idutil_lease SET epoch = 9223372036854775807 WHERE shard = 0");
+    let hosts = [state_dir(), state_dir()];
+    let fleet: Vec<Generator> = hosts
+        .iter()
+        .map(|h| {
+            leased(h, config.clone())
+                .open()
+                .unwrap_or_else(|e| panic!("one garbled row stopped the fleet: {e}"))
+        })
+        .collect();
+    let mut shards: Vec<u32> = fleet.iter().map(Generator::shard).collect();
+    shards.sort_unstable();
+    assert_eq!(shards, [1, 2]);
+    drop(fleet);
+    let err = leased(&state_dir(), config).shard(0).open().unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("shard 0") && text.contains("epoch"), "{text}");
+}
+
 /// `idutil --lease URL next` leases, resumes after itself, and `state`
 /// shows the leases; `--layout` (and `IDUTIL_LAYOUT`) give fleets beyond 32
 /// shards; a bad layout or URL is a usage error.

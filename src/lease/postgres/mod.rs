@@ -107,6 +107,9 @@ const LOCK_KEY: i64 = 0x6964_7574;
 /// How many times an acquisition is tried before every shard counts as
 /// leased.
 const MAX_TRIES: u64 = 6;
+/// A fencing epoch no acquisition can raise (a row rewritten by hand): the
+/// shard is granted with it unchanged, read as invalid and given back.
+const EPOCH_MAX: i64 = i64::MAX;
 /// `undefined_table`: the table is not there yet.
 const UNDEFINED_TABLE: &str = "42P01";
 
@@ -160,7 +163,8 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     let (first, last) = (i64::from(*ask.range.start()), i64::from(*ask.range.end()));
     let skip: Vec<i64> = ask.skip.iter().map(|s| i64::from(*s)).collect();
     let acquire = format!(
-        "UPDATE {table} AS t SET holder = $3, epoch = t.epoch + 1, \
+        "UPDATE {table} AS t SET holder = $3, \
+             epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, \
              expires_at = clock_timestamp() + make_interval(secs => $4::float8) \
          FROM (SELECT shard FROM {table} \
                WHERE space = $1 AND layout = $2 AND shard BETWEEN $5::bigint AND $6::bigint \
@@ -362,6 +366,13 @@ impl PgLease {
             field,
             reason: reason.to_string(),
         };
+        if self.epoch == EPOCH_MAX {
+            return Err(invalid(
+                "epoch",
+                "is the largest bigint, which no acquisition can raise, so holders could not \
+                 be told apart (set it to 0 while no generator holds the shard)",
+            ));
+        }
         if recorded != self.layout {
             return Err(LeaseError::LayoutMismatch {
                 shard: self.shard,
