@@ -782,6 +782,49 @@ fn a_dead_first_host_does_not_keep_holders_from_the_next() {
     }
 }
 
+/// A store that stops answering under a holder with the default TTL:
+/// closing (explicitly, or by dropping) returns within a few round-trip
+/// deadlines, even in the middle of a burst that waits on a raise, and the
+/// lease expires by itself.
+#[test]
+fn closing_while_the_store_hangs_is_quick() {
+    let Some(pg) = server() else { return };
+    let proxy = Proxy::start(pg.port());
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    for (round, explicit) in [(0, true), (1, false), (2, true)] {
+        let host = state_dir();
+        let g = Arc::new(
+            leased(&host, LeaseConfig::new(url.clone()).shards(8..=8))
+                .open()
+                .unwrap(),
+        );
+        g.next_ids(1000).unwrap();
+        proxy.cut();
+        // A burst far past the reservation, waiting on a raise that hangs.
+        let burst = {
+            let g = g.clone();
+            thread::spawn(move || g.next_ids(3_000_000).map(|b| b.count()))
+        };
+        thread::sleep(Duration::from_millis(300));
+        let closing = Instant::now();
+        if explicit {
+            g.close().ok();
+        }
+        let result = burst.join().unwrap();
+        drop(Arc::try_unwrap(g).ok().unwrap());
+        let took = closing.elapsed();
+        assert!(
+            took < Duration::from_secs(8),
+            "round {round}: closing took {took:?} ({result:?})"
+        );
+        proxy.heal();
+        pg.psql("UPDATE idutil_lease SET expires_at = '-infinity', holder = NULL");
+    }
+}
+
 /// The same failover with an asynchronous standby whose replication is cut
 /// while a holder bursts 30 seconds ahead of the clock, then the primary
 /// dies: the promoted standby never got those raises, and a new holder
