@@ -1414,3 +1414,40 @@ fn a_shard_at_the_end_of_the_range_is_skipped_and_named() {
         "{err}"
     );
 }
+
+/// A Redis that stops answering under a holder: closing (explicitly, or by
+/// dropping) returns within a few round-trip deadlines (a fifth of the TTL
+/// each), even in the middle of a burst that waits on a raise.
+#[test]
+fn closing_while_redis_hangs_is_quick() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let proxy = Proxy::start(redis.port);
+    for (round, explicit) in [(0, true), (1, false)] {
+        let host = state_dir();
+        let config = LeaseConfig::new(proxy.url())
+            .ttl(Duration::from_secs(3))
+            .shards(10 + round..=10 + round);
+        let g = Arc::new(leased(&host, config).open().unwrap());
+        g.next_ids(1000).unwrap();
+        proxy.cut();
+        let burst = {
+            let g = g.clone();
+            thread::spawn(move || g.next_ids(3_000_000).map(|b| b.count()))
+        };
+        thread::sleep(Duration::from_millis(300));
+        let closing = Instant::now();
+        if explicit {
+            g.close().ok();
+        }
+        let result = burst.join().unwrap();
+        drop(Arc::try_unwrap(g).ok().unwrap());
+        let took = closing.elapsed();
+        assert!(
+            took < Duration::from_secs(3),
+            "round {round}: closing took {took:?} ({result:?})"
+        );
+        proxy.heal();
+    }
+}
