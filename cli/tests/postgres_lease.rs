@@ -782,6 +782,33 @@ fn a_dead_first_host_does_not_keep_holders_from_the_next() {
     }
 }
 
+/// A multi-host URL that does not say `target_session_attrs=read-write`,
+/// whose first host is a standby (an old primary that came back as one
+/// after a failover): the lease only ever writes, so every connection goes
+/// to the host that accepts writes, as if the URL had said so.
+#[test]
+fn a_read_only_first_host_is_passed_over() {
+    let Some(primary) = server() else { return };
+    let standby = primary.standby(None);
+    let host = state_dir();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?sslmode=disable",
+        standby.port(),
+        primary.port()
+    );
+    let g = leased(
+        &host,
+        LeaseConfig::new(url)
+            .ttl(Duration::from_secs(2))
+            .shards(3..=3),
+    )
+    .open()
+    .unwrap_or_else(|e| panic!("{e}"));
+    g.next_ids(300_000).unwrap();
+    thread::sleep(Duration::from_secs(3));
+    g.next_ids(1000).unwrap();
+}
+
 /// A store that stops answering under a holder with the default TTL:
 /// closing (explicitly, or by dropping) returns within a few round-trip
 /// deadlines, even in the middle of a burst that waits on a raise, and the

@@ -16,7 +16,7 @@ use std::time::Duration;
 use native_tls::{Certificate, TlsConnector};
 use postgres_native_tls::MakeTlsConnector;
 use tokio::runtime::{Builder, Runtime};
-use tokio_postgres::config::{Host, LoadBalanceHosts, SslMode};
+use tokio_postgres::config::{Host, LoadBalanceHosts, SslMode, TargetSessionAttrs};
 use tokio_postgres::{Client, Config};
 
 use super::ENGINE;
@@ -102,6 +102,10 @@ impl Target {
         config.ssl_mode(ssl);
         config.connect_timeout(lease.op_timeout().max(Duration::from_millis(100)));
         config.keepalives_idle(Duration::from_secs(5));
+        // The lease only ever writes: a host that does not accept writes (a
+        // standby, an old primary back as one) is passed over, whatever the
+        // URL says.
+        config.target_session_attrs(TargetSessionAttrs::ReadWrite);
         if config.get_application_name().is_none() {
             config.application_name("idutil-lease");
         }

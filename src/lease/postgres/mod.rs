@@ -76,6 +76,10 @@
 //! - Several hosts, `postgres://u@a:5432,b:5432/db?target_session_attrs=read-write`
 //!   (or `host=a,b`): each connection goes to the first that accepts
 //!   writes, so a fleet follows a failover to the promoted standby.
+//!   `target_session_attrs=read-write` is implied, whatever the URL says
+//!   (the lease only ever writes), and each host but the last gets its
+//!   share of the round trip's deadline, so a host that drops packets or
+//!   never answers does not keep a connection from the next.
 //!
 //! The client is `tokio-postgres` on a runtime of its own per connection,
 //! on the calling thread, rather than the synchronous `postgres` crate: it
