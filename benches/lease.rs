@@ -15,7 +15,6 @@ use idutil::{Generator, Layout};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::redis_server::{seed_records, RedisServer};
 
-
 /// Makes the builder a case opens.
 type MakeBuilder<'a> = Box<dyn Fn() -> idutil::Builder + 'a>;
 fn main() {
