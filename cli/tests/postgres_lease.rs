@@ -809,6 +809,56 @@ fn a_read_only_first_host_is_passed_over() {
     g.next_ids(1000).unwrap();
 }
 
+/// The lease's row locked by someone else's long transaction: each
+/// renewal gives up at its deadline and retries on a new connection, and
+/// the server gives up the abandoned statement too (`lock_timeout`), so
+/// the holder does not pile up sessions waiting on the lock, which would
+/// use up the application's own database connections.
+#[test]
+fn a_locked_row_does_not_pile_up_sessions() {
+    let Some(pg) = server() else { return };
+    let host = state_dir();
+    let g = leased(
+        &host,
+        LeaseConfig::new(pg.tcp_url())
+            .ttl(Duration::from_secs(2))
+            .shards(2..=2),
+    )
+    .open()
+    .unwrap();
+    g.next_ids(100).unwrap();
+    let most = thread::scope(|s| {
+        let locker = s.spawn(|| {
+            pg.try_psql(
+                "BEGIN; SELECT shard FROM idutil_lease WHERE shard = 2 FOR UPDATE; \
+                 SELECT pg_sleep(6); COMMIT",
+            )
+        });
+        let mut most = 0;
+        while !locker.is_finished() {
+            let n: u32 = pg
+                .psql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = \
+                     'idutil-lease' AND wait_event_type = 'Lock'",
+                )
+                .parse()
+                .unwrap();
+            most = most.max(n);
+            thread::sleep(Duration::from_millis(200));
+        }
+        locker.join().unwrap().unwrap();
+        most
+    });
+    assert!(
+        most <= 3,
+        "{most} lease sessions waited on the lock at once"
+    );
+    // The lock gone, the holder renews and issues again.
+    wait_until("issuing again", Duration::from_secs(5), || {
+        g.next_id().is_ok()
+    });
+}
+
 /// A store that stops answering under a holder with the default TTL:
 /// closing (explicitly, or by dropping) returns within a few round-trip
 /// deadlines, even in the middle of a burst that waits on a raise, and the

@@ -28,6 +28,10 @@ use crate::lease::{LeaseConfig, LeaseError};
 pub(super) struct Target {
     hosts: Vec<Config>,
     tls: MakeTlsConnector,
+    /// The server gives up waiting for a lock after this long: the client
+    /// has given up by then, and a statement left waiting would keep its
+    /// session (one more at every retry) until the lock is released.
+    lock_timeout: Duration,
 }
 
 /// What the URL asks of TLS, libpq's way.
@@ -112,6 +116,7 @@ impl Target {
         Ok(Target {
             hosts: per_host(&config),
             tls: MakeTlsConnector::new(tls),
+            lock_timeout: lease.op_timeout().max(Duration::from_millis(100)),
         })
     }
 
@@ -156,12 +161,17 @@ impl Target {
         });
         // The mark must be on the synchronous standby (where there is one)
         // before an ID past it is issued, whatever the database's default.
+        // A lock held by someone else's long transaction: the server gives
+        // up when the client does, rather than keeping a session waiting at
+        // every retry.
         client
-            .batch_execute(
+            .batch_execute(&format!(
                 "SELECT set_config('synchronous_commit', \
                  CASE current_setting('synchronous_commit') \
-                 WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, false)",
-            )
+                 WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, false), \
+                 set_config('lock_timeout', '{}ms', false)",
+                self.lock_timeout.as_millis()
+            ))
             .await?;
         Ok(client)
     }

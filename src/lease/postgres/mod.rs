@@ -241,7 +241,7 @@ fn create_table(
 ) -> Result<()> {
     let index = quote(&format!("{TABLE}_free"));
     let sql = format!(
-        "BEGIN; SELECT pg_advisory_xact_lock({LOCK_KEY}); \
+        "BEGIN; SET LOCAL lock_timeout = '{}ms'; SELECT pg_advisory_xact_lock({LOCK_KEY}); \
          CREATE TABLE IF NOT EXISTS {table} ( \
              space text NOT NULL, \
              shard bigint NOT NULL CHECK (shard >= 0), \
@@ -255,7 +255,8 @@ fn create_table(
              seen bigint, \
              PRIMARY KEY (space, shard)); \
          CREATE INDEX IF NOT EXISTS {index} ON {table} (space, expires_at); \
-         COMMIT;"
+         COMMIT;",
+        timeout.as_millis()
     );
     conn.run(target, timeout, async |c| c.batch_execute(&sql).await)
         .map_err(|f| f.into_error("create the lease table in", config).into())
@@ -285,6 +286,13 @@ fn prepare_space(
     );
     let outcome = conn.run(target, timeout, async |c| {
         let tx = c.transaction().await?;
+        // Creators of one ID space queue here for as long as this call may
+        // take, not only the lease's shorter lock timeout.
+        tx.batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{}ms'",
+            timeout.as_millis()
+        ))
+        .await?;
         tx.execute(
             "SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))",
             &[&(LOCK_KEY as i32), &config.prefix],
