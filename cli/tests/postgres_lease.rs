@@ -304,9 +304,13 @@ fn forty_concurrent_and_forty_sequential_holders_with_kills_and_skewed_clocks() 
         let skewed = faketime.as_ref().filter(|_| i % 8 == 7).map(|f| (f, "+1h"));
         // Every one of the 4 shards may be held by a killed holder whose
         // lease has not expired yet: wait for one, as a restarting pod would.
+        // A child to be killed issues until it is: one told to stop after
+        // 600 IDs could finish first, and the kill would find it gone.
+        let kill = rng.range(0, 2) == 0;
+        let count = if kill { None } else { Some(600) };
         let deadline = Instant::now() + Duration::from_secs(10);
         let (mut c, line) = loop {
-            let mut c = lease_child(&url, 1500, (0, 3), Some(600), skewed);
+            let mut c = lease_child(&url, 1500, (0, 3), count, skewed);
             let line = c.next().expect("the child reports its lease");
             if !line.starts_with("failed no free shard") || Instant::now() > deadline {
                 break (c, line);
@@ -318,7 +322,6 @@ fn forty_concurrent_and_forty_sequential_holders_with_kills_and_skewed_clocks() 
             continue;
         }
         assert!(line.starts_with("leased "), "sequential child {i}: {line}");
-        let kill = rng.range(0, 2) == 0;
         let limit = if kill {
             1 + rng.range(0, 600) as usize
         } else {
