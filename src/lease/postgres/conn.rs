@@ -187,7 +187,14 @@ fn per_host(config: &Config) -> Vec<Config> {
         config.get_ports(),
     );
     let n = hosts.len().max(addrs.len());
-    if n <= 1 {
+    // One host, or lists that do not match (which `tokio-postgres` then
+    // reports): as it is.
+    let matched = |len: usize| len == 0 || len == n;
+    if n <= 1
+        || !matched(hosts.len())
+        || !matched(addrs.len())
+        || !(ports.len() <= 1 || ports.len() == n)
+    {
         return vec![config.clone()];
     }
     let mut all: Vec<Config> = (0..n)
@@ -212,7 +219,7 @@ fn per_host(config: &Config) -> Vec<Config> {
                     one.port(*port);
                 }
                 _ => {
-                    one.port(ports.get(i).copied().unwrap_or(5432));
+                    one.port(ports[i]);
                 }
             }
             if let Some(user) = config.get_user() {
@@ -488,6 +495,33 @@ mod tests {
         assert_eq!(found[0].as_deref(), Some("require"));
         let (rest, _) = take_options("postgres://h/db?sslmode=disable", &["sslmode"]);
         assert_eq!(rest, "postgres://h/db");
+    }
+
+    #[test]
+    fn several_hosts_are_tried_one_by_one_with_everything_else_kept() {
+        let config: Config =
+            "postgres://u:pw@a:1,b:2/app?application_name=x&connect_timeout=3&options=-cfoo%3Dbar"
+                .parse()
+                .unwrap();
+        let hosts = per_host(&config);
+        assert_eq!(hosts.len(), 2);
+        for (one, (host, port)) in hosts.iter().zip([("a", 1), ("b", 2)]) {
+            assert!(matches!(one.get_hosts(), [Host::Tcp(h)] if h == host));
+            assert_eq!(one.get_ports(), [port]);
+            assert_eq!(one.get_user(), Some("u"));
+            assert_eq!(one.get_password(), Some(&b"pw"[..]));
+            assert_eq!(one.get_dbname(), Some("app"));
+            assert_eq!(one.get_application_name(), Some("x"));
+            assert_eq!(one.get_options(), Some("-cfoo=bar"));
+            assert_eq!(one.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        }
+        let one_port: Config = "host=a,b port=7 user=u".parse().unwrap();
+        assert!(per_host(&one_port).iter().all(|c| c.get_ports() == [7]));
+        // Lists that do not match stay whole, for tokio-postgres to refuse.
+        let mismatched: Config = "host=a,b,c port=1,2 user=u".parse().unwrap();
+        assert_eq!(per_host(&mismatched).len(), 1);
+        let single: Config = "postgres://u@a/app".parse().unwrap();
+        assert_eq!(per_host(&single).len(), 1);
     }
 
     #[test]
