@@ -15,6 +15,8 @@ use idutil::{Generator, Layout};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::redis_server::{seed_records, RedisServer};
 
+/// Makes the builder a case opens.
+type MakeBuilder<'a> = Box<dyn Fn() -> idutil::Builder + 'a>;
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     let Some(pg) = Postgres::start_tcp(&Options::default()) else {
@@ -38,8 +40,7 @@ fn main() {
         .measurement_time(Duration::from_secs(4))
         .sample_size(20)
         .sampling_mode(SamplingMode::Flat);
-    type Case<'a> = (&'a str, Box<dyn Fn() -> idutil::Builder + 'a>);
-    let cases: [Case; 3] = [
+    let cases: [(&str, MakeBuilder<'_>); 3] = [
         (
             "open + first ID: state directory",
             Box::new(|| builder().shard(0)),

@@ -19,10 +19,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use idutil::lease::{LeaseConfig, LeaseError};
-use idutil::{Error, Generator, Layout};
+use idutil::{Error, Generator, Layout, ManualClock};
 use idutil_harness::child::{self, child_command, ChildProc, MARK};
 use idutil_harness::postgres::{Options, Postgres};
-use idutil_harness::proxy::Proxy;
+use idutil_harness::proxy::{Blackhole, Proxy};
 use idutil_harness::{state_dir, Rng};
 
 /// 1,024 shards of 2,048 IDs a second.
@@ -311,9 +311,13 @@ fn forty_concurrent_and_forty_sequential_holders_with_kills_and_skewed_clocks() 
         let skewed = faketime.as_ref().filter(|_| i % 8 == 7).map(|f| (f, "+1h"));
         // Every one of the 4 shards may be held by a killed holder whose
         // lease has not expired yet: wait for one, as a restarting pod would.
+        // A child to be killed issues until it is: one told to stop after
+        // 600 IDs could finish first, and the kill would find it gone.
+        let crash = rng.range(0, 2) == 0;
+        let count = if crash { None } else { Some(600) };
         let deadline = Instant::now() + Duration::from_secs(10);
         let (mut c, line) = loop {
-            let mut c = lease_child(&url, 1500, (0, 3), Some(600), skewed);
+            let mut c = lease_child(&url, 1500, (0, 3), count, skewed);
             let line = c.next().expect("the child reports its lease");
             if !line.starts_with("failed no free shard") || Instant::now() > deadline {
                 break (c, line);
@@ -325,7 +329,6 @@ fn forty_concurrent_and_forty_sequential_holders_with_kills_and_skewed_clocks() 
             continue;
         }
         assert!(line.starts_with("leased "), "sequential child {i}: {line}");
-        let crash = rng.range(0, 2) == 0;
         let limit = if crash {
             1 + rng.range(0, 600) as usize
         } else {
@@ -700,6 +703,215 @@ fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
     assert!(closing.elapsed() < Duration::from_secs(15));
 }
 
+/// A database whose sessions have a short `statement_timeout` (a role's
+/// default): a cancelled wait for a synchronous standby is reported as a
+/// commit although the standby never got it, so a timeout that cut the
+/// wait short would pass off a raise or a lease the standby does not have.
+/// With the standby cut off, nothing is issued past the reservation and
+/// nothing is leased.
+#[test]
+fn statement_timeout_cannot_pass_off_an_unreplicated_commit() {
+    let Some(primary) = server() else { return };
+    let link = Proxy::start(primary.port());
+    let standby = primary.standby(Some(link.port()));
+    primary.synchronous(true);
+    primary.psql("CREATE TABLE probe (x int); INSERT INTO probe VALUES (1)");
+    primary.psql("ALTER ROLE postgres SET statement_timeout = '200ms'");
+    let ttl = Duration::from_secs(3);
+    let host_a = state_dir();
+    let a = leased(
+        &host_a,
+        LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(4..=4),
+    )
+    .open()
+    .unwrap();
+    let before = u64::from(a.next_id().unwrap());
+    link.cut();
+    // A burst 20 seconds past the reservation needs raises, which cannot
+    // reach the standby.
+    let burst = a.next_ids(1_500_000);
+    assert!(
+        burst.is_err(),
+        "a holder cut off from its synchronous standby borrowed ahead (from {before})"
+    );
+    // Nor can a new holder lease a shard there.
+    let host_b = state_dir();
+    let b = leased(
+        &host_b,
+        LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(5..=5),
+    )
+    .open();
+    assert!(
+        b.is_err(),
+        "a shard was leased from a primary cut off from its synchronous standby"
+    );
+    drop(standby);
+}
+
+/// A multi-host URL whose first host is cut off (packets dropped, or a
+/// server that accepts and never answers): every connection goes on to the
+/// second host within the round trip's deadline, as libpq's per-host
+/// `connect_timeout` does, so a fleet follows a failover whatever became
+/// of the old primary.
+#[test]
+fn a_dead_first_host_does_not_keep_holders_from_the_next() {
+    let Some(pg) = server() else { return };
+    let blackhole = Blackhole::start();
+    let silent = Proxy::start(pg.port());
+    silent.cut();
+    for (how, port) in [
+        ("dropping packets", blackhole.port()),
+        ("silent", silent.port()),
+    ] {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{port},127.0.0.1:{}/postgres?sslmode=disable&target_session_attrs=read-write",
+            pg.port()
+        );
+        let host = state_dir();
+        let config = LeaseConfig::new(url)
+            .ttl(Duration::from_secs(2))
+            .shards(7..=7);
+        let g = leased(&host, config)
+            .open()
+            .unwrap_or_else(|e| panic!("first host {how}: {e}"));
+        // A burst past the reservation: raises go through the second host.
+        g.next_ids(300_000)
+            .unwrap_or_else(|e| panic!("first host {how}: {e}"));
+        // Renewals, on a connection of their own, go there too: no fence.
+        thread::sleep(Duration::from_secs(3));
+        g.next_ids(300_000)
+            .unwrap_or_else(|e| panic!("first host {how}, after the TTL: {e}"));
+        let closing = Instant::now();
+        g.close().unwrap();
+        assert!(closing.elapsed() < Duration::from_secs(3), "{how}");
+        let holder = pg.psql("SELECT coalesce(holder, 'none') FROM idutil_lease WHERE shard = 7");
+        assert_eq!(
+            holder, "none",
+            "first host {how}: the lease was not given back"
+        );
+    }
+}
+
+/// A multi-host URL that does not say `target_session_attrs=read-write`,
+/// whose first host is a standby (an old primary that came back as one
+/// after a failover): the lease only ever writes, so every connection goes
+/// to the host that accepts writes, as if the URL had said so.
+#[test]
+fn a_read_only_first_host_is_passed_over() {
+    let Some(primary) = server() else { return };
+    let standby = primary.standby(None);
+    let host = state_dir();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?sslmode=disable",
+        standby.port(),
+        primary.port()
+    );
+    let g = leased(
+        &host,
+        LeaseConfig::new(url)
+            .ttl(Duration::from_secs(2))
+            .shards(3..=3),
+    )
+    .open()
+    .unwrap_or_else(|e| panic!("{e}"));
+    g.next_ids(300_000).unwrap();
+    thread::sleep(Duration::from_secs(3));
+    g.next_ids(1000).unwrap();
+}
+
+/// The lease's row locked by someone else's long transaction: each
+/// renewal gives up at its deadline and retries on a new connection, and
+/// the server gives up the abandoned statement too (`lock_timeout`), so
+/// the holder does not pile up sessions waiting on the lock, which would
+/// use up the application's own database connections.
+#[test]
+fn a_locked_row_does_not_pile_up_sessions() {
+    let Some(pg) = server() else { return };
+    let host = state_dir();
+    let g = leased(
+        &host,
+        LeaseConfig::new(pg.tcp_url())
+            .ttl(Duration::from_secs(2))
+            .shards(2..=2),
+    )
+    .open()
+    .unwrap();
+    g.next_ids(100).unwrap();
+    let most = thread::scope(|s| {
+        let locker = s.spawn(|| {
+            pg.try_psql(
+                "BEGIN; SELECT shard FROM idutil_lease WHERE shard = 2 FOR UPDATE; \
+                 SELECT pg_sleep(6); COMMIT",
+            )
+        });
+        let mut most = 0;
+        while !locker.is_finished() {
+            let n: u32 = pg
+                .psql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = \
+                     'idutil-lease' AND wait_event_type = 'Lock'",
+                )
+                .parse()
+                .unwrap();
+            most = most.max(n);
+            thread::sleep(Duration::from_millis(200));
+        }
+        locker.join().unwrap().unwrap();
+        most
+    });
+    assert!(
+        most <= 3,
+        "{most} lease sessions waited on the lock at once"
+    );
+    // The lock gone, the holder renews and issues again.
+    wait_until("issuing again", Duration::from_secs(5), || {
+        g.next_id().is_ok()
+    });
+}
+
+/// A store that stops answering under a holder with the default TTL:
+/// closing (explicitly, or by dropping) returns within a few round-trip
+/// deadlines, even in the middle of a burst that waits on a raise, and the
+/// lease expires by itself.
+#[test]
+fn closing_while_the_store_hangs_is_quick() {
+    let Some(pg) = server() else { return };
+    let proxy = Proxy::start(pg.port());
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    for (round, explicit) in [(0, true), (1, false), (2, true)] {
+        let host = state_dir();
+        let g = Arc::new(
+            leased(&host, LeaseConfig::new(url.clone()).shards(8..=8))
+                .open()
+                .unwrap(),
+        );
+        g.next_ids(1000).unwrap();
+        proxy.cut();
+        // A burst far past the reservation, waiting on a raise that hangs.
+        let burst = {
+            let g = g.clone();
+            thread::spawn(move || g.next_ids(3_000_000).map(|b| b.count()))
+        };
+        thread::sleep(Duration::from_millis(300));
+        let closing = Instant::now();
+        if explicit {
+            g.close().ok();
+        }
+        let result = burst.join().unwrap();
+        drop(Arc::try_unwrap(g).ok().unwrap());
+        let took = closing.elapsed();
+        assert!(
+            took < Duration::from_secs(8),
+            "round {round}: closing took {took:?} ({result:?})"
+        );
+        proxy.heal();
+        pg.psql("UPDATE idutil_lease SET expires_at = '-infinity', holder = NULL");
+    }
+}
+
 /// The same failover with an asynchronous standby whose replication is cut
 /// while a holder bursts 30 seconds ahead of the clock, then the primary
 /// dies: the promoted standby never got those raises, and a new holder
@@ -855,6 +1067,87 @@ fn rewritten_or_deleted_row_stops_the_holder_for_good() {
         drop(g);
         pg.psql("DELETE FROM idutil_lease");
     }
+}
+
+/// A host clock that reads the end of the layout's range (2136) for a
+/// moment, ten times over, on one shard: each holder refuses to follow it,
+/// the shard's mark never moves there, and the next holder resumes near
+/// real time. Nothing is issued twice.
+#[test]
+fn clock_at_2136_for_a_moment_neither_ends_nor_shifts_the_shard() {
+    let Some(pg) = server() else { return };
+    let config = LeaseConfig::new(pg.tcp_url())
+        .ttl(Duration::from_secs(2))
+        .shards(6..=6);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let mut all = Ids::default();
+    for round in 0..10 {
+        let host = state_dir();
+        let clock = ManualClock::new(now());
+        let g = leased(&host, config.clone())
+            .clock(clock.clone())
+            .open()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let who = format!("holder {round}");
+        all.add(g.next_ids(1000).unwrap().map(u64::from), &who);
+        clock.set(Layout::DEFAULT.last_unix_second() - 1);
+        let during = g.next_ids(10);
+        clock.set(now());
+        // The holder refuses, naming the skew, and stops for good: its
+        // cursor followed the clock, and the mark never will.
+        for result in [during, g.next_ids(10)] {
+            match result {
+                Err(Error::Lease(LeaseError::ClockSkew { .. })) => {}
+                Err(e) => panic!("round {round}: unclear refusal: {e}"),
+                Ok(ids) => all.add(ids.map(u64::from), &who),
+            }
+        }
+        g.close().ok();
+        drop(g);
+        let mark: u64 = pg
+            .psql("SELECT high_water FROM idutil_lease WHERE shard = 6")
+            .parse()
+            .unwrap();
+        assert!(
+            mark < now() + 3600,
+            "round {round}: the shard's mark moved to {mark}"
+        );
+    }
+}
+
+/// A row garbled where the acquiring statement itself would fail on it (a
+/// fencing epoch at the top of `bigint`, which no holder can raise) does
+/// not stop the fleet: the other shards are leased, and the row, asked for
+/// by number, is refused naming it.
+#[test]
+fn a_row_whose_epoch_cannot_rise_does_not_stop_the_fleet() {
+    let Some(pg) = server() else { return };
+    let url = pg.tcp_url();
+    let host = state_dir();
+    let config = LeaseConfig::new(url).shards(0..=2);
+    drop(leased(&host, config.clone()).open().unwrap());
+    pg.psql("UPDATE idutil_lease SET epoch = 9223372036854775807 WHERE shard = 0");
+    let hosts = [state_dir(), state_dir()];
+    let fleet: Vec<Generator> = hosts
+        .iter()
+        .map(|h| {
+            leased(h, config.clone())
+                .open()
+                .unwrap_or_else(|e| panic!("one garbled row stopped the fleet: {e}"))
+        })
+        .collect();
+    let mut shards: Vec<u32> = fleet.iter().map(Generator::shard).collect();
+    shards.sort_unstable();
+    assert_eq!(shards, [1, 2]);
+    drop(fleet);
+    let err = leased(&state_dir(), config).shard(0).open().unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("shard 0") && text.contains("epoch"), "{text}");
 }
 
 /// `idutil --lease URL next` leases, resumes after itself, and `state`

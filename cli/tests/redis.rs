@@ -1414,3 +1414,83 @@ fn a_shard_at_the_end_of_the_range_is_skipped_and_named() {
         "{err}"
     );
 }
+
+/// A Redis that stops answering under a holder: closing (explicitly, or by
+/// dropping) returns within a few round-trip deadlines (a fifth of the TTL
+/// each), even in the middle of a burst that waits on a raise.
+#[test]
+fn closing_while_redis_hangs_is_quick() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let proxy = Proxy::start(redis.port);
+    for (round, explicit) in [(0, true), (1, false)] {
+        let host = state_dir();
+        let config = LeaseConfig::new(proxy.url())
+            .ttl(Duration::from_secs(3))
+            .shards(10 + round..=10 + round);
+        let g = Arc::new(leased(&host, config).open().unwrap());
+        g.next_ids(1000).unwrap();
+        proxy.cut();
+        let burst = {
+            let g = g.clone();
+            thread::spawn(move || g.next_ids(3_000_000).map(|b| b.count()))
+        };
+        thread::sleep(Duration::from_millis(300));
+        let closing = Instant::now();
+        if explicit {
+            g.close().ok();
+        }
+        let result = burst.join().unwrap();
+        drop(Arc::try_unwrap(g).ok().unwrap());
+        let took = closing.elapsed();
+        assert!(
+            took < Duration::from_secs(3),
+            "round {round}: closing took {took:?} ({result:?})"
+        );
+        proxy.heal();
+    }
+}
+
+/// A host clock that reads the end of the layout's range (2136) for a
+/// moment right after a holder opened (before its first renewal has told
+/// it Redis's clock), ten times over on one shard: the mark never moves
+/// there, and the next holder opens on the shard.
+#[test]
+fn clock_at_2136_right_after_open_neither_ends_nor_shifts_the_shard() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 12..=12);
+    let config = LeaseConfig::new(redis.url()).shards(12..=12);
+    let mut seen = HashSet::new();
+    for round in 0..10 {
+        let host = state_dir();
+        let clock = ManualClock::new(wall_now());
+        let g = leased(&host, config.clone())
+            .clock(clock.clone())
+            .open()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let who = format!("holder {round}");
+        record_unique(&mut seen, g.next_ids(100).unwrap().map(u64::from), &who);
+        clock.set(Layout::DEFAULT.last_unix_second() - 1);
+        let during = g.next_ids(10);
+        clock.set(wall_now());
+        for result in [during, g.next_ids(10)] {
+            match result {
+                Err(Error::Lease(LeaseError::ClockSkew { .. })) => {}
+                Err(e) => panic!("round {round}: unclear refusal: {e}"),
+                Ok(ids) => record_unique(&mut seen, ids.map(u64::from), &who),
+            }
+        }
+        g.close().ok();
+        drop(g);
+        let mark: u64 = record_of(&mut redis.conn(), "idutil:mark:12")["high_water"]
+            .parse()
+            .unwrap();
+        assert!(
+            mark < wall_now() + 3600,
+            "round {round}: the shard's mark moved to {mark}"
+        );
+    }
+}

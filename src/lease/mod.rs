@@ -138,7 +138,8 @@ pub(crate) struct Grant {
     /// Send time of the request that granted (or last renewed) the lease:
     /// the fence counts from it.
     pub(crate) at: Instant,
-    /// The store's clock when it granted, if it tells it.
+    /// The store's clock as the engine hands the grant over (when the
+    /// store answered, moved on by the time since), if it tells it.
     pub(crate) server_time: Option<Duration>,
 }
 

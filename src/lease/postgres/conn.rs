@@ -17,18 +17,23 @@ use std::time::Duration;
 use native_tls::{Certificate, TlsConnector};
 use postgres_native_tls::MakeTlsConnector;
 use tokio::runtime::{Builder, Runtime};
-use tokio_postgres::config::SslMode;
+use tokio_postgres::config::{Host, LoadBalanceHosts, SslMode, TargetSessionAttrs};
 use tokio_postgres::{Client, Config, NoTls};
 
 use super::ENGINE;
 use crate::lease::{LeaseConfig, LeaseError};
 
-/// Where and how to connect: the parsed URL and its TLS settings.
+/// Where and how to connect: the parsed URL, one configuration per host
+/// in the order they are tried, and the TLS settings.
 #[derive(Clone)]
 pub(super) struct Target {
-    config: Config,
+    hosts: Vec<Config>,
     /// `None` with `sslmode=disable`.
     tls: Option<MakeTlsConnector>,
+    /// The server gives up waiting for a lock after this long: the client
+    /// has given up by then, and a statement left waiting would keep its
+    /// session (one more at every retry) until the lock is released.
+    lock_timeout: Duration,
 }
 
 /// TLS connectors already built, by what they check: building one reads
@@ -125,16 +130,56 @@ impl Target {
         config.ssl_mode(ssl);
         config.connect_timeout(lease.op_timeout().max(Duration::from_millis(100)));
         config.keepalives_idle(Duration::from_secs(5));
+        // The lease only ever writes: a host that does not accept writes (a
+        // standby, an old primary back as one) is passed over, whatever the
+        // URL says.
+        config.target_session_attrs(TargetSessionAttrs::ReadWrite);
         if config.get_application_name().is_none() {
             config.application_name("idutil-lease");
         }
-        Ok(Target { config, tls })
+        Ok(Target {
+            hosts: per_host(&config),
+            tls,
+            lock_timeout: lease.op_timeout().max(Duration::from_millis(100)),
+        })
     }
 
-    async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
+    /// Connects to the first host that answers (and accepts writes, with
+    /// `target_session_attrs=read-write`) by `deadline`. Each host but the
+    /// last gets its share of the time left, as libpq's `connect_timeout`
+    /// applies to each host, so a host that drops packets or never answers
+    /// cannot keep a connection from the next one (`tokio-postgres` bounds
+    /// only the TCP connect of each host, and would spend the whole
+    /// deadline on the first).
+    async fn connect(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Client, tokio_postgres::Error> {
+        let n = self.hosts.len();
+        let mut failed = None;
+        for (i, config) in self.hosts.iter().enumerate() {
+            if i + 1 == n {
+                return self.connect_one(config).await;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let share = left / u32::try_from(n - i).unwrap_or(u32::MAX);
+            match tokio::time::timeout(share, self.connect_one(config)).await {
+                Ok(Ok(client)) => return Ok(client),
+                Ok(Err(e)) => failed = Some(e),
+                Err(_) => {}
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            // No host at all: `tokio-postgres` says so.
+            None => self.connect_one(&Config::new()).await,
+        }
+    }
+
+    async fn connect_one(&self, config: &Config) -> Result<Client, tokio_postgres::Error> {
         let client = match &self.tls {
             None => {
-                let (client, connection) = self.config.connect(NoTls).await?;
+                let (client, connection) = config.connect(NoTls).await?;
                 tokio::spawn(async move {
                     if let Err(e) = connection.await {
                         log::debug!("PostgreSQL lease connection closed: {e}");
@@ -143,7 +188,7 @@ impl Target {
                 client
             }
             Some(tls) => {
-                let (client, connection) = self.config.connect(tls.clone()).await?;
+                let (client, connection) = config.connect(tls.clone()).await?;
                 tokio::spawn(async move {
                     if let Err(e) = connection.await {
                         log::debug!("PostgreSQL lease connection closed: {e}");
@@ -154,15 +199,111 @@ impl Target {
         };
         // The mark must be on the synchronous standby (where there is one)
         // before an ID past it is issued, whatever the database's default.
+        // A lock held by someone else's long transaction: the server gives
+        // up when the client does, rather than keeping a session waiting at
+        // every retry.
         client
-            .batch_execute(
+            .batch_execute(&format!(
                 "SELECT set_config('synchronous_commit', \
                  CASE current_setting('synchronous_commit') \
-                 WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, false)",
-            )
+                 WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, false), \
+                 set_config('lock_timeout', '{}ms', false)",
+                self.lock_timeout.as_millis()
+            ))
             .await?;
         Ok(client)
     }
+}
+
+/// One configuration per host of `config` (its port and address with it),
+/// in the order to try them: shuffled with `load_balance_hosts=random`.
+/// A configuration with one host or none is kept as it is.
+fn per_host(config: &Config) -> Vec<Config> {
+    let (hosts, addrs, ports) = (
+        config.get_hosts(),
+        config.get_hostaddrs(),
+        config.get_ports(),
+    );
+    let n = hosts.len().max(addrs.len());
+    // One host, or lists that do not match (which `tokio-postgres` then
+    // reports): as it is.
+    let matched = |len: usize| len == 0 || len == n;
+    if n <= 1
+        || !matched(hosts.len())
+        || !matched(addrs.len())
+        || !(ports.len() <= 1 || ports.len() == n)
+    {
+        return vec![config.clone()];
+    }
+    let mut all: Vec<Config> = (0..n)
+        .map(|i| {
+            let mut one = Config::new();
+            match hosts.get(i) {
+                Some(Host::Tcp(host)) => {
+                    one.host(host);
+                }
+                #[cfg(unix)]
+                Some(Host::Unix(path)) => {
+                    one.host_path(path);
+                }
+                None => {}
+            }
+            if let Some(addr) = addrs.get(i) {
+                one.hostaddr(*addr);
+            }
+            match ports {
+                [] => {}
+                [port] => {
+                    one.port(*port);
+                }
+                _ => {
+                    one.port(ports[i]);
+                }
+            }
+            if let Some(user) = config.get_user() {
+                one.user(user);
+            }
+            if let Some(password) = config.get_password() {
+                one.password(password);
+            }
+            if let Some(dbname) = config.get_dbname() {
+                one.dbname(dbname);
+            }
+            if let Some(options) = config.get_options() {
+                one.options(options);
+            }
+            if let Some(name) = config.get_application_name() {
+                one.application_name(name);
+            }
+            if let Some(timeout) = config.get_connect_timeout() {
+                one.connect_timeout(*timeout);
+            }
+            if let Some(timeout) = config.get_tcp_user_timeout() {
+                one.tcp_user_timeout(*timeout);
+            }
+            if let Some(interval) = config.get_keepalives_interval() {
+                one.keepalives_interval(interval);
+            }
+            if let Some(retries) = config.get_keepalives_retries() {
+                one.keepalives_retries(retries);
+            }
+            one.ssl_mode(config.get_ssl_mode())
+                .ssl_negotiation(config.get_ssl_negotiation())
+                .keepalives(config.get_keepalives())
+                .keepalives_idle(config.get_keepalives_idle())
+                .target_session_attrs(config.get_target_session_attrs())
+                .channel_binding(config.get_channel_binding());
+            one
+        })
+        .collect();
+    if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let start = usize::try_from(nanos).unwrap_or(0) % all.len();
+        all.rotate_left(start);
+    }
+    all
 }
 
 /// Takes `names` out of a URL's query or a `key=value` string; returns the
@@ -315,14 +456,15 @@ impl Conn {
             .as_ref()
             .expect("the runtime lives as long as the connection");
         let result = rt.block_on(async {
-            tokio::time::timeout(timeout, async {
+            let deadline = tokio::time::Instant::now() + timeout;
+            tokio::time::timeout_at(deadline, async {
                 if let Some(c) = client.as_mut() {
                     match op(c).await {
                         Err(e) if e.is_closed() => *client = None,
                         done => return done,
                     }
                 }
-                let c = client.insert(target.connect().await?);
+                let c = client.insert(target.connect(deadline).await?);
                 op(c).await
             })
             .await
@@ -391,6 +533,33 @@ mod tests {
         assert_eq!(found[0].as_deref(), Some("require"));
         let (rest, _) = take_options("postgres://h/db?sslmode=disable", &["sslmode"]);
         assert_eq!(rest, "postgres://h/db");
+    }
+
+    #[test]
+    fn several_hosts_are_tried_one_by_one_with_everything_else_kept() {
+        let config: Config =
+            "postgres://u:pw@a:1,b:2/app?application_name=x&connect_timeout=3&options=-cfoo%3Dbar"
+                .parse()
+                .unwrap();
+        let hosts = per_host(&config);
+        assert_eq!(hosts.len(), 2);
+        for (one, (host, port)) in hosts.iter().zip([("a", 1), ("b", 2)]) {
+            assert!(matches!(one.get_hosts(), [Host::Tcp(h)] if h == host));
+            assert_eq!(one.get_ports(), [port]);
+            assert_eq!(one.get_user(), Some("u"));
+            assert_eq!(one.get_password(), Some(&b"pw"[..]));
+            assert_eq!(one.get_dbname(), Some("app"));
+            assert_eq!(one.get_application_name(), Some("x"));
+            assert_eq!(one.get_options(), Some("-cfoo=bar"));
+            assert_eq!(one.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        }
+        let one_port: Config = "host=a,b port=7 user=u".parse().unwrap();
+        assert!(per_host(&one_port).iter().all(|c| c.get_ports() == [7]));
+        // Lists that do not match stay whole, for tokio-postgres to refuse.
+        let mismatched: Config = "host=a,b,c port=1,2 user=u".parse().unwrap();
+        assert_eq!(per_host(&mismatched).len(), 1);
+        let single: Config = "postgres://u@a/app".parse().unwrap();
+        assert_eq!(per_host(&single).len(), 1);
     }
 
     #[test]

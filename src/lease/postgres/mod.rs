@@ -76,6 +76,10 @@
 //! - Several hosts, `postgres://u@a:5432,b:5432/db?target_session_attrs=read-write`
 //!   (or `host=a,b`): each connection goes to the first that accepts
 //!   writes, so a fleet follows a failover to the promoted standby.
+//!   `target_session_attrs=read-write` is implied, whatever the URL says
+//!   (the lease only ever writes), and each host but the last gets its
+//!   share of the round trip's deadline, so a host that drops packets or
+//!   never answers does not keep a connection from the next.
 //!
 //! The client is `tokio-postgres` on a runtime of its own per connection,
 //! on the calling thread, rather than the synchronous `postgres` crate: it
@@ -107,6 +111,9 @@ const LOCK_KEY: i64 = 0x6964_7574;
 /// How many times an acquisition is tried before every shard counts as
 /// leased.
 const MAX_TRIES: u64 = 6;
+/// A fencing epoch no acquisition can raise (a row rewritten by hand): the
+/// shard is granted with it unchanged, read as invalid and given back.
+const EPOCH_MAX: i64 = i64::MAX;
 /// `undefined_table`: the table is not there yet.
 const UNDEFINED_TABLE: &str = "42P01";
 
@@ -160,7 +167,8 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     let (first, last) = (i64::from(*ask.range.start()), i64::from(*ask.range.end()));
     let skip: Vec<i64> = ask.skip.iter().map(|s| i64::from(*s)).collect();
     let acquire = format!(
-        "UPDATE {table} AS t SET holder = $3, epoch = t.epoch + 1, \
+        "UPDATE {table} AS t SET holder = $3, \
+             epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, \
              expires_at = clock_timestamp() + make_interval(secs => $4::float8) \
          FROM (SELECT shard FROM {table} \
                WHERE space = $1 AND layout = $2 AND shard BETWEEN $5::bigint AND $6::bigint \
@@ -233,7 +241,7 @@ fn create_table(
 ) -> Result<()> {
     let index = quote(&format!("{TABLE}_free"));
     let sql = format!(
-        "BEGIN; SELECT pg_advisory_xact_lock({LOCK_KEY}); \
+        "BEGIN; SET LOCAL lock_timeout = '{}ms'; SELECT pg_advisory_xact_lock({LOCK_KEY}); \
          CREATE TABLE IF NOT EXISTS {table} ( \
              space text NOT NULL, \
              shard bigint NOT NULL CHECK (shard >= 0), \
@@ -247,7 +255,8 @@ fn create_table(
              seen bigint, \
              PRIMARY KEY (space, shard)); \
          CREATE INDEX IF NOT EXISTS {index} ON {table} (space, expires_at); \
-         COMMIT;"
+         COMMIT;",
+        timeout.as_millis()
     );
     conn.run(target, timeout, async |c| c.batch_execute(&sql).await)
         .map_err(|f| f.into_error("create the lease table in", config).into())
@@ -277,6 +286,13 @@ fn prepare_space(
     );
     let outcome = conn.run(target, timeout, async |c| {
         let tx = c.transaction().await?;
+        // Creators of one ID space queue here for as long as this call may
+        // take, not only the lease's shorter lock timeout.
+        tx.batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{}ms'",
+            timeout.as_millis()
+        ))
+        .await?;
         tx.execute(
             "SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))",
             &[&(LOCK_KEY as i32), &config.prefix],
@@ -362,6 +378,13 @@ impl PgLease {
             field,
             reason: reason.to_string(),
         };
+        if self.epoch == EPOCH_MAX {
+            return Err(invalid(
+                "epoch",
+                "is the largest bigint, which no acquisition can raise, so holders could not \
+                 be told apart (set it to 0 while no generator holds the shard)",
+            ));
+        }
         if recorded != self.layout {
             return Err(LeaseError::LayoutMismatch {
                 shard: self.shard,

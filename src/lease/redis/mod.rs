@@ -40,8 +40,9 @@
 //!   next holder reserves), `seen` (the highest wall-clock second a holder
 //!   saw) and `layout` (the layout's fingerprint).
 //!
-//! Every step is one Lua script, atomic on the server. Renewals also read
-//! the server's clock (`TIME`) for the skew check.
+//! Every step is one Lua script, atomic on the server. The acquisition and
+//! renewals also read the server's clock (`TIME`) for the skew check, so a
+//! holder's very first raise is checked against Redis's clock too.
 //!
 //! # A record is created once, after one TTL
 //!
@@ -222,6 +223,8 @@ pub(super) fn connect(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
         Option<String>,
         Option<String>,
         Option<String>,
+        u64,
+        u64,
     );
     let sent = Instant::now();
     let granted: Option<Granted> = with_conn(&client, &mut conn, config.op_timeout(), |c| {
@@ -237,7 +240,8 @@ pub(super) fn connect(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
         call.invoke(c)
     })
     .map_err(fail("lease a shard from", config))?;
-    let Some((shard, kind, high_water, last, seen, recorded)) = granted else {
+    let answered = Instant::now();
+    let Some((shard, kind, high_water, last, seen, recorded, secs, micros)) = granted else {
         return Err(LeaseError::NoFreeShard {
             first: *ask.range.start(),
             last: *ask.range.end(),
@@ -284,11 +288,16 @@ pub(super) fn connect(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
             sent,
         ),
     };
+    // Redis's clock now (when it granted, moved on by the time since, which
+    // includes a first use's wait): the first raise, before any renewal,
+    // is checked against it too.
+    let server_time =
+        Duration::from_secs(secs) + Duration::from_micros(micros) + answered.elapsed();
     let grant = Grant {
         shard,
         record,
         at,
-        server_time: None,
+        server_time: Some(server_time),
     };
     Ok((Box::new(lease), grant))
 }

@@ -9,8 +9,10 @@ use super::key;
 use crate::lease::{LeaseConfig, LeaseError};
 
 /// Takes the first free shard of `ARGV[2]..=ARGV[3]` (skipping `ARGV[6..]`)
-/// and returns it with its record's key type and fields, read as they are:
-/// the caller checks them.
+/// and returns it with its record's key type and fields, read as they are
+/// (the caller checks them), and the server's `TIME` (seconds,
+/// microseconds), so that the holder knows Redis's clock from its first
+/// raise on.
 const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
 
 /// Shared by the scripts that run while a shard is held: `check(key,

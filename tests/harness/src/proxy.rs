@@ -103,3 +103,38 @@ fn pump(mut from: TcpStream, mut to: TcpStream) {
         let _ = from.shutdown(Shutdown::Both);
     });
 }
+
+/// A loopback port where a TCP connection never completes, as on a host
+/// cut off by a firewall that drops packets: a listener that never accepts,
+/// its queue filled, so the kernel drops every new SYN.
+pub struct Blackhole {
+    port: u16,
+    _listener: TcpListener,
+    _queued: Vec<TcpStream>,
+}
+
+impl Blackhole {
+    /// Starts one.
+    pub fn start() -> Blackhole {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let addr = listener.local_addr().unwrap();
+        let mut queued = Vec::new();
+        loop {
+            match TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200)) {
+                Ok(s) => queued.push(s),
+                Err(_) => break,
+            }
+            assert!(queued.len() < 10_000, "the listen queue never filled");
+        }
+        Blackhole {
+            port: addr.port(),
+            _listener: listener,
+            _queued: queued,
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}

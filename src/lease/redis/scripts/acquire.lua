@@ -6,9 +6,10 @@ for s = tonumber(ARGV[2]), tonumber(ARGV[3]) do
     if redis.call('SET', prefix .. ':lease:' .. s, ARGV[4], 'NX', 'PX', ARGV[5]) then
       local key = prefix .. ':mark:' .. s
       local t = redis.call('TYPE', key).ok
-      if t ~= 'hash' then return {s, t, false, false, false, false} end
+      local now = redis.call('TIME')
+      if t ~= 'hash' then return {s, t, false, false, false, false, now[1], now[2]} end
       local m = redis.call('HMGET', key, 'high_water', 'last', 'seen', 'layout')
-      return {s, t, m[1], m[2], m[3], m[4]}
+      return {s, t, m[1], m[2], m[3], m[4], now[1], now[2]}
     end
   end
 end
