@@ -83,6 +83,13 @@
 //! and its `Grant`; its feature turns on `lease` and its dependencies, and
 //! `config::Kind` names its URL schemes.
 
+// The interface alone (feature `lease` without an engine) builds, but has
+// nothing to call it.
+#![cfg_attr(
+    not(any(feature = "postgres-lease", feature = "redis")),
+    allow(dead_code, unused_imports)
+)]
+
 mod config;
 mod error;
 mod holder;
