@@ -1422,3 +1422,38 @@ fn opening_and_closing_from_async_code_works() {
         drop(g);
     });
 }
+
+/// `inspect` (and `idutil state`) reads a row as a generator does: a row
+/// with only one of `last_second` and `last_sequence` is shown as invalid,
+/// and a generator asked for that shard refuses it.
+#[test]
+fn inspect_and_the_generator_read_a_row_the_same_way() {
+    let Some(pg) = server() else { return };
+    let url = pg.tcp_url();
+    let host = state_dir();
+    let g = leased(&host, LeaseConfig::new(url.clone()).shards(4..=4))
+        .open()
+        .unwrap();
+    g.next_ids(10).unwrap();
+    g.close().unwrap();
+    drop(g);
+    pg.psql("UPDATE idutil_lease SET last_sequence = NULL WHERE shard = 4");
+    let rows = idutil::lease::inspect(&LeaseConfig::new(url.clone()), &Layout::DEFAULT).unwrap();
+    assert!(
+        rows[4].invalid.iter().any(|p| p.starts_with("last")),
+        "{:?}",
+        rows[4]
+    );
+    assert!(rows[3].invalid.is_empty() && rows[3].high_water.is_none());
+    let err = leased(&host, LeaseConfig::new(url).shards(4..=4))
+        .shard(4)
+        .open()
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Lease(LeaseError::InvalidRecord { field: "last", .. })
+        ),
+        "{err}"
+    );
+}

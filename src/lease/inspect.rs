@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::config::Kind;
+use super::record::{read_record, RawRecord};
 use super::LeaseConfig;
 use crate::error::Result;
 use crate::layout::Layout;
@@ -33,6 +34,23 @@ pub struct ShardLease {
     /// \"1795999999.0\" is not a whole number ..."`); empty when it can, or
     /// when there is no record. A generator refuses such a shard.
     pub invalid: Vec<String>,
+}
+
+impl ShardLease {
+    /// Fills the record's fields from `raw`, read as a generator reads it:
+    /// a field that does not pass is left `None` and named in `invalid`.
+    pub(crate) fn show_record(&mut self, raw: &RawRecord, layout: &Layout) {
+        let (record, problems) = read_record(raw, layout);
+        self.high_water = record.high_water;
+        self.last = record.last;
+        self.seen = record.seen;
+        self.layout.clone_from(&raw.layout);
+        self.invalid.extend(
+            problems
+                .into_iter()
+                .map(|(field, reason)| format!("{field} {reason}")),
+        );
+    }
 }
 
 /// Reads every shard's lease and record from the store, for display.

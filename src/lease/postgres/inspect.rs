@@ -3,10 +3,9 @@
 use std::time::Duration;
 
 use super::conn::{off_runtime, Conn, Target};
-use super::{table, ENGINE, UNDEFINED_TABLE};
+use super::{raw_record, table, ENGINE, UNDEFINED_TABLE};
 use crate::error::Result;
 use crate::layout::Layout;
-use crate::lease::record::{read_record, RawRecord};
 use crate::lease::{LeaseConfig, LeaseError, ShardLease};
 
 /// Reads the rows of every shard of the range, for display. A shard
@@ -66,28 +65,12 @@ fn inspect_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>
         entry.epoch = u64::try_from(row.get::<_, i64>(8)).ok();
         let recorded: String = row.get(7);
         entry.layout = Some(recorded.clone());
-        let high_water: Option<i64> = row.get(3);
-        if high_water.is_none() {
-            continue;
+        let last = (row.get(4), row.get(5));
+        match raw_record(row.get(3), last, row.get(6), recorded) {
+            Ok(Some(raw)) => entry.show_record(&raw, layout),
+            Ok(None) => {}
+            Err((field, reason)) => entry.invalid.push(format!("{field} {reason}")),
         }
-        let last = match (row.get::<_, Option<i64>>(4), row.get::<_, Option<i64>>(5)) {
-            (Some(sec), Some(seq)) => Some(format!("{sec} {seq}")),
-            _ => None,
-        };
-        let raw = RawRecord {
-            high_water: high_water.map(|v| v.to_string()),
-            last,
-            seen: row.get::<_, Option<i64>>(6).map(|v| v.to_string()),
-            layout: Some(recorded),
-        };
-        let (record, problems) = read_record(&raw, layout);
-        entry.high_water = record.high_water;
-        entry.last = record.last;
-        entry.seen = record.seen;
-        entry.invalid = problems
-            .into_iter()
-            .map(|(field, reason)| format!("{field} {reason}"))
-            .collect();
     }
     Ok(out)
 }

@@ -364,12 +364,44 @@ fn granted_row(
     Ok((Box::new(lease), grant))
 }
 
+/// A row's record columns as the strict reader takes them: `Ok(None)` for
+/// a shard never used (`high_water` NULL and nothing else set), `Err` for
+/// columns that cannot go together. The engine and `inspect` both read rows
+/// through it, so they never disagree on what is valid.
+pub(super) fn raw_record(
+    high_water: Option<i64>,
+    last: (Option<i64>, Option<i64>),
+    seen: Option<i64>,
+    layout: String,
+) -> Result<Option<RawRecord>, (&'static str, &'static str)> {
+    if high_water.is_none() {
+        if last != (None, None) || seen.is_some() {
+            return Err((
+                "high_water",
+                "is NULL while last_second, last_sequence or seen is set",
+            ));
+        }
+        return Ok(None);
+    }
+    let last = match last {
+        (Some(sec), Some(seq)) => Some(format!("{sec} {seq}")),
+        (None, None) => None,
+        _ => return Err(("last", "has only one of last_second and last_sequence")),
+    };
+    Ok(Some(RawRecord {
+        high_water: high_water.map(|v| v.to_string()),
+        last,
+        seen: seen.map(|v| v.to_string()),
+        layout: Some(layout),
+    }))
+}
+
 impl PgLease {
     /// The row's record, read strictly (columns 2 to 6: high_water,
     /// last_second, last_sequence, seen, layout).
     fn read(&self, row: &Row, layout: &Layout) -> Result<Record, LeaseError> {
         let high_water: Option<i64> = row.get(2);
-        let last: (Option<i64>, Option<i64>) = (row.get(3), row.get(4));
+        let last = (row.get(3), row.get(4));
         let seen: Option<i64> = row.get(5);
         let recorded: String = row.get(6);
         let invalid = |field, reason: &str| LeaseError::InvalidRecord {
@@ -389,35 +421,14 @@ impl PgLease {
             return Err(LeaseError::LayoutMismatch {
                 shard: self.shard,
                 prefix: self.config.prefix.clone(),
-                recorded,
+                recorded: recorded.clone(),
                 ours: self.layout.clone(),
             });
         }
-        if high_water.is_none() {
-            // Never used, unless other fields say otherwise.
-            if last != (None, None) || seen.is_some() {
-                return Err(invalid(
-                    "high_water",
-                    "is NULL while last_second, last_sequence or seen is set",
-                ));
-            }
+        let Some(raw) = raw_record(high_water, last, seen, recorded)
+            .map_err(|(field, reason)| invalid(field, reason))?
+        else {
             return Ok(Record::default());
-        }
-        let last = match last {
-            (Some(sec), Some(seq)) => Some(format!("{sec} {seq}")),
-            (None, None) => None,
-            _ => {
-                return Err(invalid(
-                    "last",
-                    "has only one of last_second and last_sequence",
-                ))
-            }
-        };
-        let raw = RawRecord {
-            high_water: high_water.map(|v| v.to_string()),
-            last,
-            seen: seen.map(|v| v.to_string()),
-            layout: Some(recorded),
         };
         let (record, problems) = read_record(&raw, layout);
         match problems.into_iter().next() {

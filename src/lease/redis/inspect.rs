@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::{client, connection, key, ENGINE};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::lease::record::{read_record, RawRecord};
+use crate::lease::record::RawRecord;
 use crate::lease::{LeaseConfig, LeaseError, ShardLease};
 
 /// Reads every shard's lease and record from Redis, for display.
@@ -56,15 +56,7 @@ pub(crate) fn inspect(config: &LeaseConfig, layout: &Layout) -> Result<Vec<Shard
                     seen,
                     layout: recorded,
                 };
-                let (record, problems) = read_record(&raw, layout);
-                row.high_water = record.high_water;
-                row.last = record.last;
-                row.seen = record.seen;
-                row.layout = raw.layout;
-                row.invalid = problems
-                    .into_iter()
-                    .map(|(field, reason)| format!("{field} {reason}"))
-                    .collect();
+                row.show_record(&raw, layout);
             }
             other => row
                 .invalid
