@@ -159,6 +159,11 @@ impl<C: Clock> Clock for Arc<C> {
     }
 }
 
+/// A duration in seconds, a started second counting as a whole one.
+pub(crate) fn whole_seconds(d: std::time::Duration) -> u64 {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -106,8 +106,8 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
 
 #[cfg(feature = "lease")]
 fn open_leased(req: &Request<'_>, config: &LeaseConfig) -> Result<(Durable, u32, ShardSource)> {
-    if req.shard.is_none() && std::env::var_os(shard::SHARD_ENV).is_some() {
-        log::warn!("{} is ignored: the shard is leased", shard::SHARD_ENV);
+    if req.shard.is_none() && std::env::var_os(crate::env::SHARD).is_some() {
+        log::warn!("{} is ignored: the shard is leased", crate::env::SHARD);
     }
     let dir = state::state_dir(req.state_dir)?;
     let id_space = host_lock::resolve_id_space(req.id_space)?;
@@ -194,7 +194,7 @@ impl Durable {
 
     /// Closes cleanly: writes `file`, which holds the exact last ID, and
     /// hands it to the lease's record with the lease. If the state
-    /// directory gave way ([`Error::Fenced`]) nothing goes to the lease's
+    /// directory gave way ([`Error::StateReplaced`]) nothing goes to the lease's
     /// store: the caller fences.
     ///
     /// # Errors
@@ -202,7 +202,7 @@ impl Durable {
     /// As [`Store::save`].
     pub(crate) fn close(&self, file: &StateFile) -> Result<()> {
         let saved = self.store.save(file);
-        if let Err(Error::Fenced { .. }) = saved {
+        if let Err(Error::StateReplaced { .. }) = saved {
             return saved;
         }
         #[cfg(feature = "lease")]

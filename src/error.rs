@@ -257,7 +257,7 @@ pub enum Error {
     /// The state directory or the shard's lock file was deleted or replaced
     /// while the generator held it. The generator stopped issuing for good
     /// and writes nothing more; every later call returns this error.
-    Fenced {
+    StateReplaced {
         /// The shard.
         shard: u32,
         /// What was found.
@@ -300,8 +300,9 @@ pub enum Error {
         shard: u32,
         /// Why.
         reason: String,
-        /// What would let the recovery go ahead.
-        remedy: Remedy,
+        /// What would let the recovery go ahead, if anything can: `None`
+        /// when resuming would leave no second of the layout.
+        remedy: Option<Remedy>,
     },
     /// The generator was opened by the parent of this process, which
     /// `fork()` created: the child shares the generator's position and
@@ -324,6 +325,26 @@ pub enum Error {
 }
 
 impl Error {
+    /// What lets the shard go on after [`Error::BadState`] or
+    /// [`Error::RecoveryRefused`], if anything can.
+    ///
+    /// ```
+    /// # fn handle(e: idutil::Error) {
+    /// use idutil::state::Remedy;
+    /// if e.remedy() == Some(Remedy::Recover) {
+    ///     eprintln!("run: idutil state recover");
+    /// }
+    /// # }
+    /// ```
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            Error::BadState { remedy, .. } => Some(*remedy),
+            Error::RecoveryRefused { remedy, .. } => *remedy,
+            Error::DefaultStateDir { source, .. } => source.remedy(),
+            _ => None,
+        }
+    }
+
     /// The file or directory involved, if any.
     pub fn path(&self) -> Option<&Path> {
         match self {
@@ -357,7 +378,7 @@ impl Error {
             | Error::RecoveryRefused { shard, .. }
             | Error::HostLocked { shard, .. }
             | Error::HostLockUnusable { shard, .. }
-            | Error::Fenced { shard, .. }
+            | Error::StateReplaced { shard, .. }
             | Error::EndMarginReached { shard, .. }
             | Error::Forked { shard } => Some(*shard),
             #[cfg(feature = "lease")]
@@ -382,7 +403,7 @@ impl Error {
                 path: path.clone(),
                 source: copy(source),
             },
-            Error::Fenced { shard, reason } => Error::Fenced {
+            Error::StateReplaced { shard, reason } => Error::StateReplaced {
                 shard: *shard,
                 reason: reason.clone(),
             },
@@ -563,10 +584,10 @@ impl fmt::Display for Error {
                  set {} to the absolute path of a directory this user can write (in a \
                  container, one on a persistent volume)",
                 path.display(),
-                crate::state::STATE_DIR_ENV,
-                crate::state::STATE_DIR_ENV
+                crate::env::STATE_DIR,
+                crate::env::STATE_DIR
             ),
-            Error::Fenced { shard, reason } => write!(
+            Error::StateReplaced { shard, reason } => write!(
                 f,
                 "shard {shard}: {reason} while the generator held it; the generator stopped \
                  issuing and writes nothing more. Find out who removed it, then open a new \

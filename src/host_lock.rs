@@ -28,9 +28,6 @@
 
 use crate::error::{Error, Result};
 
-/// Environment variable that names the ID space (default `default`).
-pub const ID_SPACE_ENV: &str = "IDUTIL_ID_SPACE";
-
 /// The ID space generators use when none is named.
 pub const DEFAULT_ID_SPACE: &str = "default";
 
@@ -69,19 +66,19 @@ pub fn resolve_id_space(explicit: Option<&str>) -> Result<String> {
         })?;
         return Ok(name.to_string());
     }
-    match std::env::var_os(ID_SPACE_ENV) {
+    match std::env::var_os(crate::env::ID_SPACE) {
         None => Ok(DEFAULT_ID_SPACE.to_string()),
         Some(value) => {
             let text = value.to_string_lossy().into_owned();
             match value.to_str().map(check_id_space) {
                 Some(Ok(())) => Ok(text),
                 Some(Err(reason)) => Err(Error::InvalidEnv {
-                    var: ID_SPACE_ENV,
+                    var: crate::env::ID_SPACE,
                     value: text,
                     reason,
                 }),
                 None => Err(Error::InvalidEnv {
-                    var: ID_SPACE_ENV,
+                    var: crate::env::ID_SPACE,
                     value: text,
                     reason: "not valid UTF-8",
                 }),

@@ -372,10 +372,6 @@ impl Default for Layout {
     }
 }
 
-/// Environment variable that chooses the layout without code, in the text
-/// form of [`Layout::fingerprint`] (see [`Layout`]'s `FromStr`).
-pub const LAYOUT_ENV: &str = "IDUTIL_LAYOUT";
-
 /// A layout's text that cannot be read ([`Layout`]'s `FromStr`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParseLayoutError {
@@ -479,14 +475,14 @@ impl Layout {
     /// cannot be read: a layout that was asked for is never silently
     /// replaced by the default.
     pub fn from_env() -> crate::Result<Option<Layout>> {
-        let Some(raw) = std::env::var_os(LAYOUT_ENV) else {
+        let Some(raw) = std::env::var_os(crate::env::LAYOUT) else {
             return Ok(None);
         };
         let text = raw.to_string_lossy().into_owned();
         text.parse()
             .map(Some)
             .map_err(|_| crate::Error::InvalidEnv {
-                var: LAYOUT_ENV,
+                var: crate::env::LAYOUT,
                 value: text.chars().take(100).collect(),
                 reason: "not a layout; give the five fields, e.g. \
                      \"seconds:32 clock:0 sequence:11 shard:10 epoch:946684800\" \

@@ -266,7 +266,7 @@
 //! headroom past the last ID issued. The headroom is measured from the
 //! IDs the generator really issued (at most twice what it issued in the
 //! last three quarters of a second, and never more than
-//! [`MAX_HEADROOM_SECONDS`]), never from how far ahead it already runs. A
+//! [`MAX_HEADROOM`]), never from how far ahead it already runs. A
 //! restarted generator starts with no rate at all, so crashes cannot
 //! compound: N crashes in a row cost at most N such skips. The reservation
 //! kept in Redis under a lease is the same one.
@@ -610,7 +610,7 @@
 //! opened, and the lock file's path the file it locked (same device and
 //! inode). If not, because someone deleted or replaced either, it fences
 //! itself: it issues no further ID, writes nothing more (not even at close),
-//! and every later call returns [`Error::Fenced`]. Writes go through the
+//! and every later call returns [`Error::StateReplaced`]. Writes go through the
 //! directory's descriptor, so a generator never writes into a directory
 //! someone recreated at the same path. IDs issued before the fence are
 //! within the reservation the old state file recorded, and a new generator
@@ -683,6 +683,7 @@
 
 mod clock;
 mod durable;
+pub mod env;
 mod error;
 mod external;
 mod fork;
@@ -697,7 +698,7 @@ pub mod lease;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod serde;
-mod shard;
+pub mod shard;
 pub mod state;
 mod sync;
 
@@ -705,16 +706,11 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, IdError, Result};
 pub use generator::{
     Builder, Generator, IdBatch, DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN,
-    DEFAULT_MAX_CLOCK_STEP, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM_SECONDS, MAX_WINDOW,
+    DEFAULT_MAX_CLOCK_STEP, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM, MAX_WINDOW,
 };
 pub use global::IdUtil;
-pub use host_lock::ID_SPACE_ENV;
 pub use id::Id;
-pub use layout::{
-    Layout, LayoutError, ParseLayoutError, Parts, EPOCH_2000, LAYOUT_ENV, MAX_TOTAL_BITS,
-};
-pub use shard::{resolve_shard, shard_from_hostname, HostnameProblem, ShardSource, SHARD_ENV};
-pub use state::STATE_DIR_ENV;
+pub use layout::{Layout, LayoutError, ParseLayoutError, Parts, EPOCH_2000, MAX_TOTAL_BITS};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

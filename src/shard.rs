@@ -8,11 +8,9 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
+use crate::env;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-
-/// Environment variable that sets the shard.
-pub const SHARD_ENV: &str = "IDUTIL_SHARD";
 
 /// Where a generator's shard came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +33,7 @@ impl fmt::Display for ShardSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ShardSource::Explicit => write!(f, "set explicitly"),
-            ShardSource::Env => write!(f, "from {SHARD_ENV}"),
+            ShardSource::Env => write!(f, "from {}", env::SHARD),
             ShardSource::Hostname(h) => {
                 write!(f, "from the number at the end of host name {h:?}")?;
                 let short = short_name(h);
@@ -137,7 +135,7 @@ pub fn resolve_shard(explicit: Option<u32>, layout: &Layout) -> Result<(u32, Sha
     if let Some(shard) = explicit {
         return in_range(shard.into(), layout, ShardSource::Explicit);
     }
-    if let Some(value) = std::env::var_os(SHARD_ENV) {
+    if let Some(value) = std::env::var_os(env::SHARD) {
         let shard = parse_env(value)?;
         return in_range(shard, layout, ShardSource::Env);
     }
@@ -148,9 +146,10 @@ pub fn resolve_shard(explicit: Option<u32>, layout: &Layout) -> Result<(u32, Sha
         None => {
             log::warn!(
                 "{}, so this generator uses shard 0; every such host uses shard 0 \
-                 and they will issue duplicate IDs. Set {SHARD_ENV} or use numbered \
+                 and they will issue duplicate IDs. Set {} or use numbered \
                  host names.",
-                unnumbered(&host)
+                unnumbered(&host),
+                env::SHARD
             );
             Ok((0, ShardSource::UnnumberedHostname(host)))
         }
@@ -160,7 +159,7 @@ pub fn resolve_shard(explicit: Option<u32>, layout: &Layout) -> Result<(u32, Sha
 fn parse_env(value: OsString) -> Result<u64> {
     let text = value.to_string_lossy().into_owned();
     let invalid = |reason| Error::InvalidEnv {
-        var: SHARD_ENV,
+        var: env::SHARD,
         value: text.clone(),
         reason,
     };
@@ -192,7 +191,8 @@ fn parse_env(value: OsString) -> Result<u64> {
 /// (`ip-10-0-3-17`), so that a fleet of such hosts would collide.
 ///
 /// ```
-/// use idutil::{shard_from_hostname, Layout};
+/// use idutil::shard::shard_from_hostname;
+/// use idutil::Layout;
 /// let l = Layout::DEFAULT;
 /// assert_eq!(shard_from_hostname("web-7", &l)?, Some(7));
 /// assert_eq!(shard_from_hostname("node-007.prod.example.com", &l)?, Some(7));
@@ -477,7 +477,7 @@ mod tests {
         assert_eq!(parse_env(" 12 ".into()).unwrap(), 12);
         for bad in ["", "x", "-1", "7a", "3.0", "99999999999999999999999"] {
             let err = parse_env(bad.into()).unwrap_err();
-            assert!(err.to_string().contains(SHARD_ENV), "{err}");
+            assert!(err.to_string().contains(env::SHARD), "{err}");
             assert!(!err.to_string().contains(&u64::MAX.to_string()), "{err}");
         }
     }

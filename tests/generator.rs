@@ -514,7 +514,7 @@ fn a_long_burst_reserves_by_its_rate_not_by_its_lead() {
     }
     let reserved = g.reserved_until();
     assert!(
-        reserved <= last.unix_seconds() + idutil::DEFAULT_WINDOW + 3,
+        reserved <= last.unix_seconds() + idutil::DEFAULT_WINDOW.as_secs() + 3,
         "reserved {} s past the last ID at a trickle, with a lead of {} s",
         reserved - last.unix_seconds(),
         g.lead()
@@ -580,7 +580,7 @@ fn no_window_setting_can_make_a_crash_skip_to_the_end_of_the_range() {
     g.next_id().unwrap();
     // What a crash now would skip to: the durable mark, capped.
     assert!(
-        g.reserved_until() <= T + idutil::MAX_WINDOW,
+        g.reserved_until() <= T + idutil::MAX_WINDOW.as_secs(),
         "reserved until {} with the clock at {T}",
         g.reserved_until()
     );

@@ -10,7 +10,8 @@ use idutil_harness as harness;
 
 use std::process::Command;
 
-use idutil::{IdUtil, ShardSource};
+use idutil::shard::ShardSource;
+use idutil::IdUtil;
 
 #[test]
 fn shard_source_tells_a_user_without_a_logger_why_the_shard_is_0() {

@@ -46,7 +46,7 @@ pub(crate) struct Common {
     /// Layout of the IDs, e.g. "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800" for
     /// 1,024 shards of 2,048 IDs a second (default: IDUTIL_LAYOUT, else seconds:32 clock:0
     /// sequence:16 shard:5 epoch:946684800)
-    #[arg(long, global = true, value_name = "LAYOUT", env = idutil::LAYOUT_ENV,
+    #[arg(long, global = true, value_name = "LAYOUT", env = idutil::env::LAYOUT,
           value_parser = parse_layout)]
     pub(crate) layout: Option<Layout>,
     /// State directory, an absolute path (default: IDUTIL_STATE_DIR, else the platform's state directory)
@@ -64,7 +64,7 @@ pub(crate) struct Common {
         long,
         global = true,
         value_name = "URL",
-        env = idutil::lease::LEASE_URL_ENV,
+        env = idutil::env::LEASE_URL,
         hide_env_values = true,
         value_parser = parse_lease_url
     )]
@@ -75,7 +75,7 @@ pub(crate) struct Common {
         long,
         global = true,
         value_name = "URL",
-        env = idutil::lease::REDIS_URL_ENV,
+        env = idutil::env::REDIS_URL,
         hide_env_values = true,
         value_parser = parse_lease_url,
         conflicts_with = "lease"
@@ -109,7 +109,7 @@ fn parse_lease_url(s: &str) -> Result<String, String> {
         return Err(format!(
             "the lease URL is empty or blank; give postgres://user@host/db or \
              redis://host:port/db, or unset {}",
-            idutil::lease::LEASE_URL_ENV
+            idutil::env::LEASE_URL
         ));
     }
     Ok(url.to_string())

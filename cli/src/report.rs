@@ -104,23 +104,14 @@ fn hint(e: &idutil::Error) -> Option<String> {
             Some("the command also takes --shard N".into())
         }
         Error::DefaultStateDir { .. } => Some("the command also takes --state-dir DIR".into()),
-        Error::BadState {
-            path,
-            shard,
-            remedy,
-            ..
+        Error::BadState { path, shard, .. } | Error::RecoveryRefused { path, shard, .. } => {
+            match e.remedy()? {
+                Remedy::Recover => Some(format!("run: {}", recover(path, *shard))),
+                Remedy::After => Some(format!("run: {} --after TIME", recover(path, *shard))),
+                Remedy::Force => Some("pass --force".into()),
+                _ => None,
+            }
         }
-        | Error::RecoveryRefused {
-            path,
-            shard,
-            remedy,
-            ..
-        } => match remedy {
-            Remedy::Recover => Some(format!("run: {}", recover(path, *shard))),
-            Remedy::After => Some(format!("run: {} --after TIME", recover(path, *shard))),
-            Remedy::Force => Some("pass --force".into()),
-            _ => None,
-        },
         _ => None,
     }
 }

@@ -13,7 +13,7 @@ use crate::times::rfc3339;
 use crate::BoxError;
 
 fn shard_and_dir(common: &Common) -> Result<(u32, PathBuf), BoxError> {
-    let (shard, _) = idutil::resolve_shard(common.shard, &common.layout())?;
+    let (shard, _) = idutil::shard::resolve_shard(common.shard, &common.layout())?;
     let dir = state::state_dir(common.state_dir.as_deref())?;
     Ok((shard, dir))
 }
@@ -143,8 +143,8 @@ fn show_leases(
             })
             .collect();
         let doc = json!({
-            "lease": config.url_redacted(), "prefix": config.key_prefix(),
-            "ttl_ms": config.lease_ttl().as_millis() as u64, "leases": rows,
+            "lease": config.url_redacted(), "prefix": config.get_prefix(),
+            "ttl_ms": config.get_ttl().as_millis() as u64, "leases": rows,
         });
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
@@ -155,7 +155,7 @@ fn show_leases(
         out,
         "lease:        {} (ID space {:?}), {held} of {} shards leased",
         config.url_redacted(),
-        config.key_prefix(),
+        config.get_prefix(),
         leases.len()
     )?;
     for l in &leases {
@@ -226,7 +226,7 @@ pub(crate) fn recover(
          clock id {}",
         rfc3339(r.resume_after),
         r.resume_after,
-        r.window,
+        r.window.as_secs(),
         r.clock_id
     )?;
     if let Some((first, last)) = r.skip {

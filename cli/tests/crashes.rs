@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use harness::{idutil, parts, unix_second, Ledger, Rng};
 
 /// The default reservation window, in seconds.
-const WINDOW: u64 = idutil::DEFAULT_WINDOW;
+const WINDOW: u64 = idutil::DEFAULT_WINDOW.as_secs();
 /// IDs in one second of one shard.
 const PER_SECOND: u64 = 65_536;
 
@@ -30,10 +30,10 @@ fn skip(last: u64, first: u64) -> u64 {
 /// second in progress, IDs issued but not yet printed (`unprinted`
 /// seconds' worth), and twice what the run issued in all (the reservation
 /// covers at most twice the recent issuing, and never more than
-/// `MAX_HEADROOM_SECONDS`; the run's whole output bounds that from above).
+/// `MAX_HEADROOM`; the run's whole output bounds that from above).
 fn crash_bound(run: &[u64], unprinted: u64) -> u64 {
     let span = unix_second(*run.last().unwrap()) - unix_second(run[0]);
-    let headroom = (2 * (span + 1 + unprinted)).min(idutil::MAX_HEADROOM_SECONDS);
+    let headroom = (2 * (span + 1 + unprinted)).min(idutil::MAX_HEADROOM.as_secs());
     WINDOW + 2 + unprinted + headroom
 }
 

@@ -105,7 +105,7 @@ fn recover_after_a_borrowed_ahead_crash_and_one_damaged_byte_reissues_nothing() 
 
         let ids = harness::next(shard, dir.path(), 100);
         assert!(
-            unix_second(ids[0]) > mark + DEFAULT_WINDOW,
+            unix_second(ids[0]) > mark + DEFAULT_WINDOW.as_secs(),
             "{field}: resumes after the whole reserved batch and the window"
         );
         ledger.record_after_all(&ids);
@@ -233,7 +233,7 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
         "found:        the state file is damaged".to_string(),
         format!("({mark}), the time vouched for"),
         "resume after: ".to_string(),
-        format!("({})", mark + DEFAULT_WINDOW),
+        format!("({})", mark + DEFAULT_WINDOW.as_secs()),
         "dry run: nothing was changed".to_string(),
     ] {
         assert!(r.stdout.contains(&want), "{want:?} not in:\n{}", r.stdout);
@@ -301,7 +301,7 @@ fn recover_refuses_times_past_the_layouts_end() {
     // The latest usable time still works; the shard then stands in the
     // end margin a generator keeps clear (the crate docs, *A clock far
     // ahead*), which the command says.
-    let latest = (last - 1 - DEFAULT_WINDOW).to_string();
+    let latest = (last - 1 - DEFAULT_WINDOW.as_secs()).to_string();
     recover(shard, dir.path(), &["--after", &latest], 0);
     assert_eq!(on_disk(dir.path(), shard).high_water[&0], last - 1);
     let r = run(idutil(shard, dir.path()).args(["next", "-n", "3"]))

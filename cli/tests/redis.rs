@@ -283,7 +283,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
         .open()
         .unwrap();
     assert_eq!(a.shard(), 9);
-    assert_eq!(*a.shard_source(), idutil::ShardSource::Lease);
+    assert_eq!(*a.shard_source(), idutil::shard::ShardSource::Lease);
     // Borrow a few seconds ahead of the clock.
     let ids_a: Vec<u64> = a.next_ids(200_000).unwrap().map(|i| i.as_u64()).collect();
     assert!(a.lead() >= 2);

@@ -277,15 +277,15 @@ fn a_fenced_generator_stops_for_good_and_writes_nothing_more() {
         .next_id()
         .expect_err("the write past the reservation fences");
     assert!(
-        matches!(&err, Error::Fenced { shard: 13, reason } if reason.contains("replaced")),
+        matches!(&err, Error::StateReplaced { shard: 13, reason } if reason.contains("replaced")),
         "{err:?}"
     );
     for _ in 0..3 {
-        assert!(matches!(g.next_id(), Err(Error::Fenced { .. })));
-        assert!(matches!(g.next_ids(10), Err(Error::Fenced { .. })));
+        assert!(matches!(g.next_id(), Err(Error::StateReplaced { .. })));
+        assert!(matches!(g.next_ids(10), Err(Error::StateReplaced { .. })));
     }
-    assert!(matches!(g.close(), Err(Error::Fenced { .. })));
-    assert!(matches!(g.next_id(), Err(Error::Fenced { .. })));
+    assert!(matches!(g.close(), Err(Error::StateReplaced { .. })));
+    assert!(matches!(g.next_id(), Err(Error::StateReplaced { .. })));
     assert_eq!(
         fs::read(&state).unwrap(),
         before,

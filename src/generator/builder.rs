@@ -13,7 +13,7 @@ use super::{
     Generator, DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN, DEFAULT_MAX_CLOCK_STEP,
     DEFAULT_WINDOW, FENCED, MAX_WINDOW,
 };
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{whole_seconds, Clock, SystemClock};
 use crate::durable::{self, Durable};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -61,11 +61,11 @@ impl Builder<SystemClock> {
             id_space: None,
             layout: None,
             time: SystemClock,
-            window: DEFAULT_WINDOW,
+            window: DEFAULT_WINDOW.as_secs(),
             max_lead: None,
             ephemeral: false,
-            end_margin: DEFAULT_END_MARGIN,
-            max_step: Some((DEFAULT_MAX_CLOCK_STEP, DEFAULT_CLOCK_STEP_CONFIRM)),
+            end_margin: DEFAULT_END_MARGIN.as_secs(),
+            max_step: Some((DEFAULT_MAX_CLOCK_STEP.as_secs(), DEFAULT_CLOCK_STEP_CONFIRM)),
             durable: durable::Settings::default(),
         }
     }
@@ -159,7 +159,7 @@ impl<C: Clock> Builder<C> {
     /// up to this far ahead, plus the headroom of a burst (see the crate
     /// docs, *What a crash costs*).
     pub fn window(mut self, window: Duration) -> Self {
-        self.window = whole_seconds(window).clamp(1, MAX_WINDOW);
+        self.window = whole_seconds(window).clamp(1, MAX_WINDOW.as_secs());
         self
     }
 
@@ -287,10 +287,6 @@ impl<C: Clock> Builder<C> {
 /// that a layout of a few minutes (in tests, say) keeps a usable range.
 fn effective_margin(layout: &Layout, margin: u64) -> u64 {
     margin.min(layout.max_seconds() / 2)
-}
-
-fn whole_seconds(d: Duration) -> u64 {
-    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 impl<C: Clock> Generator<C> {

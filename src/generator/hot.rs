@@ -148,7 +148,7 @@ pub(super) struct Cold {
     /// [`failure`](Cold::failure) once this moves, so every waiter of a
     /// failed write gets an answer, not just the first to wake.
     pub(super) failures: u64,
-    /// Why the generator fenced itself ([`Error::Fenced`]): it issues and
+    /// Why the generator fenced itself ([`Error::StateReplaced`]): it issues and
     /// writes nothing more.
     pub(super) fenced: Option<String>,
     pub(super) closing: bool,
@@ -451,11 +451,11 @@ impl<C: Clock> Inner<C> {
         self.publish_limit(cold, 0);
     }
 
-    /// Why a closed generator does not issue: [`Error::Fenced`] if it
+    /// Why a closed generator does not issue: [`Error::StateReplaced`] if it
     /// fenced itself, else [`Error::Closed`].
     pub(super) fn closed_error(&self, cold: &Cold) -> Error {
         match &cold.fenced {
-            Some(reason) => Error::Fenced {
+            Some(reason) => Error::StateReplaced {
                 shard: self.shard,
                 reason: reason.clone(),
             },

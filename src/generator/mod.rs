@@ -39,18 +39,18 @@ const CLOCK_OUT: u64 = 1 << 61;
 const FLAGS: u64 = CLOSED | FENCED | CLOCK_OUT;
 /// Largest batch; keeps `cursor + n` far from overflow.
 const MAX_BATCH: u64 = 1 << 40;
-/// Default reservation window, in seconds.
-pub const DEFAULT_WINDOW: u64 = 5;
-/// The largest reservation window, in seconds: what a crash may cost on
+/// Default reservation window.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
+/// The largest reservation window: what a crash may cost on
 /// top of the headroom. A larger window asked for is this one, so that no
 /// setting can make a crash skip to the end of the layout's range.
-pub const MAX_WINDOW: u64 = 3600;
-/// The default end margin, in seconds: a generator issues nothing in the
+pub const MAX_WINDOW: Duration = Duration::from_secs(3600);
+/// The default end margin: a generator issues nothing in the
 /// last day of its layout's range (see [`Builder::end_margin`]).
-pub const DEFAULT_END_MARGIN: u64 = 86_400;
+pub const DEFAULT_END_MARGIN: Duration = Duration::from_secs(86_400);
 /// The default largest forward step of the wall clock a running generator
-/// follows at once, in seconds (see [`Builder::max_clock_step`]).
-pub const DEFAULT_MAX_CLOCK_STEP: u64 = 86_400;
+/// follows at once (see [`Builder::max_clock_step`]).
+pub const DEFAULT_MAX_CLOCK_STEP: Duration = Duration::from_secs(86_400);
 /// The default time a larger forward step must hold before a running
 /// generator follows it (see [`Builder::clock_step_confirm`]).
 pub const DEFAULT_CLOCK_STEP_CONFIRM: Duration = Duration::from_secs(300);
@@ -64,10 +64,10 @@ const LEAD_POLL: Duration = Duration::from_millis(5);
 /// `# Design`).
 pub const HEADROOM: Duration = Duration::from_millis(250);
 /// The most headroom a reservation adds to the window, in seconds of
-/// counter, whatever the rate: what a crash can cost at most on top of the
+/// counter (an hour), whatever the rate: what a crash can cost at most on top of the
 /// window. Only absurd rates reach it (an hour of borrowed seconds in a
 /// quarter second); they then write the state a little more often.
-pub const MAX_HEADROOM_SECONDS: u64 = 3600;
+pub const MAX_HEADROOM: Duration = Duration::from_secs(3600);
 /// The shortest time over which a rate is extrapolated, so that a single
 /// large batch is not read as an enormous rate.
 const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
@@ -271,7 +271,7 @@ impl<C: Clock> Generator<C> {
     ///
     /// [`Error::Io`] if the final state cannot be written. The state file
     /// then still holds the reservation, so nothing is re-issued; the next
-    /// generator just starts a little further ahead. [`Error::Fenced`] if
+    /// generator just starts a little further ahead. [`Error::StateReplaced`] if
     /// the generator fenced itself (then nothing is written).
     pub fn close(&self) -> Result<()> {
         if self.inner.forked() {

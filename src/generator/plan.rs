@@ -387,7 +387,7 @@ mod tests {
                     prev.check().expect("a valid previous file");
                 }
                 for now in nows {
-                    for window in [1, DEFAULT_WINDOW, 1 << 20] {
+                    for window in [1, DEFAULT_WINDOW.as_secs(), 1 << 20] {
                         let p = plan(prev.clone(), &layout, 1, now).unwrap();
                         let written = opened(&p, &layout, window);
                         written.check().unwrap_or_else(|e| {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::hot::{Cold, Inner};
 use super::plan::cover_seen;
-use super::{CLOSED, FLAGS, HEADROOM, MAX_HEADROOM_SECONDS, MIN_RATE_SPAN};
+use super::{CLOSED, FLAGS, HEADROOM, MAX_HEADROOM, MIN_RATE_SPAN};
 use crate::clock::Clock;
 use crate::durable::Durable;
 use crate::error::{Error, Result};
@@ -68,7 +68,7 @@ impl<C: Clock> Inner<C> {
         };
         units
             .div_ceil(u64::from(self.hot.layout.max_sequence()) + 1)
-            .min(MAX_HEADROOM_SECONDS)
+            .min(MAX_HEADROOM.as_secs())
     }
 
     /// Recomputes the hot path's limit from the cold state, letting
@@ -142,7 +142,7 @@ impl<C: Clock> Inner<C> {
                         cold.reserved.saturating_sub(self.window / 2)
                     };
                 }
-                Err(e @ Error::Fenced { .. }) => {
+                Err(e @ Error::StateReplaced { .. }) => {
                     drop(cold);
                     let e = self.stop_fenced(e);
                     self.outwait_reservation();
@@ -176,7 +176,7 @@ impl<C: Clock> Inner<C> {
         cover_seen(&mut file);
         drop(cold);
         let saved = durable.close(&file);
-        if let Err(e @ Error::Fenced { .. }) = saved {
+        if let Err(e @ Error::StateReplaced { .. }) = saved {
             let e = self.stop_fenced(e);
             self.outwait_reservation();
             return Err(e);
@@ -192,7 +192,7 @@ impl<C: Clock> Inner<C> {
         log::warn!("{e}");
         self.cursor.0.fetch_or(CLOSED, Relaxed);
         let mut cold = self.lock();
-        if let Error::Fenced { reason, .. } = &e {
+        if let Error::StateReplaced { reason, .. } = &e {
             cold.fenced = Some(reason.clone());
         }
         cold.closing = true;

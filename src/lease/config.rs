@@ -9,11 +9,6 @@ use super::LeaseError;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 
-/// Environment variable that names the store to lease the shard from
-/// (`postgres://...`, `redis://...`).
-pub const LEASE_URL_ENV: &str = "IDUTIL_LEASE_URL";
-/// Older name of [`LEASE_URL_ENV`], still read when that one is not set.
-pub const REDIS_URL_ENV: &str = "IDUTIL_REDIS_URL";
 /// Default name of the fleet's ID space in the store: the Redis key prefix,
 /// the `space` column in PostgreSQL.
 pub const DEFAULT_PREFIX: &str = "idutil";
@@ -56,7 +51,11 @@ const SCHEMES: &[(&str, &str)] = &[
 ///     .prefix("orders")
 ///     .ttl(Duration::from_secs(15));
 /// assert_eq!(config.renew_every(), Duration::from_secs(5));
+/// assert_eq!(config.get_prefix(), "orders");
 /// ```
+///
+/// Each setting's getter is its setter's name with `get_` in front, as on
+/// [`std::process::Command`].
 #[derive(Clone)]
 pub struct LeaseConfig {
     pub(crate) url: String,
@@ -109,10 +108,10 @@ impl LeaseConfig {
     /// UTF-8: a lease that was meant to be on is never silently turned off
     /// (the shard would then come from `IDUTIL_SHARD` or the host name).
     pub fn from_env() -> Result<Option<Self>> {
-        let (var, raw) = match std::env::var_os(LEASE_URL_ENV) {
-            Some(raw) => (LEASE_URL_ENV, raw),
-            None => match std::env::var_os(REDIS_URL_ENV) {
-                Some(raw) => (REDIS_URL_ENV, raw),
+        let (var, raw) = match std::env::var_os(crate::env::LEASE_URL) {
+            Some(raw) => (crate::env::LEASE_URL, raw),
+            None => match std::env::var_os(crate::env::REDIS_URL) {
+                Some(raw) => (crate::env::REDIS_URL, raw),
                 None => return Ok(None),
             },
         };
@@ -177,7 +176,7 @@ impl LeaseConfig {
     }
 
     /// The limit set by [`max_skew`](LeaseConfig::max_skew).
-    pub fn skew_limit(&self) -> Duration {
+    pub fn get_max_skew(&self) -> Duration {
         self.max_skew
     }
 
@@ -186,15 +185,25 @@ impl LeaseConfig {
         redact(&self.url)
     }
 
-    /// The ID space's name: the key prefix (Redis), the `space` column
-    /// (PostgreSQL).
-    pub fn key_prefix(&self) -> &str {
+    /// The ID space's name set by [`prefix`](LeaseConfig::prefix): the key
+    /// prefix (Redis), the `space` column (PostgreSQL).
+    pub fn get_prefix(&self) -> &str {
         &self.prefix
     }
 
-    /// The TTL.
-    pub fn lease_ttl(&self) -> Duration {
+    /// The TTL set by [`ttl`](LeaseConfig::ttl).
+    pub fn get_ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// The shards set by [`shards`](LeaseConfig::shards), if any.
+    pub fn get_shards(&self) -> Option<RangeInclusive<u32>> {
+        self.shards.clone()
+    }
+
+    /// The schema set by [`schema`](LeaseConfig::schema), if any.
+    pub fn get_schema(&self) -> Option<&str> {
+        self.schema.as_deref()
     }
 
     /// How often the lease is renewed: a third of the TTL.

@@ -82,9 +82,6 @@ pub use recover::{plan_recovery, recover, OldState, RecoverOptions, Recovery, Re
 pub(crate) use scratch::scratch_dir;
 pub(crate) use store::Store;
 
-/// Environment variable that sets the state directory.
-pub const STATE_DIR_ENV: &str = "IDUTIL_STATE_DIR";
-
 /// The version of the state file format this crate reads and writes.
 pub const STATE_VERSION: u32 = 3;
 

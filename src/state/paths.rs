@@ -28,10 +28,10 @@ pub fn state_dir(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(dir) = explicit {
         return absolute(dir.to_path_buf());
     }
-    if let Some(dir) = std::env::var_os(STATE_DIR_ENV) {
+    if let Some(dir) = std::env::var_os(crate::env::STATE_DIR) {
         if dir.is_empty() {
             return Err(Error::InvalidEnv {
-                var: STATE_DIR_ENV,
+                var: crate::env::STATE_DIR,
                 value: String::new(),
                 reason: "empty; unset it or name a directory",
             });
@@ -193,7 +193,7 @@ pub(super) fn open_dir(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
 /// nothing named another: then a failure there is news to the user, who
 /// may never have chosen a state directory (`HOME=/` in a container).
 fn is_default_dir(dir: &Path) -> bool {
-    std::env::var_os(STATE_DIR_ENV).is_none()
+    std::env::var_os(crate::env::STATE_DIR).is_none()
         && state_dir(None).is_ok_and(|default| cleaned(dir).is_ok_and(|d| d == default))
 }
 

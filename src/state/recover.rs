@@ -5,8 +5,9 @@ use super::*;
 use super::{format::*, inspect::*, paths::*, store::*};
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use crate::clock::wall_now;
+use crate::clock::{wall_now, whole_seconds};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 
@@ -60,8 +61,6 @@ pub enum Remedy {
     Force,
     /// Working the recovery out again: the state file changed meanwhile.
     Retry,
-    /// Nothing: resuming would leave no second of the layout.
-    None,
 }
 
 /// Settings for [`plan_recovery`] and [`recover`].
@@ -78,7 +77,7 @@ pub struct RecoverOptions {
     after: Option<u64>,
     unused: Option<(u64, u64)>,
     force: bool,
-    window: u64,
+    window: Duration,
 }
 
 impl Default for RecoverOptions {
@@ -128,10 +127,11 @@ impl RecoverOptions {
         self
     }
 
-    /// The reservation window added past the latest known second, in
-    /// seconds (default: the generator's default window).
-    pub fn window(mut self, seconds: u64) -> Self {
-        self.window = seconds;
+    /// The reservation window added past the latest known second, rounded
+    /// up to whole seconds (default [`DEFAULT_WINDOW`](crate::DEFAULT_WINDOW),
+    /// the generator's).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
         self
     }
 }
@@ -152,8 +152,8 @@ pub struct Recovery {
     /// Where [`latest`](Recovery::latest) comes from, e.g. `"the high-water
     /// mark"` or `"the wall clock"`.
     pub latest_from: &'static str,
-    /// The reservation window added to it, in seconds.
-    pub window: u64,
+    /// The reservation window added to it (whole seconds).
+    pub window: Duration,
     /// The second after which the shard resumes issuing (Unix seconds):
     /// `latest + window`. Every clock value's high-water mark is set to it.
     pub resume_after: u64,
@@ -194,7 +194,7 @@ impl Recovery {
                 reason: "the state file changed since the recovery was worked out; \
                          run the recovery again"
                     .into(),
-                remedy: Remedy::Retry,
+                remedy: Some(Remedy::Retry),
             });
         }
         if let Some(bytes) = &self.old {
@@ -286,7 +286,7 @@ pub(super) fn plan_recovery_from(
     now: u64,
 ) -> Result<Recovery> {
     let path = state_path(dir, shard);
-    let refuse = |reason: String, remedy: Remedy| Error::RecoveryRefused {
+    let refuse = |reason: String, remedy: Option<Remedy>| Error::RecoveryRefused {
         path: path.clone(),
         shard,
         reason,
@@ -301,7 +301,7 @@ pub(super) fn plan_recovery_from(
                 "the time vouched for is past the layout's last second ({last_second} s after \
                  the Unix epoch): no ID can be issued after it"
             ),
-            Remedy::None,
+            None,
         ));
     }
     let mut evidence: Vec<(&'static str, u64)> = vec![("the wall clock", now)];
@@ -323,7 +323,7 @@ pub(super) fn plan_recovery_from(
                         "there is no state file, so nothing says how far the shard has \
                          issued; {vouch}"
                     ),
-                    Remedy::After,
+                    Some(Remedy::After),
                 ));
             }
             OldState::Missing
@@ -367,7 +367,7 @@ pub(super) fn plan_recovery_from(
                             "the state file is healthy: a generator resumes after everything it \
                              records by itself; to replace it anyway, force the recovery"
                                 .into(),
-                            Remedy::Force,
+                            Some(Remedy::Force),
                         ));
                     }
                 }
@@ -386,7 +386,7 @@ pub(super) fn plan_recovery_from(
                                     "the state file is damaged ({reason}) and its high-water \
                                      mark cannot be read with certainty ({why}); {vouch}"
                                 ),
-                                Remedy::After,
+                                Some(Remedy::After),
                             ))
                         }
                         Err(_) => {}
@@ -408,7 +408,7 @@ pub(super) fn plan_recovery_from(
                     "the interval vouched unused must start before it ends and end within \
                      the layout's range (its last second is {last_second})"
                 ),
-                Remedy::None,
+                None,
             ));
         }
         if let Some((what, second)) = evidence
@@ -421,7 +421,7 @@ pub(super) fn plan_recovery_from(
                     "{what} ({second}) lies in the interval vouched unused ({from} to {to}): \
                      IDs may have been issued there"
                 ),
-                Remedy::None,
+                None,
             ));
         }
         if let Some(&(_, far)) = evidence
@@ -442,16 +442,16 @@ pub(super) fn plan_recovery_from(
         .reduce(|best, e| if e.1 > best.1 { e } else { best })
         .unwrap_or(("the wall clock", now));
     let resume_after = latest
-        .checked_add(options.window)
+        .checked_add(whole_seconds(options.window))
         .filter(|&r| r < last_second && skip.is_none_or(|(first, _)| r < first))
         .ok_or_else(|| {
             refuse(
                 format!(
                     "resuming after {latest} ({latest_from}) plus the {} s window would leave \
                      no second of the layout, whose last is {last_second} s after the Unix epoch",
-                    options.window
+                    whole_seconds(options.window)
                 ),
-                Remedy::None,
+                None,
             )
         })?;
     // Every clock value resumes after the same second, so any clock id is
@@ -474,9 +474,7 @@ pub(super) fn plan_recovery_from(
         last: None,
         skip,
     };
-    new_state
-        .check()
-        .map_err(|reason| refuse(reason, Remedy::None))?;
+    new_state.check().map_err(|reason| refuse(reason, None))?;
     let kept_as = old
         .is_some()
         .then(|| dir.join(format!("shard-{shard}.state.bad")));
@@ -486,7 +484,7 @@ pub(super) fn plan_recovery_from(
         found,
         latest,
         latest_from,
-        window: options.window,
+        window: Duration::from_secs(whole_seconds(options.window)),
         resume_after,
         clock_id,
         skip,

@@ -186,7 +186,7 @@ impl Store {
     ///
     /// First checks that the state directory and the lock file are still
     /// the ones this store opened: if either was deleted or replaced,
-    /// writes nothing and returns [`Error::Fenced`]. Records in the lock
+    /// writes nothing and returns [`Error::StateReplaced`]. Records in the lock
     /// file that the shard has a state file, after the first write.
     pub(crate) fn save(&self, state: &StateFile) -> Result<()> {
         self.check_ground()?;
@@ -245,10 +245,10 @@ impl Store {
         }
     }
 
-    /// `Err(Error::Fenced)` unless the directory and lock file paths still
+    /// `Err(Error::StateReplaced)` unless the directory and lock file paths still
     /// name the directory and file this store holds open.
     pub(super) fn check_ground(&self) -> Result<()> {
-        let fenced = |reason: String| Error::Fenced {
+        let fenced = |reason: String| Error::StateReplaced {
             shard: self.shard,
             reason,
         };

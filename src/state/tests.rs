@@ -3,6 +3,7 @@
 use super::{format::*, inspect::*, paths::*, recover::*, store::*};
 use std::fs;
 use std::path::Path;
+use std::time::Duration;
 
 use crate::error::Error;
 use crate::generator::DEFAULT_WINDOW;
@@ -253,7 +254,10 @@ fn plan_for(old: Option<&str>, options: &RecoverOptions) -> std::result::Result<
         NOW,
     )
     .map_err(|e| match &e {
-        Error::RecoveryRefused { remedy, .. } => format!("{e} (remedy {remedy:?})"),
+        Error::RecoveryRefused { remedy, .. } => match remedy {
+            Some(remedy) => format!("{e} (remedy {remedy:?})"),
+            None => format!("{e} (remedy None)"),
+        },
         _ => e.to_string(),
     })
 }
@@ -374,7 +378,10 @@ fn recovery_refuses_without_a_certain_mark_unless_a_time_is_vouched_for() {
         // Vouching for a time is enough, and the recovery resumes after it.
         let vouched = NOW + 10_000;
         let r = plan_for(old.as_deref(), &RecoverOptions::new().after(vouched)).unwrap();
-        assert!(r.resume_after >= vouched + DEFAULT_WINDOW, "{want}");
+        assert!(
+            r.resume_after >= vouched + DEFAULT_WINDOW.as_secs(),
+            "{want}"
+        );
         assert_eq!(r.kept_as.is_some(), old.is_some(), "{want}");
     }
 }
@@ -388,7 +395,7 @@ fn recovery_resumes_after_every_legible_second_plus_the_window() {
     let r = plan_for(Some(&damaged), &RecoverOptions::new()).unwrap();
     assert!(matches!(r.found, OldState::Damaged { .. }), "{:?}", r.found);
     assert_eq!((r.latest, r.latest_from), (mark, "the high-water mark"));
-    assert_eq!(r.resume_after, mark + DEFAULT_WINDOW);
+    assert_eq!(r.resume_after, mark + DEFAULT_WINDOW.as_secs());
     assert_eq!(r.clock_id, 4, "bumped from 3");
     assert_eq!(r.new_state().high_water[&0], r.resume_after);
 
@@ -434,7 +441,11 @@ fn recovery_resumes_after_every_legible_second_plus_the_window() {
     let old_mark = good.replace(&format!("0:{mark}"), &format!("0:{}", NOW - 500));
     let old_mark = old_mark.replace(&format!("= {NOW}\n"), &format!("= {}\n", NOW - 600));
     let old_mark = old_mark.replace("version = 1", "version = 1\n\0");
-    let r = plan_for(Some(&old_mark), &RecoverOptions::new().window(60)).unwrap();
+    let r = plan_for(
+        Some(&old_mark),
+        &RecoverOptions::new().window(Duration::from_secs(60)),
+    )
+    .unwrap();
     assert_eq!((r.latest, r.latest_from), (NOW, "the wall clock"));
     assert_eq!(r.resume_after, NOW + 60);
 }
@@ -449,7 +460,7 @@ fn recovery_refuses_a_healthy_file_unless_forced() {
     );
     let r = plan_for(Some(&healthy), &RecoverOptions::new().force(true)).unwrap();
     assert_eq!(r.found, OldState::Healthy);
-    assert_eq!(r.resume_after, NOW + 3_000 + DEFAULT_WINDOW);
+    assert_eq!(r.resume_after, NOW + 3_000 + DEFAULT_WINDOW.as_secs());
 
     // A sound file for another layout needs no forcing; its marks count.
     let other = StateFile {
@@ -470,12 +481,16 @@ fn recovery_never_creates_a_dead_shard() {
     assert!(err.contains("past the layout's last second"), "{err}");
     let err = plan_for(None, &RecoverOptions::new().after(LAST - 2)).unwrap_err();
     assert!(err.contains("no second of the layout"), "{err}");
-    let err = plan_for(None, &RecoverOptions::new().after(NOW).window(u64::MAX)).unwrap_err();
+    let err = plan_for(
+        None,
+        &RecoverOptions::new().after(NOW).window(Duration::MAX),
+    )
+    .unwrap_err();
     assert!(err.contains("no second of the layout"), "{err}");
     // The last usable resumption leaves exactly one second.
     let r = plan_for(
         None,
-        &RecoverOptions::new().after(LAST - 1 - DEFAULT_WINDOW),
+        &RecoverOptions::new().after(LAST - 1 - DEFAULT_WINDOW.as_secs()),
     )
     .unwrap();
     assert_eq!(r.resume_after, LAST - 1);

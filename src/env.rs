@@ -1,0 +1,40 @@
+//! The environment variables the crate reads, by name: everything a
+//! deployment can set without code.
+//!
+//! Each is read where the setting it stands for is decided; an explicit
+//! setting in code ([`Builder`](crate::Builder), the command's flags)
+//! always wins over the environment.
+//!
+//! ```
+//! assert_eq!(idutil::env::STATE_DIR, "IDUTIL_STATE_DIR");
+//! ```
+
+/// The state directory ([`state_dir`](crate::state::state_dir)); an
+/// absolute path.
+pub const STATE_DIR: &str = "IDUTIL_STATE_DIR";
+
+/// The shard, when no shard is set in code
+/// ([`resolve_shard`](crate::shard::resolve_shard)); it overrides the host
+/// name.
+pub const SHARD: &str = "IDUTIL_SHARD";
+
+/// The ID space ([`host_lock::resolve_id_space`](crate::host_lock::resolve_id_space);
+/// default `default`): generators in different ID spaces on one host do not
+/// exclude each other.
+pub const ID_SPACE: &str = "IDUTIL_ID_SPACE";
+
+/// The layout, in the text form of
+/// [`Layout::fingerprint`](crate::Layout::fingerprint) (see
+/// [`Layout`](crate::Layout)'s `FromStr`).
+pub const LAYOUT: &str = "IDUTIL_LAYOUT";
+
+/// The store to lease the shard from (`postgres://...`, `redis://...`),
+/// read by [`LeaseConfig::from_env`](crate::lease::LeaseConfig::from_env).
+#[cfg(feature = "lease")]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres-lease", feature = "redis"))))]
+pub const LEASE_URL: &str = "IDUTIL_LEASE_URL";
+
+/// Older name of [`LEASE_URL`], still read when that one is not set.
+#[cfg(feature = "lease")]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres-lease", feature = "redis"))))]
+pub const REDIS_URL: &str = "IDUTIL_REDIS_URL";
