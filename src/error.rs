@@ -33,6 +33,7 @@ use crate::state::Remedy;
 pub enum IdError {
     /// Text or a number that is not a valid ID (negative, above
     /// 2<sup>53</sup> − 1, not a decimal integer, or not fitting the layout).
+    #[non_exhaustive]
     Invalid {
         /// The input, as given, or its first [`IdError::MAX_INPUT`]
         /// characters followed by `...` and its length in bytes if it is
@@ -44,6 +45,7 @@ pub enum IdError {
     },
     /// A part given to [`Layout::encode`](crate::Layout::encode) does not fit
     /// its field.
+    #[non_exhaustive]
     PartOutOfRange {
         /// `"seconds"`, `"clock"`, `"sequence"` or `"shard"`.
         part: &'static str,
@@ -101,6 +103,7 @@ pub enum Error {
     Id(IdError),
     /// A batch larger than [`Generator::next_ids`](crate::Generator::next_ids)
     /// takes in one step.
+    #[non_exhaustive]
     BatchTooLarge {
         /// The size asked for.
         n: u64,
@@ -108,6 +111,7 @@ pub enum Error {
         max: u64,
     },
     /// The shard is larger than the layout's shard field holds.
+    #[non_exhaustive]
     ShardOutOfRange {
         /// The shard asked for.
         shard: u64,
@@ -118,6 +122,7 @@ pub enum Error {
     },
     /// An environment variable (`IDUTIL_SHARD`, `IDUTIL_STATE_DIR`, ...) holds
     /// a value that cannot be used.
+    #[non_exhaustive]
     InvalidEnv {
         /// The variable's name.
         var: &'static str,
@@ -132,6 +137,7 @@ pub enum Error {
     /// layout's shard range, or its ending looks random (a container id, a
     /// Kubernetes Deployment pod) so that hosts named like it would
     /// collide. The crate docs' "The shard" section has the rule.
+    #[non_exhaustive]
     UnusableHostname {
         /// The host name, as read.
         host: String,
@@ -141,6 +147,7 @@ pub enum Error {
     /// No state directory was given and no platform default could be found.
     NoStateDir,
     /// The generator reached the last second its layout can represent.
+    #[non_exhaustive]
     EndOfRange {
         /// The last representable second, in seconds since the Unix epoch.
         last_unix_second: u64,
@@ -150,6 +157,7 @@ pub enum Error {
     /// seconds, kept clear so that a clock far ahead for a moment cannot
     /// use the shard up. The crate docs, *A clock far ahead*, say what to
     /// do.
+    #[non_exhaustive]
     EndMarginReached {
         /// The shard.
         shard: u32,
@@ -165,6 +173,7 @@ pub enum Error {
     /// [`Builder::end_margin`](crate::Builder::end_margin)). Nothing is
     /// issued or recorded on such a reading; generators work again once
     /// the clock is sane.
+    #[non_exhaustive]
     ClockOutOfRange {
         /// The clock's reading, in seconds since the Unix epoch.
         unix_second: u64,
@@ -176,6 +185,7 @@ pub enum Error {
     },
     /// Issuing would take the generator further ahead of the wall clock than
     /// its `max_lead` allows (only from the non-waiting calls).
+    #[non_exhaustive]
     LeadCapReached {
         /// The lead the ID would have had, in seconds.
         lead: u64,
@@ -183,6 +193,7 @@ pub enum Error {
         max_lead: u64,
     },
     /// Another generator (in this process or another) holds the shard.
+    #[non_exhaustive]
     Locked {
         /// The shard.
         shard: u32,
@@ -195,6 +206,7 @@ pub enum Error {
     /// whatever its state directory (Linux; see the crate docs,
     /// *Security*): another generator, or, when it runs as another user,
     /// possibly a process that took the name to block the shard.
+    #[non_exhaustive]
     HostLocked {
         /// The shard.
         shard: u32,
@@ -211,6 +223,7 @@ pub enum Error {
     /// this user may not open, a symbolic link, or not a regular file.
     /// idutil never makes such a file; someone else did, perhaps to block
     /// the shard. See the crate docs, *Security*.
+    #[non_exhaustive]
     HostLockUnusable {
         /// The shard.
         shard: u32,
@@ -223,6 +236,7 @@ pub enum Error {
     },
     /// An ID space name that is not 1 to 64 characters of
     /// `A-Z a-z 0-9 . _ -`.
+    #[non_exhaustive]
     InvalidIdSpace {
         /// The name, as given.
         name: String,
@@ -231,6 +245,7 @@ pub enum Error {
     },
     /// A relative state directory: it would name a different directory in
     /// each working directory.
+    #[non_exhaustive]
     RelativeStateDir {
         /// The directory, as given.
         path: PathBuf,
@@ -238,6 +253,7 @@ pub enum Error {
     /// A state directory or file that cannot be trusted: a symbolic link,
     /// not a regular file, too large, owned by another user, or writable by
     /// group or others. The message says how to fix it.
+    #[non_exhaustive]
     Untrusted {
         /// The directory or file.
         path: PathBuf,
@@ -248,6 +264,7 @@ pub enum Error {
     /// `~/.local/state/idutil`, used because `IDUTIL_STATE_DIR` is not set)
     /// cannot be created or used: `source` says why. The message says to
     /// set `IDUTIL_STATE_DIR`.
+    #[non_exhaustive]
     DefaultStateDir {
         /// The default state directory.
         path: PathBuf,
@@ -257,6 +274,7 @@ pub enum Error {
     /// The state directory or the shard's lock file was deleted or replaced
     /// while the generator held it. The generator stopped issuing for good
     /// and writes nothing more; every later call returns this error.
+    #[non_exhaustive]
     StateReplaced {
         /// The shard.
         shard: u32,
@@ -264,6 +282,7 @@ pub enum Error {
         reason: String,
     },
     /// The state directory or file could not be created, read or written.
+    #[non_exhaustive]
     Io {
         /// What was being done, e.g. `"create the state directory"`.
         action: &'static str,
@@ -275,6 +294,7 @@ pub enum Error {
     /// The state file exists but cannot be trusted: unreadable, truncated,
     /// corrupt, from an unknown version, or written for another layout or
     /// shard. It is never reset silently.
+    #[non_exhaustive]
     BadState {
         /// The state file.
         path: PathBuf,
@@ -293,6 +313,7 @@ pub enum Error {
     /// certainty, and no time vouched for), the state file is healthy and
     /// the recovery was not forced, or resuming would leave no second of the
     /// layout.
+    #[non_exhaustive]
     RecoveryRefused {
         /// The state file.
         path: PathBuf,
@@ -309,6 +330,7 @@ pub enum Error {
     /// state file with its parent, so it issues nothing from it. Open a
     /// generator on another shard in the child (for
     /// [`IdUtil`](crate::IdUtil), [`IdUtil::init_with`](crate::IdUtil::init_with)).
+    #[non_exhaustive]
     Forked {
         /// The parent's shard.
         shard: u32,
@@ -325,6 +347,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// [`Error::BadState`] for the state file at `path`.
+    pub(crate) fn bad_state(path: &Path, shard: u32, reason: String, remedy: Remedy) -> Error {
+        Error::BadState {
+            path: path.to_path_buf(),
+            shard,
+            reason,
+            remedy,
+        }
+    }
+
     /// What lets the shard go on after [`Error::BadState`] or
     /// [`Error::RecoveryRefused`], if anything can.
     ///

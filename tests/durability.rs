@@ -369,7 +369,9 @@ fn a_second_generator_for_a_shard_in_one_process_is_refused() {
         .open()
         .expect_err("the shard is taken in the directory");
     match &err {
-        Error::Locked { shard, dir: d, pid } => {
+        Error::Locked {
+            shard, dir: d, pid, ..
+        } => {
             assert_eq!(*shard, 5);
             assert_eq!(d, dir.path());
             assert_eq!(*pid, Some(std::process::id()));

@@ -200,7 +200,9 @@ fn stops_cleanly_at_the_end_of_the_range() {
     );
     for _ in 0..3 {
         match g.next_id() {
-            Err(Error::EndOfRange { last_unix_second }) => {
+            Err(Error::EndOfRange {
+                last_unix_second, ..
+            }) => {
                 assert_eq!(last_unix_second, last_second)
             }
             other => panic!("expected EndOfRange, got {other:?}"),
@@ -244,7 +246,7 @@ fn the_lead_cap_stops_borrowing() {
     assert_eq!(ids.last().unwrap().unix_seconds(), T + 2);
     assert_eq!(g.lead(), 2);
     match g.next_id_nowait() {
-        Err(Error::LeadCapReached { lead, max_lead }) => assert_eq!((lead, max_lead), (3, 2)),
+        Err(Error::LeadCapReached { lead, max_lead, .. }) => assert_eq!((lead, max_lead), (3, 2)),
         other => panic!("expected LeadCapReached, got {other:?}"),
     }
     // Refusals consume nothing: the cap is still exactly one second away.
@@ -293,7 +295,7 @@ fn a_batch_the_lead_cap_can_never_let_through_is_refused_not_waited_for() {
         .recv_timeout(Duration::from_secs(10))
         .expect("next_ids waited for good");
     assert!(
-        matches!(got, Err(Error::BatchTooLarge { n, max }) if n == 2 * PER_SECOND + 1 && max == 2 * PER_SECOND),
+        matches!(got, Err(Error::BatchTooLarge { n, max, .. }) if n == 2 * PER_SECOND + 1 && max == 2 * PER_SECOND),
         "{got:?}"
     );
     assert!(matches!(

@@ -277,7 +277,7 @@ fn a_fenced_generator_stops_for_good_and_writes_nothing_more() {
         .next_id()
         .expect_err("the write past the reservation fences");
     assert!(
-        matches!(&err, Error::StateReplaced { shard: 13, reason } if reason.contains("replaced")),
+        matches!(&err, Error::StateReplaced { shard: 13, reason, .. } if reason.contains("replaced")),
         "{err:?}"
     );
     for _ in 0..3 {

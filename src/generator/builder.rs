@@ -322,12 +322,8 @@ impl<C: Clock> Generator<C> {
             mut file,
             mut start,
             rollback,
-        } = plan(prev, &layout, shard, now_unix).map_err(|reason| Error::BadState {
-            path: durable.path().to_path_buf(),
-            shard,
-            reason,
-            remedy: Remedy::Recover,
-        })?;
+        } = plan(prev, &layout, shard, now_unix)
+            .map_err(|reason| Error::bad_state(durable.path(), shard, reason, Remedy::Recover))?;
         if let Some(back) = rollback {
             log::warn!(
                 "the wall clock is {back} s behind the last run of shard {shard} \

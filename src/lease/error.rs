@@ -13,6 +13,7 @@ use crate::error::Error;
 pub enum LeaseError {
     /// Every shard that may be leased is leased by a live holder (or was
     /// skipped as unusable, see `skipped`).
+    #[non_exhaustive]
     NoFreeShard {
         /// The first shard that may be leased.
         first: u32,
@@ -26,6 +27,7 @@ pub enum LeaseError {
     },
     /// The lease could not be renewed in time, or expired: the generator
     /// issues nothing until it holds the lease again.
+    #[non_exhaustive]
     Fenced {
         /// The shard.
         shard: u32,
@@ -35,6 +37,7 @@ pub enum LeaseError {
     /// Another holder took the shard after this lease expired, or the
     /// record was rewritten under this holder (its mark lowered, its
     /// fencing epoch moved): the generator issues nothing more.
+    #[non_exhaustive]
     Lost {
         /// The shard.
         shard: u32,
@@ -46,6 +49,7 @@ pub enum LeaseError {
     /// PostgreSQL row): the generator issues nothing more and does not
     /// re-create the record, whose high-water second it cannot vouch for
     /// beyond its own IDs.
+    #[non_exhaustive]
     RecordLost {
         /// The shard.
         shard: u32,
@@ -55,6 +59,7 @@ pub enum LeaseError {
     /// A field of the shard's record is not a valid value: the shard is
     /// refused (or, while held, issuing stops for good) rather than the
     /// record taken for an absent one.
+    #[non_exhaustive]
     InvalidRecord {
         /// The shard.
         shard: u32,
@@ -66,6 +71,7 @@ pub enum LeaseError {
         reason: String,
     },
     /// The shard's record was written under another layout.
+    #[non_exhaustive]
     LayoutMismatch {
         /// The shard.
         shard: u32,
@@ -80,6 +86,7 @@ pub enum LeaseError {
     /// configured limit ([`LeaseConfig::max_skew`](super::LeaseConfig::max_skew)):
     /// opening is refused, and a running generator issues nothing until
     /// they agree again.
+    #[non_exhaustive]
     ClockSkew {
         /// The shard, if one is held.
         shard: Option<u32>,
@@ -92,6 +99,7 @@ pub enum LeaseError {
     /// A raise of the high-water second was not confirmed by the store's
     /// replicas in time (Redis `WAIT`): it is not used, and the generator
     /// issues nothing past the mark it had until a raise is confirmed.
+    #[non_exhaustive]
     NotReplicated {
         /// The shard.
         shard: u32,
@@ -102,6 +110,7 @@ pub enum LeaseError {
     },
     /// The store is set up in a way that can lose the lease's records,
     /// such as a Redis server that evicts keys under memory pressure.
+    #[non_exhaustive]
     UnsafeStore {
         /// The store, with any password hidden.
         url: String,
@@ -109,6 +118,7 @@ pub enum LeaseError {
         reason: String,
     },
     /// The store could not be reached or answered with an error.
+    #[non_exhaustive]
     Store {
         /// The engine: `"Redis"`, `"PostgreSQL"`.
         engine: &'static str,
@@ -120,6 +130,7 @@ pub enum LeaseError {
         source: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// The lease settings cannot be used.
+    #[non_exhaustive]
     InvalidConfig {
         /// What is wrong.
         reason: String,

@@ -386,12 +386,7 @@ pub(super) fn parse_layout((line, text): Field<'_>) -> std::result::Result<Layou
 /// A state file's bytes as a state for `shard`, or why it cannot be
 /// trusted.
 pub(super) fn parse_state(bytes: &[u8], path: &Path, shard: u32) -> Result<StateFile> {
-    let bad = |reason: String| Error::BadState {
-        path: path.to_path_buf(),
-        shard,
-        reason,
-        remedy: Remedy::Recover,
-    };
+    let bad = |reason: String| Error::bad_state(path, shard, reason, Remedy::Recover);
     let text = std::str::from_utf8(bytes).map_err(|_| bad("not text".into()))?;
     let state = StateFile::parse(text).map_err(bad)?;
     if state.shard != shard {
@@ -403,16 +398,16 @@ pub(super) fn parse_state(bytes: &[u8], path: &Path, shard: u32) -> Result<State
 /// Checks a loaded state file against the layout a generator uses.
 pub(crate) fn check_layout(path: &Path, state: &StateFile, layout: &Layout) -> Result<()> {
     if state.layout != *layout {
-        return Err(Error::BadState {
-            path: path.to_path_buf(),
-            shard: state.shard,
-            reason: format!(
+        return Err(Error::bad_state(
+            path,
+            state.shard,
+            format!(
                 "it was written for layout {}, not {}",
                 state.layout.fingerprint(),
                 layout.fingerprint()
             ),
-            remedy: Remedy::Recover,
-        });
+            Remedy::Recover,
+        ));
     }
     Ok(())
 }

@@ -153,17 +153,17 @@ pub(super) fn lock_name(shard: u32) -> String {
 }
 
 pub(super) fn missing_state(path: &Path, shard: u32) -> Error {
-    Error::BadState {
-        path: path.to_path_buf(),
+    Error::bad_state(
+        path,
         shard,
-        reason: format!(
+        format!(
             "the state file is missing although this shard had one in this directory \
              (shard-{shard}.lock records it), so starting again at the clock could re-issue \
              IDs; recover it after the latest time IDs of this shard may have reached \
              (the current time if none were issued ahead of the clock)"
         ),
-        remedy: Remedy::After,
-    }
+        Remedy::After,
+    )
 }
 
 /// `(device, inode)` of an open file or directory.
@@ -499,12 +499,7 @@ pub(super) fn check_lock_mark(
     note: &LockNote,
 ) -> Result<()> {
     let lock = path.with_file_name(lock_name(shard));
-    let bad = |reason: String| Error::BadState {
-        path: path.to_path_buf(),
-        shard,
-        reason,
-        remedy: Remedy::Recover,
-    };
+    let bad = |reason: String| Error::bad_state(path, shard, reason, Remedy::Recover);
     let mark = note.mark.map_err(|()| {
         bad(format!(
             "the high_water line of the lock file {} is garbled, so nothing says whether \
