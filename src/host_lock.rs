@@ -3,28 +3,62 @@
 //!
 //! The state directory's lock file only protects one directory: two
 //! directories for one shard would be two independent generators issuing
-//! the same IDs. So a generator also holds an exclusive `flock` on a lock
-//! file in a host-wide directory, `/run/lock` (else `/dev/shm`, else
-//! `/tmp`), named `idutil.<id space>.shard-<N>.lock`, for its whole life.
-//! The kernel drops the lock when its holder exits, however it exits; the
-//! holder removes the file when it lets go, and every taker checks after
-//! locking that the file it locked is still the one at the path, so a
-//! file removed meanwhile is never shared. Who holds a lock comes from
-//! `/proc/locks`: the pid, and from `/proc/<pid>`, the user.
+//! the same IDs. So a generator also holds its shard on the host through
+//! an exclusive `flock` on a file in a host-wide directory,
+//! `/run/lock/idutil.<ID space>.shard-<N>.lock` (or in `/dev/shm`, else
+//! `/tmp`, where there is no `/run/lock`), for its whole life. The kernel
+//! drops the lock when the process exits, however it exits. A second
+//! generator for the shard in the same ID space, in this process or
+//! another, with any state directory, gets
+//! [`Error::HostLocked`] naming the holder's pid
+//! (from `/proc/locks`) and, from `/proc/<pid>`, its user. The holder
+//! removes the file when it lets go, and every taker checks after locking
+//! that the file it locked is still the one at the path, so a file removed
+//! meanwhile is never shared. [`holder`] tells who holds a shard.
 //!
-//! Nothing on the file is served to other processes: a local user can open
-//! it, probe it or flood the directory without costing a generator
-//! anything, since the generator never looks at it again after taking it.
-//! What a local user *can* do is take a name first (the directory is
-//! shared by every user, as a lock that spans users must be): a generator
-//! then refuses the shard and names the holder, its user and the file, so
-//! an administrator can end that process and remove the file. See the
-//! crate docs, *Security*.
+//! The scope is the mount namespace: processes in other network namespaces
+//! share the lock, while containers with a `/run/lock` of their own are
+//! separate hosts to it, so give them distinct shards (or a lease). Outside
+//! Linux only the state directory's lock applies.
 //!
-//! The directory belongs to the mount namespace: processes in other
-//! network namespaces share the lock; containers with a `/run/lock` of
-//! their own are separate hosts to it. Outside Linux only the state
-//! directory's lock applies.
+//! # ID spaces
+//!
+//! The lock is per ID space ([`Builder::id_space`](crate::Builder::id_space),
+//! [`env::ID_SPACE`](crate::env::ID_SPACE), `idutil --id-space NAME`; 1 to
+//! 64 characters of `A-Z a-z 0-9 . _ -`; default `default`), so that
+//! independent ID spaces, such as two apps with separate databases on one
+//! host, can use the same shard numbers. **Generators whose IDs go into the
+//! same table must share an ID space**: in two spaces, the same shard
+//! issues the same IDs. The default puts every generator on a host in one
+//! space, which is always safe.
+//!
+//! # Another local user
+//!
+//! A lock that must stop two users' generators (an application's, and an
+//! administrator's `sudo idutil next`) from sharing a shard needs a name
+//! every user can take, and a name every user can take can be taken first
+//! by a hostile one: no shared mechanism prevents that, and a per-user one
+//! would let two users issue the same IDs. So the name is shared, and the
+//! cost of hostility is kept small and visible:
+//!
+//! - Nothing is served: the generator never reads or answers anything on
+//!   the lock file after taking it, so another user who opens, probes or
+//!   floods it, or the directory, costs a generator nothing, and cannot
+//!   stall an ID, a save or a SIGTERM.
+//! - A name held by a process of another user is refused as
+//!   [`Error::HostLocked`] naming the holder's
+//!   pid, its user and the file, and saying that if it is not an idutil
+//!   generator of that user it took the name to block the shard, which an
+//!   administrator can end (root can remove the file; `/run/lock` is
+//!   sticky, so its owner and root are the only ones who can). A file
+//!   idutil never makes (a FIFO, a symbolic link, another user's file this
+//!   user may not open) is
+//!   [`Error::HostLockUnusable`], refused
+//!   at once, never followed or waited on.
+//! - Meanwhile another shard, or an ID space of its own for IDs that never
+//!   share a table, goes on. A hostile user can take every name of an ID
+//!   space it knows: that is a denial of service an administrator ends,
+//!   not a duplicate ID.
 
 use crate::error::{Error, Result};
 

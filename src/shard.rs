@@ -1,6 +1,70 @@
 //! Where the shard comes from: an explicit setting, `IDUTIL_SHARD`, or the
-//! number that ends the host name. The crate docs' "The shard" section has
-//! the rule and its table of examples.
+//! number that ends the host name; with a lease engine, a lease instead
+//! ([`lease`](crate::lease)).
+//!
+//! [`resolve_shard`] applies the rule and [`shard_from_hostname`] reads a
+//! host name; generators call them when they open, and
+//! [`Generator::shard_source`](crate::Generator::shard_source) says which
+//! case applied. The shard comes from [`Builder::shard`](crate::Builder::shard)
+//! (the command's `--shard`), else [`env::SHARD`], else
+//! the number that ends the short host name (the part before the first
+//! `.`), where that number numbers the host.
+//!
+//! # The host-name rule
+//!
+//! Host-name shards are safe only where names are unique and numbered
+//! (Kubernetes StatefulSets, numbered VMs); two hosts that end in the same
+//! number issue duplicate IDs. Fleets with random names need an explicit
+//! shard per instance, or a lease. So the host name is read strictly, and
+//! a name that cannot be trusted is refused rather than given a shard that
+//! may collide:
+//!
+//! - The short name is split at `-` and `_`. Its last part must be a
+//!   number, either alone (`web-7`, `node-007`) or after letters (`db3`);
+//!   leading zeros are ignored. That number is the shard, and a number
+//!   beyond the layout's range is an error, never a fallback to another
+//!   shard.
+//! - Endings that look random are refused
+//!   ([`Error::UnusableHostname`], with a [`HostnameProblem`]): a last
+//!   part with letters after a digit (`web-7a`, Windows'
+//!   `DESKTOP-7H3K2LQ`); a short name of 12 or more hex digits (a
+//!   container id); a Kubernetes Deployment pod name
+//!   `name-<hash>-<suffix>`, recognised by a hash of 5 or more characters
+//!   with letters after a digit, or by a 5–10 and a 5 character ending
+//!   drawn only from the characters Kubernetes generates names from
+//!   (consonants and the digits 2, 4–9); and EC2's default `ip-A-B-C-D`,
+//!   whose last number is the last byte of a private address and repeats
+//!   in every subnet (and is mostly above 31).
+//! - A short name that does not end in a number (`host`, `win10-desktop`)
+//!   gets shard 0 with a `log::warn!`, since several such hosts collide.
+//!
+//! With the default layout (shards 0 to 31):
+//!
+//! | host name                     | shard                  | why                                              |
+//! |-------------------------------|------------------------|--------------------------------------------------|
+//! | `web-7`                       | 7                      | the last part is a number                        |
+//! | `web-0`                       | 0                      | a StatefulSet ordinal                            |
+//! | `web-31`                      | 31                     | the largest shard                                |
+//! | `node-007`                    | 7                      | leading zeros are ignored                        |
+//! | `db3`                         | 3                      | letters, then a number                           |
+//! | `api-2.prod`                  | 2                      | the short name is `api-2`                        |
+//! | `web-32`                      | refused: out of range  | beyond 0..=31                                    |
+//! | `web-99999999999999999999999` | refused: out of range  | reported with the digits as written              |
+//! | `host`                        | 0, with a warning      | no number                                        |
+//! | `web.42`                      | 0, with a warning      | the short name `web` has no number               |
+//! | `win10-desktop`               | 0, with a warning      | the number is not at the end                     |
+//! | `a1b2c3d4e5f6`                | refused                | a container id                                   |
+//! | `deadbeefcafe`                | refused                | a container id, even without digits              |
+//! | `web-5f7c9-abc1`              | refused                | a Deployment pod: `5f7c9` is a hash              |
+//! | `api-6c8d9-xyz1`              | refused                | a Deployment pod                                 |
+//! | `web-bcdfg-24567`             | refused                | a Deployment pod: generated characters           |
+//! | `web-7a`                      | refused                | letters after the digits                         |
+//! | `desktop-7h3k2lq`             | refused                | letters and digits mixed                         |
+//! | `ip-10-0-3-17`                | refused                | 17 is an address byte, repeated in every subnet  |
+//!
+//! Letters may be in either case. A name that is refused, or that warns,
+//! is fixed by `IDUTIL_SHARD` (or `--shard`, or
+//! [`Builder::shard`](crate::Builder::shard)), a StatefulSet, or a lease.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -25,7 +89,7 @@ pub enum ShardSource {
     /// Shard 0 by default, because this host name does not end in a
     /// number (`db`, `web.42`); a warning was logged.
     UnnumberedHostname(String),
-    /// Leased from Redis.
+    /// Leased from the store a lease engine names ([`lease`](crate::lease)).
     Lease,
 }
 
@@ -45,7 +109,7 @@ impl fmt::Display for ShardSource {
             ShardSource::UnnumberedHostname(h) => {
                 write!(f, "the default: {}", unnumbered(h))
             }
-            ShardSource::Lease => write!(f, "leased from Redis"),
+            ShardSource::Lease => write!(f, "leased"),
         }
     }
 }
@@ -115,7 +179,7 @@ impl HostnameProblem {
             _ => {
                 "hosts named like this would share shards and issue duplicate IDs. \
                  Set IDUTIL_SHARD per instance, use a StatefulSet ordinal \
-                 (web-0, web-1, ...), or lease the shard from Redis (IDUTIL_REDIS_URL, feature `redis`)"
+                 (web-0, web-1, ...), or lease the shard from PostgreSQL or Redis (IDUTIL_LEASE_URL, features `postgres-lease`, `redis`)"
             }
         }
     }
@@ -327,10 +391,10 @@ mod tests {
         }
     }
 
-    /// Every row of the table in the crate docs holds.
+    /// Every row of the table in this module's docs holds.
     #[test]
     fn the_documented_table_holds() {
-        let docs = include_str!("lib.rs");
+        let docs = include_str!("shard.rs");
         let mut rows = 0;
         for line in docs.lines().filter(|l| l.starts_with("//! | `")) {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
@@ -344,7 +408,7 @@ mod tests {
             assert_eq!(outcome(host), want, "{host}");
             rows += 1;
         }
-        assert!(rows >= 19, "the table in lib.rs has {rows} rows");
+        assert!(rows >= 19, "the table in shard.rs has {rows} rows");
     }
 
     #[test]
@@ -466,7 +530,7 @@ mod tests {
                 "the default: host name \"web.42\" does not end in a number \
                  (its short name \"web\", before the first '.', does not)",
             ),
-            (ShardSource::Lease, "leased from Redis"),
+            (ShardSource::Lease, "leased"),
         ] {
             assert_eq!(source.to_string(), text);
         }

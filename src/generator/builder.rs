@@ -122,8 +122,8 @@ impl<C: Clock> Builder<C> {
     /// whatever its state directory. Generators whose IDs go into the same
     /// table must share an ID space (the default puts every generator on a
     /// host in one); independent ID spaces, such as two apps with separate
-    /// databases, may use the same shard numbers. See the crate docs,
-    /// *Security*.
+    /// databases, may use the same shard numbers. See
+    /// [`host_lock`](crate::host_lock).
     pub fn id_space(mut self, name: impl Into<String>) -> Self {
         self.id_space = Some(name.into());
         self
@@ -154,10 +154,12 @@ impl<C: Clock> Builder<C> {
     }
 
     /// How far ahead the state file reserves seconds (rounded up to whole
-    /// seconds, at least 1, at most [`MAX_WINDOW`]; default 5). A larger
-    /// window means fewer writes; after a crash the next generator starts
-    /// up to this far ahead, plus the headroom of a burst (see the crate
-    /// docs, *What a crash costs*).
+    /// seconds, at least 1, at most [`MAX_WINDOW`]; default
+    /// [`DEFAULT_WINDOW`], 5 s). This is what a crash costs: after one, the
+    /// next generator starts up to this far past the last ID issued, plus
+    /// the headroom of a burst ([`Generator`], *What a crash costs*). A
+    /// larger window means fewer writes of the state file; a generator
+    /// that follows the clock writes about once per half window.
     pub fn window(mut self, window: Duration) -> Self {
         self.window = whole_seconds(window).clamp(1, MAX_WINDOW.as_secs());
         self
@@ -186,7 +188,11 @@ impl<C: Clock> Builder<C> {
     /// use the shard up; a shard that reached the margin stops with
     /// [`Error::EndMarginReached`]. `Duration::ZERO` issues up to the
     /// layout's very last ID; a margin is at most half the layout's range.
-    /// See the crate docs, *A clock far ahead*.
+    ///
+    /// Opening reports [`Error::EndMarginReached`] before it writes
+    /// anything, so a clock at 2136-02-07T06:28:10 for a moment costs the
+    /// shard nothing. A deployment that really runs near the end of its
+    /// layout sets a smaller margin.
     pub fn end_margin(mut self, margin: Duration) -> Self {
         self.end_margin = whole_seconds(margin);
         self
@@ -198,8 +204,24 @@ impl<C: Clock> Builder<C> {
     /// clock should be by the monotonic clock, is logged and not followed
     /// until it has held for [`clock_step_confirm`](Builder::clock_step_confirm):
     /// meanwhile IDs go on at the time before the step. A clock that jumps
-    /// decades ahead for a moment then cannot shift the shard. See the
-    /// crate docs, *A clock far ahead*.
+    /// decades ahead for a moment then cannot shift the shard.
+    ///
+    /// A running generator keeps where the clock should be: the last
+    /// reading it acted on plus the time elapsed since, by the monotonic
+    /// clock. Once a new time has held for the confirmation period the
+    /// generator follows it and logs that it did; a clock that comes back
+    /// first was never followed. The monotonic clock stops while the
+    /// machine sleeps, so after a suspend of more than the limit the
+    /// generator follows the clock that much later, issuing meanwhile at
+    /// the time it went to sleep, unique and increasing.
+    ///
+    /// A generator *opened* while the clock is far ahead has no earlier
+    /// reading to compare with (a run of the `idutil` command at that
+    /// moment, say), so it starts there, and the shard stays that far
+    /// ahead, since a generator never resumes before anything the state
+    /// file says may have been issued. The way back is a recovery that
+    /// vouches for the skipped time
+    /// ([`RecoverOptions::unused`](crate::state::RecoverOptions::unused)).
     pub fn max_clock_step(mut self, max_step: Option<Duration>) -> Self {
         let confirm = self
             .max_step

@@ -83,7 +83,7 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// Closing (explicitly with [`close`](Generator::close), or by dropping it)
 /// records the exact last ID, so the next generator for the shard continues
 /// right after it; without a clean close it continues after the reserved
-/// high-water second.
+/// high-water second ([`state`](crate::state) has the file's rules).
 ///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
@@ -99,6 +99,113 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// assert!(batch[0] > b && batch.windows(2).all(|w| w[0] < w[1]));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # How it issues
+///
+/// A generator keeps one atomic counter, `(second << sequence bits) |
+/// sequence`. Each ID is one compare-and-swap on it; there is no lock on
+/// the hot path and no allocation. The second used is `max(now, last
+/// second used)`: when the clock moves on, the counter jumps up to it;
+/// when a second's sequence numbers are used, incrementing carries into
+/// the next second. That is *borrowing*: the generator runs ahead of the
+/// clock, and the clock's next seconds are already taken. How far ahead it
+/// runs is the [`lead`](Generator::lead); [`Builder::max_lead`] caps it.
+///
+/// When threads call at once, a call whose compare-and-swap loses waits 32
+/// spin-loop hints (under a microsecond) before trying again, so that the
+/// winning core keeps the counter's cache line and issues a run of IDs:
+/// two threads together then issue about as fast as one, where retrying at
+/// once made the cores trade the line on every attempt.
+///
+/// The wall clock is read through the C library, as `std` does (so tools
+/// such as `faketime` move it), but not once per ID: [`SystemClock`]
+/// caches the current second in an atomic that a small background thread
+/// refreshes at each second boundary. A clock step shows up within 250 ms;
+/// until then IDs carry the previous second, unique and increasing either
+/// way.
+///
+/// # Clock rollbacks
+///
+/// While running, a clock that goes back (an NTP step, a VM restore)
+/// changes nothing: IDs continue after the last second used, ahead of the
+/// clock, until it catches up. It is logged once with `log::warn!`, and it
+/// does not count as lead.
+///
+/// Across a restart the state file remembers the highest second the
+/// previous run saw. A generator that opens with the clock behind that
+/// bumps the persistent **clock id**, logs a warning, and resumes after
+/// everything the previous runs may have issued. With clock bits in the
+/// layout (`k > 0`), the clock id modulo 2<sup>k</sup> is part of every
+/// ID, and the state file keeps a high-water mark per clock value: after a
+/// rollback the generator moves to the next clock value whose mark is
+/// behind the clock and runs on real time; if there is none, it resumes
+/// after the lowest mark.
+///
+/// The word *clock* has three meanings here, each with its own name: the
+/// **time source** (the [`Clock`] trait, which [`SystemClock`] and
+/// [`ManualClock`](crate::ManualClock) implement and [`Builder::clock`]
+/// sets; inside the crate it is called `time`); the **clock id** (the
+/// persistent counter in the state file); and the **clock value** (the
+/// clock id modulo 2<sup>k</sup>, carried in the layout's clock bits,
+/// [`Layout::clock_bits`]).
+///
+/// # What a crash costs
+///
+/// Each reservation reaches a window ([`Builder::window`]) plus a
+/// **headroom** past the second it is asked for: what the generator issues
+/// in a quarter second ([`HEADROOM`](crate::HEADROOM)) at its recent rate,
+/// nothing for a generator that follows the clock, about 380 borrowed
+/// seconds for one thread issuing flat out. A background thread asks for
+/// the next reservation when half the room is used, so the hot path does
+/// not wait on the disk unless the disk cannot write a small file in an
+/// eighth of a second.
+///
+/// So after a crash the next run's first ID is at most a window plus a
+/// headroom past the last ID issued. The headroom is measured from the IDs
+/// the generator really issued (at most twice what it issued in the last
+/// three quarters of a second, and never more than
+/// [`MAX_HEADROOM`](crate::MAX_HEADROOM)), never from how far ahead it
+/// already runs. A restarted generator starts with no rate at all, so
+/// crashes cannot compound: N crashes in a row cost at most N such skips.
+/// The reservation a lease keeps in its store is the same one.
+///
+/// # A clock outside the layout's range, or far ahead
+///
+/// A wall clock that reads before the layout's epoch or after its last
+/// second (a dead RTC battery, a clock set to 2140) says nothing about
+/// which IDs are free. Opening under such a clock fails with
+/// [`Error::ClockOutOfRange`] before anything is read, created, locked or
+/// written; a running generator returns that error from every call while
+/// the clock reads so, records nothing of the reading, and issues normally
+/// once the clock is sane again.
+///
+/// A clock that jumps far ahead for a moment (a bad NTP answer, an RTC
+/// read wrongly at boot, a 32-bit `time_t` that wraps in 2106) could push
+/// the shard decades ahead, or to the end of the layout's range, where it
+/// issues nothing ever again. The end margin ([`Builder::end_margin`]) and
+/// the forward-step limit ([`Builder::max_clock_step`]) keep that from
+/// happening silently; a shard pushed ahead anyway by a generator *opened*
+/// under such a clock comes back with a recovery
+/// ([`state`](crate::state), *Recovery*).
+///
+/// # `fork()`
+///
+/// A child created by `fork()` gets a copy of every generator its parent
+/// had open: the same position, the same state file, but not its
+/// reservation thread. Issuing from that copy would repeat the parent's
+/// IDs, so a child never does: a `pthread_atfork` hook, installed when the
+/// first generator opens, counts forks in the child, and every call on a
+/// generator opened before the fork returns [`Error::Forked`]. The hot
+/// path pays one load of a static and a compare per call, no system call.
+/// Closing or dropping the copy in the child stops only the copy (nothing
+/// is written, the parent's thread is not waited for), and the cached
+/// wall clock starts its own thread in the child. The child keeps the
+/// parent's locks through the descriptors it inherited (closed at `exec`),
+/// so it opens a generator on another shard: for [`IdUtil`](crate::IdUtil),
+/// [`IdUtil::init_with`](crate::IdUtil::init_with). IDs already taken
+/// before the fork, in an [`IdBatch`] not yet read, are in both processes'
+/// memory: read a batch before forking, not after. The hook is the crate's
+/// only `unsafe` code.
 pub struct Generator<C: Clock = SystemClock> {
     inner: Arc<Inner<C>>,
     extender: Mutex<Option<JoinHandle<Result<()>>>>,

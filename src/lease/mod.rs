@@ -2,11 +2,75 @@
 //! store, renewed in the background, with the shard's high-water second
 //! kept in the store so that it travels from holder to holder.
 //!
+//! A generator leases its shard instead of taking it from the host name
+//! when it is given a lease: [`Builder::lease`](crate::Builder::lease) in
+//! code, [`env::LEASE_URL`](crate::env::LEASE_URL) (which
+//! [`IdUtil`](crate::IdUtil) also reads), or `idutil --lease URL`. Use it
+//! when instances come and go under names that are not unique numbers:
+//! Kubernetes Deployments, autoscaling groups, containers without
+//! persistent volumes. The shard's high-water second travels with the
+//! lease, so each holder resumes after everything the shard's previous
+//! holders issued, and a container needs no persistent state directory.
+//! Where names are numbered and stable (StatefulSets, numbered VMs), the
+//! host-name shard ([`shard`](crate::shard)) needs no extra moving part and
+//! is the better choice.
+//!
+//! ```no_run
+//! use idutil::lease::LeaseConfig;
+//! use idutil::Generator;
+//!
+//! let generator = Generator::builder()
+//!     .lease(LeaseConfig::new("postgres://app@db.internal/app?sslmode=verify-full"))
+//!     .open()?;
+//! println!("leased shard {}", generator.shard());
+//! # Ok::<(), idutil::Error>(())
+//! ```
+//!
 //! Two engines implement it, each behind its own feature and in its own
-//! folder: [PostgreSQL](postgres) (feature `postgres-lease`, the
-//! recommended one) and [Redis](redis) (feature `redis`). The engine is
-//! chosen by the URL's scheme ([`LeaseConfig::new`]): `postgres://` or
-//! `postgresql://`, `redis://`.
+//! folder, chosen by the URL's scheme ([`LeaseConfig::new`]):
+//!
+//! - [PostgreSQL](postgres) (feature `postgres-lease`; `postgres://`,
+//!   `postgresql://`): the recommended engine, on the database the
+//!   application already runs. One table, a fencing epoch, expiry by the
+//!   server's clock; with a synchronous standby no duplicate through
+//!   failover or split brain.
+//! - [Redis](redis) (feature `redis`; `redis://`): for one primary with
+//!   `appendfsync always` and `noeviction`; replicas are waited for
+//!   (`WAIT`). Its docs say which deployments keep the promise.
+//!
+//! A fleet larger than the layout's shards chooses a layout with more
+//! shard bits without code ([`env::LAYOUT`](crate::env::LAYOUT),
+//! `idutil --layout`; ready layouts under [`Layout`]'s
+//! `FromStr`); the store remembers each ID space's layout and refuses
+//! another.
+//!
+//! # Kubernetes: a Deployment with a lease
+//!
+//! Point every replica at the application's own PostgreSQL; no volume is
+//! needed:
+//!
+//! ```yaml
+//! apiVersion: apps/v1
+//! kind: Deployment
+//! metadata: { name: api }
+//! spec:
+//!   replicas: 12
+//!   selector: { matchLabels: { app: api } }
+//!   template:
+//!     metadata: { labels: { app: api } }
+//!     spec:
+//!       containers:
+//!         - name: api
+//!           image: registry.example/api:1.4
+//!           env:
+//!             - name: IDUTIL_LEASE_URL
+//!               valueFrom: { secretKeyRef: { name: db, key: url } } # postgres://app:...@db/app?sslmode=verify-full
+//!             - name: IDUTIL_STATE_DIR
+//!               value: /tmp/idutil   # the container's own /tmp (sticky): the lease carries the marks
+//! ```
+//!
+//! Size the shard range to the largest number of replicas plus those that
+//! may be dead but still leased (one TTL, 10 s by default).
 //!
 //! # What every engine promises
 //!

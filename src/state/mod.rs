@@ -1,20 +1,41 @@
-//! The only place the disk is touched: the state directory, the per-shard
-//! lock file, and the state file with its atomic replacement.
+//! The only place the disk is touched: the state directory, each shard's
+//! lock file and state file, and restarting a shard whose state cannot be
+//! trusted.
 //!
-//! Two files per shard live in the state directory:
+//! Applications that only issue IDs never call this module; it documents
+//! what their generator keeps on disk and is public for tools that look
+//! after state directories, the `idutil state` command among them:
+//! [`inspect`] reads a shard's state without disturbing its generator, and
+//! [`recover`] (or [`plan_recovery`], to look before writing) restarts a
+//! shard whose file cannot be trusted. Its report types are
+//! `#[non_exhaustive]`: their fields are there to be read, and a minor
+//! release may add more.
 //!
-//! - `shard-N.lock`: never renamed or removed. A generator holds an
-//!   exclusive `flock` on it (through `fs2`) for its whole life and writes
-//!   its pid into it, so a second generator for the shard is refused with
-//!   the holder's pid. Below the pid, a line `state` once the shard has
-//!   had a state file here (a missing one is then refused, not a fresh
-//!   start), and a line `high_water N`: the highest mark any state file of
-//!   the shard held here, so that an older copy of the state file put back
-//!   is refused (see the crate docs, *The state file*).
-//! - `shard-N.state`: a small text file, replaced atomically (a temporary
-//!   file in the same directory, `fsync`, `rename`, `fsync` of the directory).
+//! # The two files of a shard
 //!
-//! The state file looks like this (seconds are Unix seconds):
+//! The state directory ([`state_dir`]: [`Builder::state_dir`](crate::Builder::state_dir),
+//! else [`env::STATE_DIR`](crate::env::STATE_DIR), else
+//! `$XDG_STATE_HOME/idutil` or `~/.local/state/idutil`) holds two files per
+//! shard:
+//!
+//! - `shard-N.lock`: never renamed or removed, because a lock on a file
+//!   that gets replaced protects nothing. A generator holds an exclusive
+//!   `flock` on it (through `fs2`) for its whole life and writes its pid
+//!   into it, so a second generator for the shard, in this process or
+//!   another, gets [`Error::Locked`](crate::Error::Locked) naming the
+//!   holder's pid. Below the pid, a line `state` once the shard has had a
+//!   state file here, and a line `high_water N` (see *Older copies* below).
+//! - `shard-N.state`: the layout, the persistent **clock id** (bumped when
+//!   the clock went back across a restart), the highest wall-clock second
+//!   seen, and per clock value a **high-water second**: no ID with a later
+//!   second is issued until the file says so. A clean close writes the
+//!   exact last second and sequence, so a restart within the same second
+//!   continues right after it; after a crash the next generator starts
+//!   after the high-water second instead: a little ahead, never behind.
+//!
+//! # The state file
+//!
+//! A small text file (seconds are Unix seconds):
 //!
 //! ```text
 //! # idutil state file for shard 7. ...
@@ -32,38 +53,199 @@
 //!
 //! `high_water` lists, per clock value, the highest second an ID may have
 //! been issued in; `last` (present only after a clean close) is the exact
-//! last second and sequence issued. After a recovery that brought the shard
-//! back from a clock far ahead, a line `skip = FIRST LAST` (then `version =
-//! 3`) names the seconds issued far ahead, above every mark: generators
-//! pass over them, and drop the line once past. `checksum` is the CRC-32 of every byte
-//! before its line, so a changed digit that leaves the values plausible is
-//! still caught. `end` marks a complete file. Version 1 files (the same
-//! fields, no checksum) are still read; version 2 is this format without
-//! a `skip` line, version 3 with one.
+//! last second and sequence issued. After a recovery that brought the
+//! shard back from a clock far ahead, a line `skip = FIRST LAST` (then
+//! `version = 3`) names the seconds issued far ahead, above every mark:
+//! generators pass over them, and drop the line once past. `checksum` is
+//! the CRC-32 of every byte before its line, so a changed digit that
+//! leaves the values plausible is still caught. `end` marks a complete
+//! file. Version 1 files (the same fields, no checksum) are still read;
+//! version 2 is this format without a `skip` line, version 3 with one
+//! ([`STATE_VERSION`]).
 //!
-//! Every value is checked when the file is read, and a file that breaks any
-//! rule is refused ([`Error::BadState`](crate::Error::BadState)), never repaired: every second lies
-//! within the layout's range (its epoch to its last second); `high_water`
-//! lists each clock value at most once and has a mark for the current one
-//! (`clock_id` modulo the clock values), at or above `seen_last_run` and
-//! `last`'s second; `seen_last_run` is at most `seen_max`, which is at most
-//! the highest mark; `last`'s sequence fits the layout; `clock_id` can
-//! still be bumped. Reasons name lines and fields, never the file's text.
+//! Every value is checked, with checked arithmetic, when the file is read,
+//! and a file that breaks any rule is refused
+//! ([`Error::BadState`](crate::Error::BadState), which names the file and
+//! says to recover the shard), never reset or repaired silently: every
+//! second lies within the layout's range (its epoch to its last second);
+//! `high_water` lists each clock value at most once and has a mark for the
+//! current one (`clock_id` modulo the clock values), at or above
+//! `seen_last_run` and `last`'s second; `seen_last_run` is at most
+//! `seen_max`, which is at most the highest mark; `last`'s sequence fits
+//! the layout; `clock_id` can still be bumped. A file that is unreadable,
+//! truncated, from an unknown version or for another layout or shard is
+//! refused the same way. Reasons name lines and fields, never the file's
+//! text.
 //!
-//! A file that cannot be trusted is restarted with [`recover`] (the command
-//! `idutil state recover`), which resumes after everything the old file
-//! still says for certain, and refuses when it cannot know. In a version 2
-//! file whose checksum fails nothing is certain (the changed byte may be a
-//! digit of the mark); in a version 1 file, a legible mark is certain only
-//! if no legible second of the file lies above it.
+//! # Writes, and what `fsync` promises
 //!
-//! This module is public for tools that look after state directories, the
-//! `idutil state` command among them: [`inspect`] reads a shard's state
-//! without disturbing its generator, and [`recover`] (or
-//! [`plan_recovery`], to look before writing) restarts a shard whose file
-//! cannot be trusted. Applications that only issue IDs never need it. Its
-//! report types are `#[non_exhaustive]`: their fields are there to be
-//! read, and a minor release may add more.
+//! Every write goes to a temporary file in the same directory, is
+//! `fsync`ed, renamed over the old file, and the directory is `fsync`ed:
+//! a crash at any instant leaves the old state or the new one. `fsync` is
+//! a promise from the operating system and the disk. A disk that
+//! acknowledges writes it has not stored (some consumer drives, some
+//! virtual disks configured for speed) can lose the latest reservation on
+//! power loss, and a file system restored from a snapshot or backup
+//! travels back in time with its state files. Both can lead to reissued
+//! IDs; neither can be detected from inside. A reservation write that
+//! fails (a full disk, an I/O error) is answered to every call waiting on
+//! it with the error; the next call that needs the reservation asks again.
+//!
+//! # Older copies and deleted files
+//!
+//! **An older copy of the state file is refused.** The lock file keeps the
+//! highest mark any state file of the shard held in the directory (the
+//! line `high_water N`, written after each state file lands). A state file
+//! whose marks are all below it is an older copy put back (from a backup,
+//! a snapshot, a careless `cp`): opening fails with
+//! [`Error::BadState`](crate::Error::BadState) naming both marks, and
+//! [`recover`] resumes after the lock file's mark. It catches a state file
+//! restored alone; **it cannot catch a whole directory restored**, lock
+//! file included, nor a file system rolled back: the copy and the mark
+//! then agree. The lock file's mark is not `fsync`ed on every write (that
+//! would double the disk's work), so after a power loss it may lag the
+//! state file by a write: that can only let an older copy pass, never
+//! refuse a current one. A garbled mark line is refused too, and a
+//! recovery rewrites it. A read of the lock file that fails (EIO, say) is
+//! an error naming the file, never taken for "no state file was ever
+//! written".
+//!
+//! **Deleted state is not a fresh start.** Once a shard has written a
+//! state file in a directory, its lock file records it (the line
+//! `state`). A missing state file is then
+//! [`Error::BadState`](crate::Error::BadState) with
+//! [`Remedy::After`], never a restart at the clock. Deleting the lock file
+//! too (or the whole directory) does make a fresh start: that is data loss
+//! idutil cannot see. A shard that opens with no state file in its
+//! directory starts at the clock and logs a warning saying so: if it
+//! issued IDs before from another directory (a container restarted
+//! without its volume), those IDs can come again.
+//!
+//! **A live generator notices when its ground is pulled away.** It holds
+//! the state directory and the lock file open. Before each write of the
+//! state file it checks that the directory's path still names the
+//! directory it opened, and the lock file's path the file it locked (same
+//! device and inode). If not, it stops for good: it issues no further ID,
+//! writes nothing more (not even at close), and every later call returns
+//! [`Error::StateReplaced`](crate::Error::StateReplaced). Writes go through
+//! the directory's descriptor, so a generator never writes into a
+//! directory someone recreated at the same path. A new generator on a
+//! recreated, empty directory knows nothing of the IDs issued before, so
+//! the stopped generator keeps its shard on the host
+//! ([`host_lock`](crate::host_lock)) until the wall clock has passed every
+//! second it reserved, for at most a minute; closing or dropping it waits
+//! for that. A generator that had borrowed more than a minute ahead, or a
+//! process killed with SIGKILL before its wait is over, gives the shard up
+//! early: do not delete a live generator's state.
+//!
+//! # Recovery
+//!
+//! [`recover`] (the command `idutil state recover --shard N --state-dir
+//! DIR`, which the command's error messages spell out) restarts a shard
+//! and never resumes before anything that may have been issued, save an
+//! interval an operator vouches unused:
+//!
+//! - When the old file's high-water mark can be read with certainty (a
+//!   complete, legible `high_water` line for this shard, every mark within
+//!   the layout's range: in a version 2 or 3 file whose checksum fails
+//!   nothing is certain, since the changed byte may be a digit of the
+//!   mark; in a version 1 file a legible mark is certain only if no
+//!   legible second of the file lies above it), the shard resumes after
+//!   the latest second anything accounts for: every mark, the last issued
+//!   second and the seen seconds still legible, the lock file's mark, the
+//!   wall clock, and [`RecoverOptions::after`] if given, plus the
+//!   reservation window.
+//! - When it cannot (no state file, a zero-length or truncated one, a
+//!   missing, garbled, empty or out-of-range `high_water` line, an unknown
+//!   version, another shard's file), it refuses with [`Remedy::After`]: a
+//!   time you vouch for, no ID of the shard being later (the command's
+//!   `--after TIME`, Unix seconds or RFC 3339). A time that would leave no
+//!   second of the layout is refused: a dead shard is never created.
+//! - A healthy file is replaced only when forced ([`Remedy::Force`]).
+//! - **Back from a clock far ahead**: a generator opened while the clock
+//!   read far ahead (see [`Builder::max_clock_step`](crate::Builder::max_clock_step))
+//!   leaves the shard that far ahead. [`RecoverOptions::unused`] (the
+//!   command's `--unused-from A --unused-to B`) vouches that no ID of the
+//!   shard has a second from `A` up to `B` (for a clock that jumped to 2100
+//!   for a moment: `A` a little after the last real ID, `B` the wrong
+//!   time). The shard then resumes after the latest second anything
+//!   accounts for before `A` (and after the wall clock), and the file
+//!   records the seconds from `B` to the latest it accounts for in a
+//!   `skip` line: a generator never reserves into them and passes over
+//!   them when it reaches them, so the IDs issued far ahead stay unique.
+//!   The recovery refuses when anything the state records (a mark, the
+//!   last ID, a clock reading, the lock file's mark) lies inside the
+//!   interval, or when the wall clock is still past its start.
+//!
+//! It bumps the clock id and keeps the old file as `shard-N.state.bad`
+//! (written through a temporary file and a rename, so a link at that path
+//! is replaced, never written through). The file's modification time is
+//! not evidence: a copy or a restore changes it.
+//!
+//! # Where the directory must live
+//!
+//! **The state directory must persist.** In a container it must be a
+//! persistent volume that outlives the container, not its writable layer,
+//! and one shard's state must live in exactly one directory: two state
+//! directories for one shard are two independent histories. On one host
+//! the per-host lock ([`host_lock`](crate::host_lock)) refuses a second
+//! live generator for a shard whatever its directory, but nothing can
+//! tell that a directory used yesterday is not the one used today.
+//!
+//! # Security: the directory is a trust boundary
+//!
+//! The state directory is treated the way `sshd` treats `~/.ssh`. **Only
+//! the user that runs the generator may write it**: anyone who can delete
+//! or replace its files can make a generator re-issue IDs. Every open
+//! checks:
+//!
+//! - The state directory is an absolute path (a relative one names a
+//!   different directory in each working directory); otherwise
+//!   [`Error::RelativeStateDir`](crate::Error::RelativeStateDir), and the
+//!   command exits 2.
+//! - A missing state directory is created with mode 0700, missing parents
+//!   too, whatever the umask; lock, state and temporary files are created
+//!   0600.
+//! - The state directory itself is not a symbolic link (its parents may
+//!   be; a trailing `/` or `/.` does not hide a link). It, and every file
+//!   the generator opens in it, belongs to the effective user and is not
+//!   writable by others, nor by a group other than the process's own;
+//!   every directory above it belongs to that user or to root and is
+//!   writable by no one else unless it is sticky (like `/tmp`), since
+//!   whoever may rename entries there could move the state away. Files
+//!   have a single name (no hard links: writing one would write its other
+//!   names). Otherwise [`Error::Untrusted`](crate::Error::Untrusted), with
+//!   the `chmod` or `chown` that fixes it.
+//! - **Group write: the process's own group only.** Write access for a
+//!   group counts as "no one else" when the group is the process's
+//!   effective (primary) group, and never for a supplementary group.
+//!   sshd's `StrictModes` accepts a group-writable `~/.ssh` only when the
+//!   group has exactly one member, the owner, which it reads in
+//!   `/etc/group`; in a container the group a volume is shared with
+//!   (Kubernetes' `fsGroup`) has no entry there, and kubelet makes every
+//!   file of the volume group-writable at each mount. So idutil trusts the
+//!   group the process runs with, as the administrator who chose it does:
+//!   do not run the generator with a primary group that untrusted users
+//!   share. Write access for everyone is trusted only on a sticky directory
+//!   above the state directory, never on the state directory or its files.
+//!   This accepts a Kubernetes volume prepared for `fsGroup` (its root
+//!   owned by root, setgid, mode 2775) when the pod runs with `runAsGroup`
+//!   equal to `fsGroup`, and OpenShift's volumes (group 0, group-writable)
+//!   for its random uids, whose primary group is 0. It refuses an
+//!   `emptyDir` (mode 0777, not sticky): any process in the pod could move
+//!   the state away. The README has a StatefulSet recipe.
+//! - A failure with the platform's default directory (no
+//!   `IDUTIL_STATE_DIR`; `HOME=/` in a container gives `/.local/...`) is
+//!   [`Error::DefaultStateDir`](crate::Error::DefaultStateDir), whose
+//!   message says to set `IDUTIL_STATE_DIR`.
+//! - Files in the directory are opened relative to the directory's
+//!   descriptor, without following symbolic links and without blocking,
+//!   and must be regular files of at most [`MAX_FILE_SIZE`]: a symbolic
+//!   link, a FIFO, a device or a huge file is refused at once, never
+//!   followed, waited on or read to exhaustion. Errors never quote a
+//!   file's contents beyond idutil's own format. The state file and
+//!   `shard-N.state.bad` are replaced by renaming a new file over them,
+//!   which replaces a symbolic link itself, never its target.
 
 mod format;
 mod inspect;
