@@ -239,8 +239,8 @@ fn parse_env(value: OsString) -> Result<u64> {
         .map_err(|_| invalid("out of range: far too large for any shard"))
 }
 
-/// The shard named by the host name, under the rule in the crate docs'
-/// "The shard" section: the number that ends the short host name (the part
+/// The shard named by the host name, under [the host-name
+/// rule](self#the-host-name-rule): the number that ends the short host name (the part
 /// before the first `.`) when that number numbers the host: `web-7` → 7,
 /// `node-007.example.com` → 7, `db3` → 3. `Ok(None)` if the short name does
 /// not end in a number (`db`, `web.42`).
