@@ -10,11 +10,10 @@ use idutil_harness as harness;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use harness::{idutil, parts, unix_second, Ledger, Rng};
+use harness::{idutil, parts, send, unix_second, wait_within, Ledger, Rng};
 
 /// The default reservation window, in seconds.
 const WINDOW: u64 = idutil::DEFAULT_WINDOW.as_secs();
@@ -120,31 +119,6 @@ fn fifteen_sigkills_of_a_library_burst_each_cost_a_bounded_skip() {
     let skips = skips.seen;
     eprintln!("skips after each SIGKILL, in seconds: {skips:?}");
     assert_eq!(skips.len(), 14, "a skip between each two rounds");
-}
-
-/// Sends `signal` (a name such as `TERM`) to a child.
-fn send(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .args(["-s", signal, &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -s {signal}");
-}
-
-/// Waits for a child for at most `limit`; panics (after a SIGKILL) if it
-/// does not end: a hang is a failure.
-fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait for the child") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            harness::sigkill(child);
-            panic!("the child did not stop within {limit:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]

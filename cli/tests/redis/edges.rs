@@ -1,0 +1,134 @@
+//! Servers and clocks at the edges: eviction, the end of the shard range, the year 2136.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::{Error, Layout, ManualClock};
+use idutil_harness::redis_server::{record_of, seed_records, RedisServer};
+use idutil_harness::{state_dir, wall_now};
+
+use crate::{leased, record_unique};
+
+/// A Redis that evicts keys under memory pressure (`allkeys-lru` with a
+/// `maxmemory`, as when it doubles as a cache) is refused at open, saying
+/// what to set; `noeviction` with the same limit is fine.
+#[test]
+fn evicting_redis_is_refused_at_open() {
+    let Some(redis) = RedisServer::start_with(
+        false,
+        &["--maxmemory", "5mb", "--maxmemory-policy", "allkeys-lru"],
+    ) else {
+        return;
+    };
+    seed_records(&redis, 0..=0);
+    let host = state_dir();
+    let err = leased(&host, LeaseConfig::new(redis.url()).shards(0..=0))
+        .open()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Lease(LeaseError::UnsafeStore { .. })),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("allkeys-lru") && text.contains("noeviction"),
+        "{text}"
+    );
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .exec(&mut redis.conn())
+        .unwrap();
+    leased(&host, LeaseConfig::new(redis.url()).shards(0..=0))
+        .open()
+        .unwrap();
+}
+
+/// A record whose mark is the layout's last second (one host with a clock
+/// in 2136) is skipped, naming its key, so the rest of the fleet goes on;
+/// `rediss://` is refused with what to do instead.
+#[test]
+fn a_shard_at_the_end_of_the_range_is_skipped_and_named() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 0..=1);
+    redis::cmd("HSET")
+        .arg("idutil:mark:0")
+        .arg("high_water")
+        .arg(Layout::DEFAULT.last_unix_second())
+        .exec(&mut redis.conn())
+        .unwrap();
+    let host = state_dir();
+    let g = leased(&host, LeaseConfig::new(redis.url()).shards(0..=1))
+        .open()
+        .unwrap();
+    assert_eq!(g.shard(), 1, "shard 0 is skipped");
+    drop(g);
+    let err = leased(&host, LeaseConfig::new(redis.url()).shards(0..=0))
+        .open()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("no free shard")
+            && text.contains("idutil:mark:0")
+            && text.contains("last second"),
+        "{text}"
+    );
+    let err = leased(&host, LeaseConfig::new("rediss://127.0.0.1:1/"))
+        .open()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("rediss://") && err.to_string().contains("tunnel"),
+        "{err}"
+    );
+}
+
+/// A host clock that reads the end of the layout's range (2136) for a
+/// moment right after a holder opened (before its first renewal has told
+/// it Redis's clock), ten times over on one shard: the mark never moves
+/// there, and the next holder opens on the shard.
+#[test]
+fn clock_at_2136_right_after_open_neither_ends_nor_shifts_the_shard() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 12..=12);
+    let config = LeaseConfig::new(redis.url()).shards(12..=12);
+    let mut seen = HashSet::new();
+    for round in 0..10 {
+        let host = state_dir();
+        let clock = ManualClock::new(wall_now());
+        let g = leased(&host, config.clone())
+            .clock(clock.clone())
+            // The lease's own defence, with the generator's (the end margin,
+            // the forward-step limit) out of the way.
+            .end_margin(Duration::ZERO)
+            .max_clock_step(None)
+            .open()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let who = format!("holder {round}");
+        record_unique(&mut seen, g.next_ids(100).unwrap().map(u64::from), &who);
+        clock.set(Layout::DEFAULT.last_unix_second() - 1);
+        let during = g.next_ids(10);
+        clock.set(wall_now());
+        for result in [during, g.next_ids(10)] {
+            match result {
+                Err(Error::Lease(LeaseError::ClockSkew { .. })) => {}
+                Err(e) => panic!("round {round}: unclear refusal: {e}"),
+                Ok(ids) => record_unique(&mut seen, ids.map(u64::from), &who),
+            }
+        }
+        g.close().ok();
+        drop(g);
+        let mark: u64 = record_of(&mut redis.conn(), "idutil:mark:12")["high_water"]
+            .parse()
+            .unwrap();
+        assert!(
+            mark < wall_now() + 3600,
+            "round {round}: the shard's mark moved to {mark}"
+        );
+    }
+}
