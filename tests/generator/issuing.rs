@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idutil::{Error, Generator, Id, Layout, ManualClock};
 
-use crate::{builder, open, T, PER_SECOND};
+use crate::{builder, open, PER_SECOND, T};
 
 #[test]
 fn threads_share_one_strictly_increasing_sequence() {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use idutil::{Error, Id, ManualClock};
 
-use crate::{builder, T, PER_SECOND};
+use crate::{builder, PER_SECOND, T};
 
 #[test]
 fn the_lead_cap_stops_borrowing() {

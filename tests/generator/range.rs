@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use idutil::{Error, Generator, Id, Layout, ManualClock};
 
-use crate::{builder, open, T, PER_SECOND};
+use crate::{builder, open, PER_SECOND, T};
 
 /// [`open`], with no end margin: the generator issues up to the layout's
 /// very last ID.
