@@ -1,4 +1,4 @@
-//! Runs `examples/web.rs` as a real process on a loopback port and talks
+//! Runs the web example (`examples/web/`) as a real process on a loopback port and talks
 //! HTTP/1.1 to it, for the tests that check its API end to end.
 
 use std::io::{BufRead, BufReader, Read, Write};
