@@ -9,7 +9,6 @@
 use idutil_harness as harness;
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -250,24 +249,6 @@ fn wait_until_full(out: &std::process::ChildStdout, limit: Duration) {
     }
 }
 
-/// `idutil next` with its clock set by libfaketime's `OFFSET` (e.g.
-/// `@2140-01-01 00:00:00`).
-fn next_under_faketime(
-    faketime: &harness::Faketime,
-    offset: &str,
-    shard: u32,
-    dir: &Path,
-) -> harness::Run {
-    let mut cmd = faketime.command(offset, harness::bin());
-    cmd.env_remove("IDUTIL_SHARD")
-        .env_remove("IDUTIL_STATE_DIR")
-        .env("IDUTIL_ID_SPACE", harness::space_for(dir))
-        .args(["--shard", &shard.to_string(), "--state-dir"])
-        .arg(dir)
-        .args(["next", "-n", "3"]);
-    harness::run(&mut cmd)
-}
-
 #[test]
 fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_works() {
     let Some(faketime) = harness::faketime() else {
@@ -277,7 +258,7 @@ fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_wor
     let shard = 11;
     let mut ledger = Ledger::new();
     // A fresh shard: nothing is written at all.
-    let r = next_under_faketime(&faketime, "@2140-01-01 00:00:00", shard, dir.path());
+    let r = harness::next_under_faketime(&faketime, "@2140-01-01 00:00:00", shard, dir.path());
     let r = r.expect_code(1, "next in 2140");
     assert!(r.stdout.is_empty(), "{}", r.stdout);
     assert!(r.stderr.contains("clock"), "{}", r.stderr);
@@ -291,7 +272,7 @@ fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_wor
         "@2136-02-07 06:28:16",
         "+400000000000",
     ] {
-        let r = next_under_faketime(&faketime, offset, shard, dir.path());
+        let r = harness::next_under_faketime(&faketime, offset, shard, dir.path());
         let r = r.expect_code(1, offset);
         assert!(r.stdout.is_empty(), "{offset}: {}", r.stdout);
         assert_eq!(r.stderr.lines().count(), 1, "{offset}: {}", r.stderr);

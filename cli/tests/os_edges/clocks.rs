@@ -3,22 +3,8 @@
 use idutil_harness as harness;
 
 use std::fs;
-use std::path::Path;
 
 use idutil_harness::Ledger;
-
-/// `idutil next -n 3` with its clock set by libfaketime (`@2136-...`), in
-/// `dir` (which need not exist).
-fn next_at(faketime: &harness::Faketime, time: &str, shard: u32, dir: &Path) -> harness::Run {
-    let mut cmd = faketime.command(time, harness::bin());
-    cmd.env_remove("IDUTIL_SHARD")
-        .env_remove("IDUTIL_STATE_DIR")
-        .env("IDUTIL_ID_SPACE", harness::space_for(dir))
-        .args(["--shard", &shard.to_string(), "--state-dir"])
-        .arg(dir)
-        .args(["next", "-n", "3"]);
-    harness::run(&mut cmd)
-}
 
 /// The wall clock reads 2136-02-07T06:28:10, five seconds before the end
 /// of the range, for a moment (ten runs): nothing is issued or recorded,
@@ -33,7 +19,7 @@ fn a_clock_at_the_end_of_the_range_for_a_moment_does_not_use_the_shard_up() {
     ledger.record(&harness::next(4, dir.path(), 1000));
     let before = fs::read(harness::state_file(dir.path(), 4)).unwrap();
     for _ in 0..10 {
-        let r = next_at(&faketime, "@2136-02-07 06:28:10", 4, dir.path())
+        let r = harness::next_under_faketime(&faketime, "@2136-02-07 06:28:10", 4, dir.path())
             .expect_code(1, "a clock in the end margin");
         assert!(r.stdout.is_empty(), "{}", r.stdout);
         assert!(r.stderr.contains("clock"), "{}", r.stderr);
@@ -57,7 +43,7 @@ fn a_clock_past_the_range_creates_nothing_on_disk() {
     };
     let parent = harness::state_dir();
     let dir = parent.path().join("state");
-    let r = next_at(&faketime, "@2136-02-07 06:28:16", 5, &dir)
+    let r = harness::next_under_faketime(&faketime, "@2136-02-07 06:28:16", 5, &dir)
         .expect_code(1, "a clock past the range");
     assert!(r.stderr.contains("clock"), "{}", r.stderr);
     assert!(!dir.exists(), "the state directory was created");
@@ -78,7 +64,7 @@ fn a_shard_pushed_to_2100_when_it_opened_comes_back_with_recover() {
     let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     ledger.record(&harness::next(8, dir.path(), 1000));
-    let r = next_at(&faketime, "@2100-01-01 00:00:00", 8, dir.path())
+    let r = harness::next_under_faketime(&faketime, "@2100-01-01 00:00:00", 8, dir.path())
         .expect_code(0, "next while the clock reads 2100");
     ledger.record_after_all(&harness::parse_ids(&r.stdout));
     let shifted = harness::next(8, dir.path(), 10);

@@ -11,7 +11,6 @@
 use idutil_harness as harness;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -21,6 +20,7 @@ use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Error, Generator};
 use idutil_harness::child::{self, MARK};
 use idutil_harness::postgres::{Options, Postgres};
+use idutil_harness::state_dir;
 
 mod command;
 mod fleet;
@@ -133,6 +133,35 @@ impl Driver {
     }
 }
 
+/// `n` holders leasing with `config`, each on a host of its own (kept
+/// here, as they outlive the holders) and, once all are open, each driven
+/// by a [`Driver`] until `stop`.
+fn driven(
+    n: usize,
+    config: &LeaseConfig,
+    stop: &Arc<AtomicBool>,
+) -> (Vec<tempfile::TempDir>, Vec<Arc<Generator>>, Vec<Driver>) {
+    let hosts: Vec<tempfile::TempDir> = (0..n).map(|_| state_dir()).collect();
+    let holders: Vec<Arc<Generator>> = hosts
+        .iter()
+        .map(|h| Arc::new(leased(h, config.clone()).open().unwrap()))
+        .collect();
+    let drivers = holders
+        .iter()
+        .map(|g| Driver::start(g.clone(), stop.clone()))
+        .collect();
+    (hosts, holders, drivers)
+}
+
+/// One holder of [`driven`]: its host, the holder, its driver.
+fn driven_one(
+    config: &LeaseConfig,
+    stop: &Arc<AtomicBool>,
+) -> (tempfile::TempDir, Arc<Generator>, Driver) {
+    let (mut hosts, mut holders, mut drivers) = driven(1, config, stop);
+    (hosts.remove(0), holders.remove(0), drivers.remove(0))
+}
+
 /// Waits until `f` holds, or panics after `within`.
 fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
@@ -153,25 +182,13 @@ fn lease_child_process() {
     if !child::is_child() {
         return;
     }
-    let setting = child::child_var("IDUTIL_CHILD_LEASE");
-    let f: Vec<&str> = setting.split_whitespace().collect();
-    let config = LeaseConfig::new(f[0])
-        .ttl(Duration::from_millis(f[1].parse().unwrap()))
-        .shards(f[2].parse().unwrap()..=f[3].parse().unwrap());
     let count: Option<usize> = std::env::var("IDUTIL_CHILD_COUNT")
         .ok()
         .map(|c| c.parse().unwrap());
-    let mut out = std::io::stdout().lock();
-    let generator = match Generator::builder().lease(config).open() {
-        Ok(g) => g,
-        Err(e) => {
-            writeln!(out, "{MARK}failed {e}").unwrap();
-            return;
-        }
+    let Some((generator, _)) = harness::lease::open_child_holder(|b, c| b.lease(c)) else {
+        return;
     };
-    writeln!(out, "{MARK}leased {}", generator.shard()).unwrap();
-    out.flush().unwrap();
     harness::lease::issue_paced(&generator, count);
     generator.close().unwrap();
-    writeln!(out, "{MARK}done").unwrap();
+    println!("{MARK}done");
 }

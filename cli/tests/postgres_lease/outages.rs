@@ -8,11 +8,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use idutil::lease::LeaseConfig;
-use idutil::Generator;
 use idutil_harness::proxy::{Blackhole, Proxy};
 use idutil_harness::state_dir;
 
-use crate::{leased, open_when_free, server, wait_until, Driver, Ids};
+use crate::{driven, driven_one, leased, open_when_free, server, wait_until, Driver, Ids};
 
 /// The server is killed (`pg_ctl stop -m immediate`) under live holders
 /// and started again: they stop issuing past their marks while it is down
@@ -24,22 +23,9 @@ fn server_killed_restarted_and_connections_terminated_under_live_holders() {
     let Some(mut pg) = server() else { return };
     let url = pg.tcp_url();
     let ttl = Duration::from_secs(3);
-    let hosts = [state_dir(), state_dir()];
     let stop = Arc::new(AtomicBool::new(false));
-    let holders: Vec<Arc<Generator>> = hosts
-        .iter()
-        .map(|h| {
-            Arc::new(
-                leased(h, LeaseConfig::new(url.clone()).ttl(ttl).shards(0..=1))
-                    .open()
-                    .unwrap(),
-            )
-        })
-        .collect();
-    let drivers: Vec<Driver> = holders
-        .iter()
-        .map(|g| Driver::start(g.clone(), stop.clone()))
-        .collect();
+    let config = LeaseConfig::new(url.clone()).ttl(ttl).shards(0..=1);
+    let (_hosts, holders, drivers) = driven(2, &config, &stop);
     wait_until("issuing", Duration::from_secs(10), || {
         drivers.iter().all(|d| d.issued() > 1000)
     });
@@ -115,13 +101,8 @@ fn holder_cut_off_shorter_and_longer_than_the_ttl() {
     );
     let ttl = Duration::from_secs(2);
     let stop = Arc::new(AtomicBool::new(false));
-    let host_a = state_dir();
-    let a = Arc::new(
-        leased(&host_a, LeaseConfig::new(via).ttl(ttl).shards(5..=5))
-            .open()
-            .unwrap(),
-    );
-    let driver_a = Driver::start(a.clone(), stop.clone());
+    let config = LeaseConfig::new(via).ttl(ttl).shards(5..=5);
+    let (_host_a, _a, driver_a) = driven_one(&config, &stop);
     wait_until("A issues", Duration::from_secs(5), || {
         driver_a.issued() > 500
     });

@@ -1,10 +1,12 @@
 //! Lease rows: layouts that do not match, rows rewritten or deleted, epochs and clocks at the end of the range.
 
+use idutil_harness as harness;
+
 use std::thread;
 use std::time::{Duration, Instant};
 
 use idutil::lease::{LeaseConfig, LeaseError};
-use idutil::{Error, Generator, Layout, ManualClock};
+use idutil::{Error, Generator, Layout};
 use idutil_harness::state_dir;
 
 use crate::{leased, server, Ids, WIDE};
@@ -116,49 +118,17 @@ fn clock_at_2136_for_a_moment_neither_ends_nor_shifts_the_shard() {
     let config = LeaseConfig::new(pg.tcp_url())
         .ttl(Duration::from_secs(2))
         .shards(6..=6);
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-    };
     let mut all = Ids::default();
-    for round in 0..10 {
-        let host = state_dir();
-        let clock = ManualClock::new(now());
-        let g = leased(&host, config.clone())
-            .clock(clock.clone())
-            // The lease's own defence, with the generator's (the end margin,
-            // the forward-step limit) out of the way.
-            .end_margin(Duration::ZERO)
-            .max_clock_step(None)
-            .open()
-            .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        let who = format!("holder {round}");
-        all.add(g.next_ids(1000).unwrap().map(u64::from), &who);
-        clock.set(Layout::DEFAULT.last_unix_second() - 1);
-        let during = g.next_ids(10);
-        clock.set(now());
-        // The holder refuses, naming the skew, and stops for good: its
-        // cursor followed the clock, and the mark never will.
-        for result in [during, g.next_ids(10)] {
-            match result {
-                Err(Error::Lease(LeaseError::ClockSkew { .. })) => {}
-                Err(e) => panic!("round {round}: unclear refusal: {e}"),
-                Ok(ids) => all.add(ids.map(u64::from), &who),
-            }
-        }
-        g.close().ok();
-        drop(g);
-        let mark: u64 = pg
-            .psql("SELECT high_water FROM idutil_lease WHERE shard = 6")
-            .parse()
-            .unwrap();
-        assert!(
-            mark < now() + 3600,
-            "round {round}: the shard's mark moved to {mark}"
-        );
-    }
+    harness::lease::assert_a_moment_at_2136_neither_ends_nor_shifts_the_shard(
+        1000,
+        |host| leased(host, config.clone()),
+        |ids, who| all.add(ids, who),
+        || {
+            pg.psql("SELECT high_water FROM idutil_lease WHERE shard = 6")
+                .parse()
+                .unwrap()
+        },
+    );
 }
 
 /// A row garbled where the acquiring statement itself would fail on it (a

@@ -6,11 +6,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use idutil::lease::LeaseConfig;
-use idutil::Generator;
 use idutil_harness::proxy::Proxy;
 use idutil_harness::state_dir;
 
-use crate::{leased, open_when_free, server, wait_until, Driver, Ids};
+use crate::{driven, driven_one, leased, open_when_free, server, wait_until, Driver, Ids};
 
 /// A primary with a synchronous streaming standby; holders reach them
 /// through a two-host URL (`target_session_attrs=read-write`). The primary
@@ -30,21 +29,8 @@ fn failover_to_a_synchronous_standby_issues_nothing_twice() {
     );
     let ttl = Duration::from_secs(3);
     let stop = Arc::new(AtomicBool::new(false));
-    let hosts = [state_dir(), state_dir(), state_dir()];
-    let holders: Vec<Arc<Generator>> = hosts
-        .iter()
-        .map(|h| {
-            Arc::new(
-                leased(h, LeaseConfig::new(url.clone()).ttl(ttl).shards(0..=3))
-                    .open()
-                    .unwrap(),
-            )
-        })
-        .collect();
-    let drivers: Vec<Driver> = holders
-        .iter()
-        .map(|g| Driver::start(g.clone(), stop.clone()))
-        .collect();
+    let config = LeaseConfig::new(url.clone()).ttl(ttl).shards(0..=3);
+    let (_hosts, holders, drivers) = driven(3, &config, &stop);
     wait_until("issuing", Duration::from_secs(10), || {
         drivers.iter().all(|d| d.issued() > 2000)
     });
@@ -100,16 +86,8 @@ fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
     primary.psql("CREATE TABLE probe (x int); INSERT INTO probe VALUES (1)");
     let ttl = Duration::from_secs(3);
     let stop = Arc::new(AtomicBool::new(false));
-    let host_a = state_dir();
-    let a = Arc::new(
-        leased(
-            &host_a,
-            LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(2..=2),
-        )
-        .open()
-        .unwrap(),
-    );
-    let driver_a = Driver::start(a.clone(), stop.clone());
+    let config = LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(2..=2);
+    let (_host_a, a, driver_a) = driven_one(&config, &stop);
     wait_until("A issues", Duration::from_secs(10), || {
         driver_a.issued() > 2000
     });
@@ -207,16 +185,8 @@ fn failover_to_an_asynchronous_standby_is_measured() {
     let standby = primary.standby(Some(link.port()));
     let ttl = Duration::from_secs(2);
     let stop = Arc::new(AtomicBool::new(false));
-    let host_a = state_dir();
-    let a = Arc::new(
-        leased(
-            &host_a,
-            LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(1..=1),
-        )
-        .open()
-        .unwrap(),
-    );
-    let driver_a = Driver::start(a.clone(), stop.clone());
+    let config = LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(1..=1);
+    let (_host_a, a, driver_a) = driven_one(&config, &stop);
     wait_until("A issues", Duration::from_secs(10), || {
         driver_a.issued() > 2000
     });

@@ -1,12 +1,13 @@
 //! Servers and clocks at the edges: eviction, the end of the shard range, the year 2136.
 
+use idutil_harness as harness;
+
 use std::collections::HashSet;
-use std::time::Duration;
 
 use idutil::lease::{LeaseConfig, LeaseError};
-use idutil::{Error, Layout, ManualClock};
+use idutil::{Error, Layout};
 use idutil_harness::redis_server::{record_of, seed_records, RedisServer};
-use idutil_harness::{state_dir, wall_now};
+use idutil_harness::state_dir;
 
 use crate::{leased, record_unique};
 
@@ -98,37 +99,14 @@ fn clock_at_2136_right_after_open_neither_ends_nor_shifts_the_shard() {
     seed_records(&redis, 12..=12);
     let config = LeaseConfig::new(redis.url()).shards(12..=12);
     let mut seen = HashSet::new();
-    for round in 0..10 {
-        let host = state_dir();
-        let clock = ManualClock::new(wall_now());
-        let g = leased(&host, config.clone())
-            .clock(clock.clone())
-            // The lease's own defence, with the generator's (the end margin,
-            // the forward-step limit) out of the way.
-            .end_margin(Duration::ZERO)
-            .max_clock_step(None)
-            .open()
-            .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        let who = format!("holder {round}");
-        record_unique(&mut seen, g.next_ids(100).unwrap().map(u64::from), &who);
-        clock.set(Layout::DEFAULT.last_unix_second() - 1);
-        let during = g.next_ids(10);
-        clock.set(wall_now());
-        for result in [during, g.next_ids(10)] {
-            match result {
-                Err(Error::Lease(LeaseError::ClockSkew { .. })) => {}
-                Err(e) => panic!("round {round}: unclear refusal: {e}"),
-                Ok(ids) => record_unique(&mut seen, ids.map(u64::from), &who),
-            }
-        }
-        g.close().ok();
-        drop(g);
-        let mark: u64 = record_of(&mut redis.conn(), "idutil:mark:12")["high_water"]
-            .parse()
-            .unwrap();
-        assert!(
-            mark < wall_now() + 3600,
-            "round {round}: the shard's mark moved to {mark}"
-        );
-    }
+    harness::lease::assert_a_moment_at_2136_neither_ends_nor_shifts_the_shard(
+        100,
+        |host| leased(host, config.clone()),
+        |ids, who| record_unique(&mut seen, ids, who),
+        || {
+            record_of(&mut redis.conn(), "idutil:mark:12")["high_water"]
+                .parse()
+                .unwrap()
+        },
+    );
 }

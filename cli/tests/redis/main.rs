@@ -76,27 +76,16 @@ fn child_process() {
     if !child::is_child() {
         return;
     }
-    let setting = child::child_var("IDUTIL_CHILD_LEASE");
-    let f: Vec<&str> = setting.split_whitespace().collect();
-    let config = LeaseConfig::new(f[0])
-        .ttl(Duration::from_millis(f[1].parse().unwrap()))
-        .shards(f[2].parse().unwrap()..=f[3].parse().unwrap());
-    let mode = f[4];
-    let mut out = std::io::stdout().lock();
-    let generator = match Generator::builder().redis_lease(config).open() {
-        Ok(g) => g,
-        Err(e) => {
-            writeln!(out, "{MARK}failed {e}").unwrap();
-            return;
-        }
+    let Some((generator, rest)) = harness::lease::open_child_holder(|b, c| b.redis_lease(c)) else {
+        return;
     };
-    writeln!(out, "{MARK}leased {}", generator.shard()).unwrap();
-    out.flush().unwrap();
+    let mode = rest[0].as_str();
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).unwrap();
     if mode == "paced" {
         return harness::lease::issue_paced(&generator, None);
     }
+    let mut out = std::io::stdout().lock();
     loop {
         for id in generator.next_ids(500).unwrap() {
             writeln!(out, "{MARK}id {id}").unwrap();
