@@ -2,6 +2,8 @@
 
 use idutil_harness as harness;
 
+use std::path::Path;
+
 use idutil::state::{self, RecoverOptions};
 use idutil::{Error, Generator, Layout, ManualClock};
 use idutil_harness::{on_disk, Ledger};
@@ -10,6 +12,16 @@ use crate::issue;
 
 /// 2100-01-01T00:00:00Z.
 const Y2100: u64 = 4_102_444_800;
+
+/// A generator on `shard` in `dir` on `clock`, which may step any distance.
+fn open_unlimited(dir: &Path, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
+    harness::builder(dir)
+        .shard(shard)
+        .clock(clock.clone())
+        .max_clock_step(None)
+        .open()
+        .expect("open the generator")
+}
 
 /// A generator opened while the clock read 2100 pushed the shard there;
 /// the clock comes back. A recovery that vouches for the skipped interval
@@ -21,16 +33,7 @@ fn a_shard_pushed_ahead_by_a_wrong_clock_comes_back_and_passes_over_what_it_issu
     let dir = tempfile::tempdir().unwrap();
     let now = harness::wall_now();
     let clock = ManualClock::new(now);
-    let open = |clock: &ManualClock| {
-        Generator::builder()
-            .id_space(harness::space_for(dir.path()))
-            .shard(4)
-            .state_dir(dir.path())
-            .clock(clock.clone())
-            .max_clock_step(None)
-            .open()
-            .expect("open the generator")
-    };
+    let open = |clock: &ManualClock| open_unlimited(dir.path(), 4, clock);
     let mut ledger = Ledger::new();
     let g = open(&clock);
     ledger.record(&issue(&g, 1000));
@@ -98,16 +101,7 @@ fn a_generator_opening_inside_the_skipped_seconds_starts_after_them() {
     let dir = tempfile::tempdir().unwrap();
     let now = harness::wall_now();
     let clock = ManualClock::new(Y2100);
-    let open = |clock: &ManualClock| {
-        Generator::builder()
-            .id_space(harness::space_for(dir.path()))
-            .shard(6)
-            .state_dir(dir.path())
-            .clock(clock.clone())
-            .max_clock_step(None)
-            .open()
-            .expect("open the generator")
-    };
+    let open = |clock: &ManualClock| open_unlimited(dir.path(), 6, clock);
     let mut ledger = Ledger::new();
     ledger.record(&issue(&open(&clock), 100_000));
     let options = RecoverOptions::new().unused(now + 3600, Y2100);
