@@ -1,4 +1,4 @@
-//! The figures: medians over the rounds, the Markdown tables, ratios to `bigserial`, and the smoke run's check of the chart.
+//! The figures: medians over the rounds, the tables with ratios to `bigserial`, the chart's check.
 
 use std::path::Path;
 

@@ -1,4 +1,4 @@
-//! The rows the clients make (keys, bodies, times) and what they made, to check the queries against.
+//! The rows the clients make, and what they made, to check the queries' counts against.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Failing system calls, unwritable output, threads that cannot start, slow writes, restored copies.
+//! Failing system calls, unwritable output, threads that cannot start, slow writes, old copies.
 
 use idutil_harness as harness;
 

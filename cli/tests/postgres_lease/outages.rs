@@ -1,4 +1,4 @@
-//! The server's own failures: kills, restarts, cut connections, dead or read-only hosts, locked rows, a hanging store.
+//! The server's own failures: kills, restarts, cut connections, dead hosts, locked rows, hangs.
 
 use idutil_harness as harness;
 

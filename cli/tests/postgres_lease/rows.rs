@@ -1,4 +1,4 @@
-//! Lease rows: layouts that do not match, rows rewritten or deleted, epochs and clocks at the end of the range.
+//! Lease rows: other layouts, rows rewritten or deleted, epochs and clocks at the range's end.
 
 use idutil_harness as harness;
 

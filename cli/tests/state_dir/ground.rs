@@ -1,4 +1,4 @@
-//! Ground pulled away under a live generator: deleted lock files and directories, a second directory for one shard.
+//! Ground pulled away under a live generator: lock files and directories deleted or doubled.
 
 use idutil_harness as harness;
 

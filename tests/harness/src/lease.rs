@@ -1,4 +1,4 @@
-//! What the lease tests of every engine do alike: child holders, holders that issue at a pace, closing while the store hangs, a clock at the end of the range.
+//! What the lease tests of every engine share: child holders, paced issuing, hanging stores, 2136.
 
 use std::io::Write;
 use std::sync::Arc;
