@@ -28,24 +28,17 @@ fn shard_source_tells_a_user_without_a_logger_why_the_shard_is_0() {
         return;
     }
     let dir = harness::state_dir();
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("unshare")
-        .args(["--uts", "sh", "-c", r#"hostname vm && exec "$@""#, "sh"])
-        .arg(exe)
-        .args([
-            "child_on_host_vm",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "-q",
-        ])
-        .env(harness::CHILD_ENV, "1")
-        .env("IDUTIL_STATE_DIR", dir.path())
-        .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
-        .env_remove("IDUTIL_SHARD")
-        .env_remove("IDUTIL_REDIS_URL")
-        .output()
-        .unwrap();
+    let mut unshare = Command::new("unshare");
+    unshare.args(["--uts", "sh", "-c", r#"hostname vm && exec "$@""#, "sh"]);
+    let mut child = harness::child::child_command_through(
+        unshare,
+        "child_on_host_vm",
+        &[
+            ("IDUTIL_STATE_DIR", dir.path().display().to_string()),
+            ("IDUTIL_ID_SPACE", harness::space_for(dir.path())),
+        ],
+    );
+    let out = harness::output_within(&mut child, harness::command::LIMIT);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");

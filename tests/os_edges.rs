@@ -9,7 +9,6 @@ use idutil_harness as harness;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -31,14 +30,13 @@ const CHILD_CALLS: u64 = 200_000;
 #[test]
 fn a_forked_child_never_issues_its_parents_ids() {
     let dir = harness::state_dir();
-    let child = harness::child::child_command(
-        "child_fork",
-        &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("spawn the child");
-    let out = finish_within(child, Duration::from_secs(60));
+    let out = harness::output_within(
+        &mut harness::child::child_command(
+            "child_fork",
+            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+        ),
+        Duration::from_secs(60),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -193,23 +191,6 @@ fn forked_child(dir: &Path, explicit: &Generator) {
     emit(&text);
 }
 
-/// The child's output once it ends; fails the test (killing the child) if
-/// it takes longer than `limit`.
-fn finish_within(child: std::process::Child, limit: Duration) -> std::process::Output {
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(child.wait_with_output()));
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("wait for the child"),
-        Err(_) => {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("the child (or its forked child) hangs: still running after {limit:?}");
-        }
-    }
-}
-
 /// Writes `text` to stdout in one piece, flushed: parent and forked child
 /// share the pipe.
 fn emit(text: &str) {
@@ -225,14 +206,13 @@ fn emit(text: &str) {
 #[test]
 fn a_failed_reservation_write_answers_every_waiting_thread() {
     let dir = harness::state_dir();
-    let child = harness::child::child_command(
-        "child_failed_write",
-        &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("spawn the child");
-    let out = finish_within(child, Duration::from_secs(60));
+    let out = harness::output_within(
+        &mut harness::child::child_command(
+            "child_failed_write",
+            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+        ),
+        Duration::from_secs(60),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

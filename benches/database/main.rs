@@ -35,17 +35,23 @@
 //! thousand rows through every setup as a smoke test, checks the counts,
 //! and draws the chart into a temporary directory.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use idutil::{Generator, Id};
+use idutil::Generator;
 use serde::{Deserialize, Serialize};
 
 mod chart;
+mod options;
 mod pg;
+mod report;
+mod rows;
 mod sqlite;
+
+use options::{options, Options};
+use report::{base_of, check_chart, load_average, medians, print_tables};
+use rows::{id_bounds, Batch, Keys, Made, Maker};
 
 /// Rows per `INSERT` (and per transaction).
 const BATCH: usize = 1_000;
@@ -66,7 +72,6 @@ pub enum Key {
     /// `Uuid::new_v4`, likewise.
     UuidV4,
 }
-
 impl Key {
     const ALL: [Key; 4] = [Key::Serial, Key::Idutil, Key::UuidV7, Key::UuidV4];
 
@@ -95,7 +100,6 @@ pub enum Db {
     Postgres,
     Sqlite,
 }
-
 impl Db {
     fn name(self) -> &'static str {
         match self {
@@ -118,7 +122,6 @@ pub struct Setup {
     pub db: Db,
     pub clients: usize,
 }
-
 impl Setup {
     const ALL: [Setup; 4] = [
         Setup {
@@ -162,7 +165,6 @@ pub struct QueryTime {
     pub rows: u64,
     pub millis: f64,
 }
-
 impl QueryTime {
     fn per_row(&self) -> f64 {
         self.millis / self.rows.max(1) as f64
@@ -193,7 +195,6 @@ pub struct Measurement {
     /// Through the primary key, idutil only.
     pub by_id: Option<QueryTime>,
 }
-
 impl Measurement {
     fn rows_per_second(&self) -> f64 {
         self.rows as f64 / self.seconds
@@ -202,128 +203,6 @@ impl Measurement {
     fn total_bytes(&self) -> u64 {
         self.table_bytes + self.pk_bytes + self.created_bytes
     }
-}
-
-/// What the clients made: the count of rows per Unix second of their
-/// `created` value, and of their ID's second (idutil), to check the
-/// queries' counts against.
-#[derive(Default)]
-pub struct Made {
-    pub created: BTreeMap<u64, u64>,
-    pub id_seconds: BTreeMap<u64, u64>,
-}
-
-impl Made {
-    fn merge(&mut self, other: Made) {
-        for (s, n) in other.created {
-            *self.created.entry(s).or_default() += n;
-        }
-        for (s, n) in other.id_seconds {
-            *self.id_seconds.entry(s).or_default() += n;
-        }
-    }
-
-    /// The middle tenth of the run, in whole seconds, at least one.
-    fn window(&self) -> (u64, u64) {
-        let first = *self.created.keys().next().expect("rows were made");
-        let last = *self.created.keys().next_back().expect("rows were made");
-        let span = last - first;
-        let from = first + span * 45 / 100;
-        let to = (first + span * 55 / 100).max(from + 1);
-        (from, to)
-    }
-
-    fn count(map: &BTreeMap<u64, u64>, (from, to): (u64, u64)) -> u64 {
-        map.range(from..to).map(|(_, n)| n).sum()
-    }
-}
-
-/// The keys of one batch, made by the client (none for `Serial`).
-pub enum Keys {
-    Serial,
-    Idutil(Vec<i64>),
-    Uuid(Vec<uuid::Uuid>),
-}
-
-/// One batch of rows as the client makes them.
-pub struct Batch {
-    pub keys: Keys,
-    pub bodies: Vec<String>,
-    /// Microseconds since the Unix epoch.
-    pub created: Vec<i64>,
-}
-
-/// Makes batches for one client, and counts what it made.
-pub struct Maker {
-    key: Key,
-    generator: Option<Arc<Generator>>,
-    made: Made,
-    next_row: u64,
-}
-
-impl Maker {
-    fn new(key: Key, generator: Option<Arc<Generator>>, first_row: u64) -> Maker {
-        Maker {
-            key,
-            generator,
-            made: Made::default(),
-            next_row: first_row,
-        }
-    }
-
-    /// `n` rows, made as an application makes them: the key and the time
-    /// per row.
-    pub fn batch(&mut self, n: usize) -> Batch {
-        let mut bodies = Vec::with_capacity(n);
-        let mut created = Vec::with_capacity(n);
-        let mut keys = match self.key {
-            Key::Serial => Keys::Serial,
-            Key::Idutil => Keys::Idutil(Vec::with_capacity(n)),
-            Key::UuidV7 | Key::UuidV4 => Keys::Uuid(Vec::with_capacity(n)),
-        };
-        for _ in 0..n {
-            match &mut keys {
-                Keys::Serial => {}
-                Keys::Idutil(ids) => {
-                    let id = self
-                        .generator
-                        .as_ref()
-                        .expect("a generator for idutil keys")
-                        .next_id()
-                        .expect("an ID");
-                    *self.made.id_seconds.entry(id.unix_seconds()).or_default() += 1;
-                    ids.push(id.into());
-                }
-                Keys::Uuid(ids) => ids.push(match self.key {
-                    Key::UuidV7 => uuid::Uuid::now_v7(),
-                    _ => uuid::Uuid::new_v4(),
-                }),
-            }
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .expect("a clock after 1970");
-            *self.made.created.entry(now.as_secs()).or_default() += 1;
-            created.push(now.as_micros() as i64);
-            bodies.push(format!("row {} of the benchmark", self.next_row));
-            self.next_row += 1;
-        }
-        Batch {
-            keys,
-            bodies,
-            created,
-        }
-    }
-}
-
-/// The idutil bounds of a window `[from, to)` of Unix seconds.
-pub fn id_bounds((from, to): (u64, u64)) -> (i64, i64) {
-    let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
-    (
-        Id::min_at(at(from)).expect("a time in the ID range").into(),
-        Id::max_at(at(to - 1))
-            .expect("a time in the ID range")
-            .into(),
-    )
 }
 
 /// A database the runner can measure in.
@@ -472,75 +351,6 @@ async fn measure<D: Database + Sync>(
     }
 }
 
-struct Options {
-    smoke: bool,
-    rows: Vec<u64>,
-    setups: Vec<Setup>,
-    /// Setups that run the row counts after the first.
-    big_setups: Vec<Setup>,
-    results: PathBuf,
-    chart: PathBuf,
-    chart_from: Option<PathBuf>,
-    /// Rounds for the first row count.
-    rounds: usize,
-}
-
-fn options() -> Result<Options, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let smoke = !args.iter().any(|a| a == "--bench");
-    let mut o = Options {
-        smoke,
-        rows: if smoke {
-            vec![3_000]
-        } else {
-            vec![1_000_000, 10_000_000]
-        },
-        setups: Setup::ALL.to_vec(),
-        big_setups: vec![Setup::ALL[0]],
-        results: Path::new(env!("CARGO_TARGET_TMPDIR")).join("database-bench.json"),
-        chart: Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/database.svg"),
-        chart_from: None,
-        rounds: if smoke { 2 } else { 3 },
-    };
-    let setups = |v: &str| -> Result<Vec<Setup>, String> {
-        if v == "all" {
-            return Ok(Setup::ALL.to_vec());
-        }
-        v.split(',').map(Setup::parse).collect()
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
-        match a.as_str() {
-            "--bench" => {}
-            "--rows" => {
-                o.rows = value()?
-                    .split(',')
-                    .map(|n| {
-                        n.replace('_', "")
-                            .parse()
-                            .map_err(|e| format!("--rows {n}: {e}"))
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            "--setups" => o.setups = setups(value()?)?,
-            "--big-setups" => o.big_setups = setups(value()?)?,
-            "--results" => o.results = value()?.into(),
-            "--chart" => o.chart = value()?.into(),
-            "--chart-from" => o.chart_from = Some(value()?.into()),
-            "--rounds" => o.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
-            other => return Err(format!("unknown argument `{other}`")),
-        }
-    }
-    if o.rounds == 0 {
-        return Err("--rounds needs at least 1".into());
-    }
-    if o.rows.is_empty() || o.rows.contains(&0) {
-        return Err("--rows needs counts above 0".into());
-    }
-    Ok(o)
-}
-
 fn main() {
     let mut o = match options() {
         Ok(o) => o,
@@ -655,147 +465,4 @@ async fn measure_all<D: Database + Sync>(
         }
     }
     out
-}
-
-/// One measurement per key, setup and row count: the median of each figure
-/// over the rounds (rows per second as the median round's time).
-fn medians(results: &[Measurement]) -> Vec<Measurement> {
-    let mut cases: Vec<(Setup, u64, Key)> =
-        results.iter().map(|m| (m.setup, m.rows, m.key)).collect();
-    cases.sort();
-    cases.dedup();
-    cases
-        .into_iter()
-        .map(|(setup, rows, key)| {
-            let all: Vec<&Measurement> = results
-                .iter()
-                .filter(|m| m.setup == setup && m.rows == rows && m.key == key)
-                .collect();
-            fn mid<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
-                v.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
-                v[v.len() / 2]
-            }
-            // The rounds' windows hold different numbers of rows: the
-            // round with the median time per row found.
-            let query = |mut q: Vec<QueryTime>| {
-                q.sort_by(|a, b| a.per_row().total_cmp(&b.per_row()));
-                q[q.len() / 2]
-            };
-            let by_id: Vec<QueryTime> = all.iter().filter_map(|m| m.by_id).collect();
-            Measurement {
-                setup,
-                rows,
-                key,
-                seconds: mid(all.iter().map(|m| m.seconds).collect()),
-                table_bytes: mid(all.iter().map(|m| m.table_bytes).collect()),
-                pk_bytes: mid(all.iter().map(|m| m.pk_bytes).collect()),
-                created_bytes: mid(all.iter().map(|m| m.created_bytes).collect()),
-                wal_bytes: all
-                    .iter()
-                    .map(|m| m.wal_bytes)
-                    .collect::<Option<Vec<u64>>>()
-                    .map(mid),
-                window: all[0].window,
-                by_created: query(all.iter().map(|m| m.by_created).collect()),
-                by_id: (!by_id.is_empty()).then(|| query(by_id)),
-            }
-        })
-        .collect()
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-fn mb(bytes: u64) -> String {
-    format!("{:.1}", bytes as f64 / 1_048_576.0)
-}
-
-/// `value / base`, or a dash when there is no base.
-fn ratio(value: f64, base: f64) -> String {
-    if base > 0.0 {
-        format!("{:.2}", value / base)
-    } else {
-        "–".into()
-    }
-}
-
-/// The serial-key measurement of the same setup and row count.
-fn base_of<'a>(results: &'a [Measurement], m: &Measurement) -> Option<&'a Measurement> {
-    results
-        .iter()
-        .find(|b| b.key == Key::Serial && b.setup == m.setup && b.rows == m.rows)
-}
-
-/// A Markdown table per setup and row count, ratios to the serial key.
-fn print_tables(results: &[Measurement]) {
-    let mut cases: Vec<(Setup, u64)> = results.iter().map(|m| (m.setup, m.rows)).collect();
-    cases.dedup();
-    for (setup, rows) in cases {
-        let db = setup.db;
-        println!(
-            "\n{}, {} client{}, {rows} rows (ratios: ÷ {})\n",
-            db.name(),
-            setup.clients,
-            if setup.clients == 1 { "" } else { "s" },
-            db.serial_name()
-        );
-        println!(
-            "| key | rows/s | ratio | table MB | ratio | PK index MB | ratio | all MB | ratio | WAL MB | ratio | by `created` | by `id` | by `created`, per 100k rows | by `id`, per 100k rows |"
-        );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for m in results
-            .iter()
-            .filter(|m| m.setup == setup && m.rows == rows)
-        {
-            let Some(b) = base_of(results, m) else {
-                continue;
-            };
-            let wal = |m: &Measurement| m.wal_bytes.map(|w| w as f64).unwrap_or(0.0);
-            let key = match (m.key, db) {
-                (Key::Serial, _) => db.serial_name().to_string(),
-                (k, _) => k.name().to_string(),
-            };
-            println!(
-                "| {key} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} ms ({} rows) | {} | {:.1} ms | {} |",
-                m.rows_per_second(),
-                ratio(m.rows_per_second(), b.rows_per_second()),
-                mb(m.table_bytes),
-                ratio(m.table_bytes as f64, b.table_bytes as f64),
-                mb(m.pk_bytes),
-                ratio(m.pk_bytes as f64, b.pk_bytes as f64),
-                mb(m.total_bytes()),
-                ratio(m.total_bytes() as f64, b.total_bytes() as f64),
-                m.wal_bytes.map(mb).unwrap_or_else(|| "–".into()),
-                ratio(wal(m), wal(b)),
-                m.by_created.millis,
-                m.by_created.rows,
-                m.by_id
-                    .map(|q| format!("{:.1} ms ({} rows)", q.millis, q.rows))
-                    .unwrap_or_else(|| "–".into()),
-                m.by_created.per_row() * 1e5,
-                m.by_id
-                    .map(|q| format!("{:.1} ms", q.per_row() * 1e5))
-                    .unwrap_or_else(|| "–".into()),
-            );
-        }
-    }
-}
-
-/// The smoke run's check of the chart: an SVG that names every key.
-fn check_chart(path: &Path, results: &[Measurement]) {
-    let svg = std::fs::read_to_string(path).expect("read the chart");
-    assert!(svg.starts_with("<svg"), "the chart is not an SVG");
-    for key in Key::ALL {
-        if results.iter().any(|m| m.key == key) {
-            assert!(svg.contains(key.name()), "the chart does not name {key:?}");
-        }
-    }
-    let setups: Vec<Setup> = results.iter().map(|m| m.setup).collect();
-    assert!(
-        setups.iter().any(|s| s.db == Db::Sqlite),
-        "the smoke run measured no SQLite setup"
-    );
 }

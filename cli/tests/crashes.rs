@@ -9,12 +9,10 @@
 use idutil_harness as harness;
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
-use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use harness::{idutil, parts, unix_second, Ledger, Rng};
+use harness::{idutil, parts, send, unix_second, wait_within, Ledger, Rng};
 
 /// The default reservation window, in seconds.
 const WINDOW: u64 = idutil::DEFAULT_WINDOW.as_secs();
@@ -120,31 +118,6 @@ fn fifteen_sigkills_of_a_library_burst_each_cost_a_bounded_skip() {
     let skips = skips.seen;
     eprintln!("skips after each SIGKILL, in seconds: {skips:?}");
     assert_eq!(skips.len(), 14, "a skip between each two rounds");
-}
-
-/// Sends `signal` (a name such as `TERM`) to a child.
-fn send(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .args(["-s", signal, &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -s {signal}");
-}
-
-/// Waits for a child for at most `limit`; panics (after a SIGKILL) if it
-/// does not end: a hang is a failure.
-fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait for the child") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            harness::sigkill(child);
-            panic!("the child did not stop within {limit:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]
@@ -276,24 +249,6 @@ fn wait_until_full(out: &std::process::ChildStdout, limit: Duration) {
     }
 }
 
-/// `idutil next` with its clock set by libfaketime's `OFFSET` (e.g.
-/// `@2140-01-01 00:00:00`).
-fn next_under_faketime(
-    faketime: &harness::Faketime,
-    offset: &str,
-    shard: u32,
-    dir: &Path,
-) -> harness::Run {
-    let mut cmd = faketime.command(offset, harness::bin());
-    cmd.env_remove("IDUTIL_SHARD")
-        .env_remove("IDUTIL_STATE_DIR")
-        .env("IDUTIL_ID_SPACE", harness::space_for(dir))
-        .args(["--shard", &shard.to_string(), "--state-dir"])
-        .arg(dir)
-        .args(["next", "-n", "3"]);
-    harness::run(&mut cmd)
-}
-
 #[test]
 fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_works() {
     let Some(faketime) = harness::faketime() else {
@@ -303,7 +258,7 @@ fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_wor
     let shard = 11;
     let mut ledger = Ledger::new();
     // A fresh shard: nothing is written at all.
-    let r = next_under_faketime(&faketime, "@2140-01-01 00:00:00", shard, dir.path());
+    let r = harness::next_under_faketime(&faketime, "@2140-01-01 00:00:00", shard, dir.path());
     let r = r.expect_code(1, "next in 2140");
     assert!(r.stdout.is_empty(), "{}", r.stdout);
     assert!(r.stderr.contains("clock"), "{}", r.stderr);
@@ -317,7 +272,7 @@ fn a_clock_past_the_layout_issues_nothing_stores_nothing_and_the_shard_still_wor
         "@2136-02-07 06:28:16",
         "+400000000000",
     ] {
-        let r = next_under_faketime(&faketime, offset, shard, dir.path());
+        let r = harness::next_under_faketime(&faketime, offset, shard, dir.path());
         let r = r.expect_code(1, offset);
         assert!(r.stdout.is_empty(), "{offset}: {}", r.stdout);
         assert_eq!(r.stderr.lines().count(), 1, "{offset}: {}", r.stderr);

@@ -8,16 +8,8 @@ use idutil_harness as harness;
 
 use std::path::Path;
 
-use harness::{idutil, run, unix_second, Ledger};
-use idutil::state::{self, StateFile};
+use harness::{idutil, on_disk, run, unix_second, Ledger};
 use idutil::{Layout, DEFAULT_WINDOW};
-
-fn on_disk(dir: &Path, shard: u32) -> StateFile {
-    state::inspect(dir, shard)
-        .expect("inspect the state")
-        .state
-        .expect("a state file exists")
-}
 
 /// `idutil state recover` with `args`, expected to exit with `code`.
 fn recover(shard: u32, dir: &Path, args: &[&str], code: i32) -> harness::Run {

@@ -6,11 +6,12 @@
 //! settings come in `IDUTIL_CHILD_*` variables. It reports on stdout in
 //! lines that start with [`MARK`] (`@id N`, `@ready`, `@leased N`, ...), so
 //! libtest's own output is ignored; a line cut short by a kill is ignored
-//! too.
+//! too. Entry points sit at the root of their test crate, where a test's
+//! name is the function's own (in a module it would be `module::name`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -35,8 +36,23 @@ pub const READY_MARK: &str = "@ready";
 /// set (after the shard, state directory and Redis URL of the parent's
 /// environment are removed), stdin and stdout piped and stderr inherited.
 pub fn child_command(name: &str, envs: &[(&str, String)]) -> Command {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut cmd = Command::new(exe);
+    set_up(Command::new(test_binary()), name, envs)
+}
+
+/// [`child_command`] run through `wrapper`, a program that runs the
+/// command given as its last arguments (`setpriv` as another user, ...).
+pub fn child_command_through(mut wrapper: Command, name: &str, envs: &[(&str, String)]) -> Command {
+    wrapper.arg(test_binary());
+    set_up(wrapper, name, envs)
+}
+
+fn test_binary() -> PathBuf {
+    std::env::current_exe().expect("the test binary's path")
+}
+
+/// Adds the arguments and the environment that run only the entry point
+/// `name` to `cmd`, which runs the test binary.
+fn set_up(mut cmd: Command, name: &str, envs: &[(&str, String)]) -> Command {
     cmd.args([
         name,
         "--exact",
@@ -246,6 +262,31 @@ pub fn sigkill(child: &mut Child) {
     child.kill().expect("SIGKILL the child");
     let status = child.wait().expect("reap the child");
     assert!(!status.success(), "the child was killed, not finished");
+}
+
+/// Sends `signal` (a name such as `TERM`) to a child.
+pub fn send(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args(["-s", signal, &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {signal}");
+}
+
+/// Waits for a child for at most `limit`; panics (after a SIGKILL) if it
+/// does not end: a hang is a failure.
+pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            sigkill(child);
+            panic!("the child did not stop within {limit:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn child_builder() -> idutil::Builder {

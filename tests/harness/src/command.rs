@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::child::{read_rest, sigkill};
 use crate::ids::{parse_complete_ids, parse_ids, parts};
+use crate::skip::Faketime;
 use crate::space::space_for;
 
 /// The `idutil` binary built for these tests. Cargo names it in the
@@ -39,6 +40,14 @@ pub fn idutil(shard: u32, dir: &Path) -> Command {
         .arg("--state-dir")
         .arg(dir);
     cmd
+}
+
+/// `idutil next -n 3` on `shard` in `dir` (which need not exist), its wall
+/// clock set by libfaketime's `spec` (as [`Faketime::command`] takes it).
+pub fn next_under_faketime(faketime: &Faketime, spec: &str, shard: u32, dir: &Path) -> Run {
+    let mut cmd = idutil(shard, dir);
+    faketime.apply(&mut cmd, spec);
+    run(cmd.args(["next", "-n", "3"]))
 }
 
 /// How long a command may run before it is killed and its test fails.

@@ -13,6 +13,8 @@ pub mod child;
 pub mod command;
 pub mod damage;
 pub mod ids;
+#[cfg(any(feature = "redis", feature = "postgres-lease"))]
+pub mod lease;
 pub mod ledger;
 pub mod node;
 pub mod postgres;
@@ -26,11 +28,12 @@ pub mod web;
 
 pub use child::{
     child_ids, child_var, hold_shard_child, is_child, issue_until_killed_child, read_rest,
-    read_until_issuing, read_until_ready, sigkill, spawn_child, CHILD_ENV, ID_MARK, READY_MARK,
+    read_until_issuing, read_until_ready, send, sigkill, spawn_child, wait_within, CHILD_ENV,
+    ID_MARK, READY_MARK,
 };
 pub use command::{
-    bin, idutil, kill_after_lines, next, output_within, run, run_input, run_to, spawn_next,
-    state_json, Run,
+    bin, idutil, kill_after_lines, next, next_under_faketime, output_within, run, run_input,
+    run_to, spawn_next, state_json, Run,
 };
 pub use damage::{reseal, Damage};
 pub use ids::{
@@ -40,4 +43,4 @@ pub use ids::{
 pub use ledger::Ledger;
 pub use rng::Rng;
 pub use skip::{faketime, skipped, tool, Faketime};
-pub use space::{builder, ids_from_shards, space_for, state_dir, state_file, wall_now};
+pub use space::{builder, ids_from_shards, on_disk, space_for, state_dir, state_file, wall_now};

@@ -64,21 +64,7 @@ impl Postgres {
     /// Starts a server, or returns `None` after a loud notice when
     /// PostgreSQL is not installed (a panic under `CI=true`).
     pub fn start() -> Option<Postgres> {
-        let Some(bin) = find_bindir() else {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!(
-                    "PostgreSQL's server programs (initdb, postgres) are not installed, \
-                     and CI=true requires the PostgreSQL tests"
-                );
-            }
-            crate::skip::skipped(format_args!(
-                "\n*** SKIPPED: PostgreSQL (initdb, postgres) was not found on the PATH \
-                 or under /usr/lib/postgresql/*/bin, so IDs were NOT checked against a \
-                 real PostgreSQL server. Install Debian's `postgresql` package (as \
-                 .ci/run does) to run this test. ***\n"
-            ));
-            return None;
-        };
+        let bin = Postgres::bindir("IDs were NOT checked against a real PostgreSQL server")?;
         Some(Postgres::start_with(&bin, None))
     }
 
@@ -98,11 +84,13 @@ impl Postgres {
     /// Starts a server that also listens on a free loopback TCP port, for
     /// the lease tests, or `None` as [`Postgres::start`].
     pub fn start_tcp(options: &Options) -> Option<Postgres> {
-        let bin = Postgres::bindir()?;
+        let bin = Postgres::bindir("the PostgreSQL lease was NOT tested")?;
         Some(Postgres::start_with(&bin, Some(options)))
     }
 
-    fn bindir() -> Option<PathBuf> {
+    /// The server programs' directory, or `None` after a loud notice
+    /// that says what was `untested` (a panic under `CI=true`).
+    fn bindir(untested: &str) -> Option<PathBuf> {
         let found = find_bindir();
         if found.is_none() {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -113,14 +101,24 @@ impl Postgres {
             }
             crate::skip::skipped(format_args!(
                 "\n*** SKIPPED: PostgreSQL (initdb, postgres) was not found on the PATH \
-                 or under /usr/lib/postgresql/*/bin, so the PostgreSQL lease was NOT \
-                 tested. Install Debian's `postgresql` package (as .ci/run does). ***\n"
+                 or under /usr/lib/postgresql/*/bin, so {untested}. Install Debian's \
+                 `postgresql` package (as .ci/run does) to run this test. ***\n"
             ));
         }
         found
     }
 
-    fn new_dirs(user: &Unprivileged) -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    /// The one way a server starts: fresh directories for `user`, the data
+    /// directory filled by `fill` (`initdb`, or a base backup), then the
+    /// server itself, waited for.
+    fn launch(
+        bin: &Path,
+        user: Unprivileged,
+        port: u16,
+        tcp: bool,
+        settings: Vec<String>,
+        fill: impl FnOnce(&Unprivileged, &Path),
+    ) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("idutil-pg")
             .tempdir()
@@ -128,39 +126,26 @@ impl Postgres {
         user.give(dir.path());
         let data = dir.path().join("data");
         let socket_dir = dir.path().join("socket");
-        let log = dir.path().join("server.log");
         std::fs::create_dir(&socket_dir).unwrap();
         user.give(&socket_dir);
-        (dir, data, socket_dir, log)
+        fill(&user, &data);
+        let mut server = Postgres {
+            child: None,
+            socket_dir,
+            log: dir.path().join("server.log"),
+            bin: bin.to_path_buf(),
+            data,
+            port,
+            tcp,
+            settings,
+            user,
+            _dir: dir,
+        };
+        server.spawn();
+        server
     }
 
     fn start_with(bin: &Path, options: Option<&Options>) -> Postgres {
-        let user = Unprivileged::current();
-        let (dir, data, socket_dir, log) = Postgres::new_dirs(&user);
-
-        let out = user
-            .command(&bin.join("initdb"))
-            .arg("-D")
-            .arg(&data)
-            .args([
-                "--auth=trust",
-                "--username=postgres",
-                "--encoding=UTF8",
-                "--locale=C",
-                "--no-sync",
-                "--no-instructions",
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run initdb");
-        assert!(
-            out.status.success(),
-            "initdb failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-
         let tcp = options.is_some();
         let mut settings = vec![
             // Durability through a crash of the machine is not what these
@@ -175,20 +160,20 @@ impl Postgres {
         if let Some(options) = options {
             settings.extend(options.settings.iter().cloned());
         }
-        let mut server = Postgres {
-            child: None,
-            socket_dir,
-            log,
-            bin: bin.to_path_buf(),
-            data,
-            port: if tcp { crate::proxy::free_port() } else { PORT },
-            tcp,
-            settings,
-            user,
-            _dir: dir,
+        let port = if tcp { crate::proxy::free_port() } else { PORT };
+        let initdb = |user: &Unprivileged, data: &Path| {
+            let args = [
+                "--auth=trust",
+                "--username=postgres",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ];
+            let mut initdb = user.command(&bin.join("initdb"));
+            run_to_end(initdb.arg("-D").arg(data).args(args), "initdb");
         };
-        server.spawn();
-        server
+        Postgres::launch(bin, Unprivileged::current(), port, tcp, settings, initdb)
     }
 
     /// Starts the server on its data directory (again) and waits until it
@@ -325,19 +310,8 @@ impl Postgres {
     /// Kills the server the way `pg_ctl stop -m immediate` does (SIGQUIT:
     /// no checkpoint, crash recovery at the next start).
     pub fn kill_immediate(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-QUIT", &child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + STOP_TIMEOUT;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            stop(child, "-QUIT");
         }
     }
 
@@ -352,45 +326,19 @@ impl Postgres {
     /// port, so that a test can cut it off), or straight from this server.
     pub fn standby(&self, via: Option<u16>) -> Postgres {
         assert!(self.tcp, "a standby replicates over TCP");
-        let user = self.user.clone();
-        let (dir, data, socket_dir, log) = Postgres::new_dirs(&user);
-        let source = via.unwrap_or(self.port);
-        let out = user
-            .command(&self.bin.join("pg_basebackup"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &source.to_string(),
-                "-U",
-                "postgres",
-            ])
-            .arg("-D")
-            .arg(&data)
-            .args(["-R", "-X", "stream", "--no-sync", "-c", "fast"])
-            .env("PGAPPNAME", "standby")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run pg_basebackup");
-        assert!(
-            out.status.success(),
-            "pg_basebackup failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut standby = Postgres {
-            child: None,
-            socket_dir,
-            log,
-            bin: self.bin.clone(),
-            data,
-            port: crate::proxy::free_port(),
-            tcp: true,
-            settings: self.settings.clone(),
-            user,
-            _dir: dir,
+        let source = via.unwrap_or(self.port).to_string();
+        let port = crate::proxy::free_port();
+        let backup = |user: &Unprivileged, data: &Path| {
+            let mut cmd = user.command(&self.bin.join("pg_basebackup"));
+            cmd.args(["-h", "127.0.0.1", "-p", &source, "-U", "postgres"])
+                .arg("-D")
+                .arg(data)
+                .args(["-R", "-X", "stream", "--no-sync", "-c", "fast"])
+                .env("PGAPPNAME", "standby");
+            run_to_end(&mut cmd, "pg_basebackup");
         };
-        standby.spawn();
-        standby
+        let (user, settings) = (self.user.clone(), self.settings.clone());
+        Postgres::launch(&self.bin, user, port, true, settings, backup)
     }
 
     /// Promotes a standby to primary, and waits until it accepts writes.
@@ -416,23 +364,45 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
         // SIGINT is PostgreSQL's fast shutdown: it ends the sessions and
         // stops cleanly, so nothing is left running after the tests.
-        let pid = child.id().to_string();
-        let _ = Command::new("kill").args(["-INT", &pid]).status();
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(child) = self.child.take() {
+            stop(child, "-INT");
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
+}
+
+/// Sends `signal` (`kill`'s flag) to the server and waits for it to end,
+/// for [`STOP_TIMEOUT`] at most before a SIGKILL.
+fn stop(mut child: Child, signal: &str) {
+    let _ = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Runs `cmd` (`what`, for the message) to its end; panics unless it
+/// succeeds.
+fn run_to_end(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The user the server runs as: `nobody` when the tests run as root

@@ -59,6 +59,15 @@ pub fn state_file(dir: &Path, shard: u32) -> PathBuf {
     idutil::state::state_path(dir, shard)
 }
 
+/// The state file of a shard as [`idutil::state::inspect`] reads it; it
+/// must exist.
+pub fn on_disk(dir: &Path, shard: u32) -> idutil::state::StateFile {
+    idutil::state::inspect(dir, shard)
+        .expect("inspect the state")
+        .state
+        .expect("a state file exists")
+}
+
 /// The current wall-clock second.
 pub fn wall_now() -> u64 {
     SystemTime::now()

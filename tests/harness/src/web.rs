@@ -1,5 +1,6 @@
-//! Runs `examples/web.rs` as a real process on a loopback port and talks
-//! HTTP/1.1 to it, for the tests that check its API end to end.
+//! Runs the web example (`examples/web/`) as a real process on a loopback
+//! port and talks HTTP/1.1 to it, for the tests that check its API end to
+//! end.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,0 +1,273 @@
+//! Failing system calls, unwritable output, threads that cannot start, slow writes, old copies.
+
+use idutil_harness as harness;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use idutil_harness::Ledger;
+
+use crate::as_nobody;
+
+/// `idutil` under `strace`, which makes every `syscall` on `path` fail
+/// with `errno`; `None` (after a loud skip) without strace.
+fn with_fault(syscall: &str, errno: &str, path: &Path, idutil: &Command) -> Option<Command> {
+    let strace = harness::tool("strace", "strace", "a failing read of the lock file")?;
+    let mut cmd = Command::new(strace);
+    cmd.args(["-f", "-qq", "-o", "/dev/null", "-P"])
+        .arg(path)
+        .arg(format!("-e trace={syscall}").replace(' ', ""))
+        .arg(format!("-einject={syscall}:error={errno}"))
+        .arg(idutil.get_program())
+        .args(idutil.get_args());
+    for (k, v) in idutil.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    Some(cmd)
+}
+
+/// A state file that is gone is refused; a read of the lock file that
+/// then fails (EIO) is refused too, naming the lock file, and never read
+/// as "this shard never had a state file".
+#[test]
+fn a_failed_read_of_the_lock_file_is_never_read_as_a_fresh_shard() {
+    let dir = harness::state_dir();
+    let mut ledger = Ledger::new();
+    ledger.record(&harness::next(1, dir.path(), 300_000));
+    fs::remove_file(harness::state_file(dir.path(), 1)).unwrap();
+    let r = harness::run(harness::idutil(1, dir.path()).arg("next"))
+        .expect_code(1, "a missing state file");
+    assert!(r.stderr.contains("missing"), "{}", r.stderr);
+    let lock = dir.path().join("shard-1.lock");
+    let mut plain = harness::idutil(1, dir.path());
+    plain.args(["next", "-n", "300000"]);
+    let Some(mut faulty) = with_fault("pread64", "EIO", &lock, &plain) else {
+        return;
+    };
+    for _ in 0..10 {
+        let r = harness::run(&mut faulty).expect_code(1, "a lock file that cannot be read");
+        assert!(
+            r.stderr.contains("cannot read the lock file")
+                && r.stderr.contains(&lock.display().to_string())
+                && r.stderr.contains("Input/output error"),
+            "{}",
+            r.stderr
+        );
+        ledger.record(&harness::parse_ids(&r.stdout));
+    }
+    // The shard is still refused as it was: the lock file kept its note.
+    let r = harness::run(&mut plain).expect_code(1, "still missing");
+    assert!(r.stderr.contains("missing"), "{}", r.stderr);
+    // `idutil state` meets the same failure and says so.
+    let mut state = harness::idutil(1, dir.path());
+    state.arg("state");
+    let mut faulty = with_fault("pread64", "EIO", &lock, &state).unwrap();
+    let r = harness::run(&mut faulty).expect_code(1, "state with a failing read");
+    assert!(
+        r.stderr.contains("cannot read the lock file"),
+        "{}",
+        r.stderr
+    );
+    ledger.assert_unique();
+}
+
+/// A state file put back from an older copy (a backup, a snapshot) while
+/// the lock file, never replaced, stays: refused, naming both marks;
+/// `state` says so; `recover` calls it an older copy, not healthy, and
+/// resumes after the lock file's mark.
+#[test]
+fn a_state_file_restored_from_an_older_copy_is_refused_and_recovered_past_it() {
+    let dir = harness::state_dir();
+    let path = harness::state_file(dir.path(), 2);
+    let mut ledger = Ledger::new();
+    ledger.record(&harness::next(2, dir.path(), 10));
+    let old = fs::read(&path).unwrap();
+    // Far ahead of the copy: 400,000 IDs borrow several seconds.
+    ledger.record(&harness::next(2, dir.path(), 400_000));
+    fs::write(&path, &old).unwrap();
+    let r =
+        harness::run(harness::idutil(2, dir.path()).arg("next")).expect_code(1, "a restored copy");
+    assert!(
+        r.stderr.contains("older copy") && r.stderr.contains("shard-2.lock"),
+        "{}",
+        r.stderr
+    );
+    assert!(harness::parse_ids(&r.stdout).is_empty());
+    let r = harness::run(harness::idutil(2, dir.path()).arg("state"))
+        .expect_code(1, "state of a restored copy");
+    assert!(r.stderr.contains("older copy"), "{}", r.stderr);
+    let r = harness::run(harness::idutil(2, dir.path()).args(["state", "recover"]))
+        .expect_code(0, "recover an older copy");
+    assert!(
+        r.stdout.contains("older copy") && r.stdout.contains("lock file"),
+        "{}",
+        r.stdout
+    );
+    ledger.record_after_all(&harness::next(2, dir.path(), 100_000));
+    ledger.assert_unique();
+}
+
+/// `idutil ARGS` through `sh -c` with the shell redirections `redirect`
+/// (`>&-`, `2>/dev/full`), in `dir` on `shard`.
+fn idutil_redirected(shard: u32, dir: &Path, args: &str, redirect: &str) -> harness::Run {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "exec \"$0\" --shard {shard} --state-dir \"$1\" {args} {redirect}"
+        ))
+        .arg(harness::bin())
+        .arg(dir)
+        .env_remove("IDUTIL_SHARD")
+        .env_remove("IDUTIL_STATE_DIR")
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir));
+    harness::run(&mut cmd)
+}
+
+/// Standard output closed: nothing is issued (every ID would be lost), an
+/// error exit says why, and nothing is created. Standard output full: an
+/// error exit. Standard error unwritable: the right exit status, never a
+/// panic.
+#[test]
+fn output_that_cannot_be_written_is_an_error_exit_never_a_silent_loss_or_a_panic() {
+    let parent = harness::state_dir();
+    let dir = parent.path().join("state");
+    let r = idutil_redirected(1, &dir, "next -n 100", ">&-").expect_code(1, "stdout closed");
+    assert!(
+        r.stderr.contains("standard output is closed"),
+        "{}",
+        r.stderr
+    );
+    assert!(!dir.exists(), "nothing is created");
+    let r = idutil_redirected(1, &dir, "next -n 100", ">/dev/full").expect_code(1, "stdout full");
+    assert!(r.stderr.contains("cannot write the output"), "{}", r.stderr);
+    // Issued, though not printed: the next run continues after them.
+    let mut ledger = Ledger::new();
+    ledger.record(&harness::next(1, &dir, 10));
+    // A usage error and a runtime error with stderr unwritable.
+    idutil_redirected(1, &dir, "next --no-such-flag", "2>/dev/full").expect_code(2, "usage");
+    idutil_redirected(1, &dir, "next -n 5", "2>&- >/dev/null").expect_code(0, "stderr closed");
+    let holder = harness::spawn_next(2, &dir, 1_000_000_000);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    idutil_redirected(2, &dir, "next", "2>/dev/full").expect_code(1, "a held shard");
+    drop(holder);
+}
+
+/// No thread can be started (`prlimit --nproc`, as another user, since
+/// root is not limited): an error exit that says so, never a panic.
+#[test]
+fn a_thread_that_cannot_start_is_an_error_exit_not_a_panic() {
+    let Some(nobody) = as_nobody() else {
+        return;
+    };
+    let parent = tempfile::Builder::new()
+        .prefix("idutil-nproc-")
+        .tempdir()
+        .unwrap();
+    let dir = parent.path().join("state");
+    fs::create_dir(&dir).unwrap();
+    Command::new("chown")
+        .args(["65534:65534"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    // `prlimit` runs as the other user; its limit counts that user's
+    // processes, so a few limits cover where each thread would be needed.
+    let mut refused = 0;
+    for nproc in 1..=3 {
+        let mut cmd = Command::new(nobody.get_program());
+        cmd.args(nobody.get_args())
+            .args(["prlimit", &format!("--nproc={nproc}")])
+            .arg(harness::bin())
+            .args(["--shard", "3", "--state-dir"])
+            .arg(&dir)
+            .arg("next")
+            .env("IDUTIL_ID_SPACE", harness::space_for(&dir));
+        let r = harness::run(&mut cmd);
+        assert_ne!(r.code, Some(101), "nproc {nproc}: a panic: {}", r.stderr);
+        assert!(
+            r.code == Some(0) || (r.code == Some(1) && r.stderr.contains("thread")),
+            "nproc {nproc}: {:?} {}",
+            r.code,
+            r.stderr
+        );
+        refused += usize::from(r.code == Some(1));
+    }
+    assert!(refused > 0, "no limit stopped a thread");
+}
+
+/// SIGTERM while the command waits on a reservation write that takes 10 s
+/// (`strace` delays its `fsync`, the first after opening): the message says
+/// it was waiting for the state file, not for its output; it closes
+/// cleanly and the next run continues after every ID printed.
+#[test]
+fn a_signal_during_a_slow_reservation_write_says_what_it_waited_on() {
+    let Some(strace) = harness::tool("strace", "strace", "a signal during a slow disk write")
+    else {
+        return;
+    };
+    let dir = harness::state_dir();
+    let mut cmd = Command::new(strace);
+    cmd.args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync"])
+        .arg("-einject=fsync:delay_exit=10000000:when=4")
+        .arg(harness::bin())
+        .args(["--shard", "6", "--state-dir"])
+        .arg(dir.path())
+        .args(["next", "-n", "1000000000"])
+        .env_remove("IDUTIL_SHARD")
+        .env_remove("IDUTIL_STATE_DIR")
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    // The command itself: strace's child running the binary.
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let pid = loop {
+        let found = fs::read_to_string(&children).ok().and_then(|t| {
+            t.split_whitespace()
+                .find(|pid| {
+                    fs::read_link(format!("/proc/{pid}/exe"))
+                        .is_ok_and(|exe| exe == Path::new(harness::bin()))
+                })
+                .map(str::to_string)
+        });
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the command ended before the signal"
+        );
+        assert!(std::time::Instant::now() < deadline, "the command started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Long enough to use the first window and wait on the next write.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let pid = rustix::process::Pid::from_raw(pid.parse().unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = harness::wait_within(&mut child, std::time::Duration::from_secs(60));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "{stderr}");
+    assert!(
+        stderr.contains("waiting for the state file to be written")
+            && !stderr.contains("stuck writing the output"),
+        "{stderr}"
+    );
+    let text = reader.join().unwrap();
+    let mut ledger = Ledger::new();
+    let ids = harness::parse_complete_ids(&text);
+    assert!(!ids.is_empty());
+    ledger.record(&ids);
+    ledger.record_after_all(&harness::next(6, dir.path(), 1000));
+}

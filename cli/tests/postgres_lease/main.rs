@@ -1,0 +1,194 @@
+//! The PostgreSQL shard lease against real PostgreSQL servers that the
+//! tests start themselves (Debian's `postgresql`: `initdb`, `postgres`,
+//! `pg_basebackup`): holders in processes and threads, kills, restarts,
+//! cut connections, skewed clocks, failover to a standby and split brain.
+//! Every test checks every ID every holder printed for duplicates.
+//!
+//! Without PostgreSQL these tests print a loud `SKIPPED` line and pass,
+//! except under `CI=true`, where its absence fails them.
+#![cfg(feature = "postgres-lease")]
+
+use idutil_harness as harness;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::{Error, Generator};
+use idutil_harness::child::{self, MARK};
+use idutil_harness::postgres::{Options, Postgres};
+use idutil_harness::state_dir;
+
+mod command;
+mod fleet;
+mod outages;
+mod rows;
+mod standbys;
+
+/// 1,024 shards of 2,048 IDs a second.
+const WIDE: &str = "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800";
+
+/// A server for the lease tests: TCP, room for many holders.
+fn server() -> Option<Postgres> {
+    Postgres::start_tcp(&Options {
+        max_connections: Some(300),
+        ..Options::default()
+    })
+}
+
+/// A generator on `host` (its own state directory and ID space) that
+/// leases its shard with `config`.
+fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> idutil::Builder {
+    Generator::builder()
+        .id_space(harness::space_for(host.path()))
+        .state_dir(host.path())
+        .lease(config)
+}
+
+/// Every ID any holder printed, checked as it arrives.
+#[derive(Default)]
+struct Ids {
+    seen: HashMap<u64, String>,
+}
+impl Ids {
+    fn add(&mut self, ids: impl IntoIterator<Item = u64>, who: &str) {
+        for id in ids {
+            assert!(id < 1 << 53, "{who}: ID {id} above 2^53 - 1");
+            if let Some(first) = self.seen.insert(id, who.to_string()) {
+                panic!("duplicate ID {id}: issued by {first} and by {who}");
+            }
+        }
+    }
+
+    /// How many of `ids` were issued before (for the measured cases).
+    fn count_duplicates(&mut self, ids: impl IntoIterator<Item = u64>, who: &str) -> usize {
+        let mut dups = 0;
+        for id in ids {
+            if self.seen.insert(id, who.to_string()).is_some() {
+                dups += 1;
+            }
+        }
+        dups
+    }
+}
+
+fn is_no_free_shard(e: &Error) -> bool {
+    matches!(e, Error::Lease(LeaseError::NoFreeShard { .. }))
+}
+
+/// Opens `builder`, retrying while no shard is free, until `within`.
+fn open_when_free(builder: &idutil::Builder, within: Duration) -> Generator {
+    let deadline = Instant::now() + within;
+    loop {
+        match builder.clone().open() {
+            Ok(g) => return g,
+            Err(e) if is_no_free_shard(&e) && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("could not lease a shard within {within:?}: {e}"),
+        }
+    }
+}
+
+/// Issues 20 IDs a millisecond at most (never ahead of the clock) from
+/// `g` on a thread until `stop`; every error is counted, not fatal.
+struct Driver {
+    ids: Arc<Mutex<Vec<u64>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+impl Driver {
+    fn start(g: Arc<Generator>, stop: Arc<AtomicBool>) -> Driver {
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let (i, e) = (ids.clone(), errors.clone());
+        let handle = thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match g.next_ids(20) {
+                    Ok(batch) => i.lock().unwrap().extend(batch.map(u64::from)),
+                    Err(err) => e.lock().unwrap().push(err.to_string()),
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+        });
+        Driver {
+            ids,
+            errors,
+            handle: Some(handle),
+        }
+    }
+
+    fn issued(&self) -> usize {
+        self.ids.lock().unwrap().len()
+    }
+
+    fn finish(mut self) -> (Vec<u64>, Vec<String>) {
+        self.handle.take().unwrap().join().unwrap();
+        let ids = std::mem::take(&mut *self.ids.lock().unwrap());
+        let errors = std::mem::take(&mut *self.errors.lock().unwrap());
+        (ids, errors)
+    }
+}
+
+/// `n` holders leasing with `config`, each on a host of its own (kept
+/// here, as they outlive the holders) and, once all are open, each driven
+/// by a [`Driver`] until `stop`.
+fn driven(
+    n: usize,
+    config: &LeaseConfig,
+    stop: &Arc<AtomicBool>,
+) -> (Vec<tempfile::TempDir>, Vec<Arc<Generator>>, Vec<Driver>) {
+    let hosts: Vec<tempfile::TempDir> = (0..n).map(|_| state_dir()).collect();
+    let holders: Vec<Arc<Generator>> = hosts
+        .iter()
+        .map(|h| Arc::new(leased(h, config.clone()).open().unwrap()))
+        .collect();
+    let drivers = holders
+        .iter()
+        .map(|g| Driver::start(g.clone(), stop.clone()))
+        .collect();
+    (hosts, holders, drivers)
+}
+
+/// One holder of [`driven`]: its host, the holder, its driver.
+fn driven_one(
+    config: &LeaseConfig,
+    stop: &Arc<AtomicBool>,
+) -> (tempfile::TempDir, Arc<Generator>, Driver) {
+    let (mut hosts, mut holders, mut drivers) = driven(1, config, stop);
+    (hosts.remove(0), holders.remove(0), drivers.remove(0))
+}
+
+/// Waits until `f` holds, or panics after `within`.
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The child's side. `IDUTIL_CHILD_LEASE` holds `URL TTL_MS FIRST LAST`;
+/// the layout comes from `IDUTIL_LAYOUT`. It leases a shard (printing
+/// `@leased N` or `@failed REASON`), then issues at most 20 IDs a
+/// millisecond (`@id N`) until killed, or, with `IDUTIL_CHILD_COUNT`, that
+/// many IDs and a clean close (`@done`).
+#[test]
+#[ignore = "run only as a child process by the tests in this file"]
+fn lease_child_process() {
+    if !child::is_child() {
+        return;
+    }
+    let count: Option<usize> = std::env::var("IDUTIL_CHILD_COUNT")
+        .ok()
+        .map(|c| c.parse().unwrap());
+    let Some((generator, _)) = harness::lease::open_child_holder(|b, c| b.lease(c)) else {
+        return;
+    };
+    harness::lease::issue_paced(&generator, count);
+    generator.close().unwrap();
+    println!("{MARK}done");
+}

@@ -1,0 +1,222 @@
+//! Standbys: failover, split brain, commits a standby never got.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idutil::lease::LeaseConfig;
+use idutil_harness::proxy::Proxy;
+use idutil_harness::state_dir;
+
+use crate::{driven, driven_one, leased, open_when_free, server, wait_until, Driver, Ids};
+
+/// A primary with a synchronous streaming standby; holders reach them
+/// through a two-host URL (`target_session_attrs=read-write`). The primary
+/// is killed mid-run and the standby promoted: the holders follow to it,
+/// and new holders resume after every mark. No duplicate.
+#[test]
+fn failover_to_a_synchronous_standby_issues_nothing_twice() {
+    let Some(mut primary) = server() else { return };
+    let standby = primary.standby(None);
+    primary.synchronous(true);
+    // A write now waits for the standby.
+    primary.psql("CREATE TABLE probe (x int); INSERT INTO probe VALUES (1)");
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?sslmode=disable&target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let ttl = Duration::from_secs(3);
+    let stop = Arc::new(AtomicBool::new(false));
+    let config = LeaseConfig::new(url.clone()).ttl(ttl).shards(0..=3);
+    let (_hosts, holders, drivers) = driven(3, &config, &stop);
+    wait_until("issuing", Duration::from_secs(10), || {
+        drivers.iter().all(|d| d.issued() > 2000)
+    });
+    primary.kill_immediate();
+    standby.promote();
+    let issued: Vec<usize> = drivers.iter().map(Driver::issued).collect();
+    wait_until(
+        "issuing on the promoted standby",
+        Duration::from_secs(30),
+        || {
+            drivers
+                .iter()
+                .zip(&issued)
+                .all(|(d, before)| d.issued() > before + 3000)
+        },
+    );
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Ids::default();
+    for (i, d) in drivers.into_iter().enumerate() {
+        all.add(d.finish().0, &format!("holder {i}"));
+    }
+    // Holders that crash without a clean close: their marks are on the
+    // standby, and new holders resume after them.
+    for g in &holders {
+        std::mem::forget(g.clone());
+    }
+    drop(holders);
+    thread::sleep(ttl + Duration::from_millis(500));
+    for i in 0..4 {
+        let host = state_dir();
+        let g = open_when_free(
+            &leased(&host, LeaseConfig::new(url.clone()).ttl(ttl).shards(0..=3)),
+            Duration::from_secs(10),
+        );
+        all.add(
+            g.next_ids(3000).unwrap().map(u64::from),
+            &format!("new holder {i}"),
+        );
+    }
+}
+
+/// Split brain: the primary is cut off from its synchronous standby, the
+/// standby is promoted, and a new holder leases the shard there while the
+/// old holder still talks to the old primary. The old primary cannot
+/// commit a renewal or a raise, so the old holder fences itself; the new
+/// one resumes after every mark the old one used. No duplicate.
+#[test]
+fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
+    let Some(primary) = server() else { return };
+    let link = Proxy::start(primary.port());
+    let standby = primary.standby(Some(link.port()));
+    primary.synchronous(true);
+    primary.psql("CREATE TABLE probe (x int); INSERT INTO probe VALUES (1)");
+    let ttl = Duration::from_secs(3);
+    let stop = Arc::new(AtomicBool::new(false));
+    let config = LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(2..=2);
+    let (_host_a, a, driver_a) = driven_one(&config, &stop);
+    wait_until("A issues", Duration::from_secs(10), || {
+        driver_a.issued() > 2000
+    });
+
+    link.cut();
+    standby.promote();
+    let host_b = state_dir();
+    let b = Arc::new(open_when_free(
+        &leased(
+            &host_b,
+            LeaseConfig::new(standby.tcp_url()).ttl(ttl).shards(2..=2),
+        ),
+        Duration::from_secs(20),
+    ));
+    let driver_b = Driver::start(b.clone(), stop.clone());
+    wait_until("B issues", Duration::from_secs(10), || {
+        driver_b.issued() > 3000
+    });
+    // A has stopped: its renewals cannot commit on the old primary.
+    let a_now = driver_a.issued();
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(driver_a.issued(), a_now, "the old holder still issues");
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Ids::default();
+    let (a_ids, a_errors) = driver_a.finish();
+    assert!(
+        a_errors.iter().any(|e| e.contains("not known to be held")),
+        "{:?}",
+        a_errors.first()
+    );
+    all.add(a_ids, "A (old primary)");
+    all.add(driver_b.finish().0, "B (promoted standby)");
+    // The old primary cannot even give the lease back; closing A must not
+    // hang for long.
+    let closing = Instant::now();
+    drop(b);
+    drop(a);
+    assert!(closing.elapsed() < Duration::from_secs(15));
+}
+
+/// A database whose sessions have a short `statement_timeout` (a role's
+/// default): a cancelled wait for a synchronous standby is reported as a
+/// commit although the standby never got it, so a timeout that cut the
+/// wait short would pass off a raise or a lease the standby does not have.
+/// With the standby cut off, nothing is issued past the reservation and
+/// nothing is leased.
+#[test]
+fn statement_timeout_cannot_pass_off_an_unreplicated_commit() {
+    let Some(primary) = server() else { return };
+    let link = Proxy::start(primary.port());
+    let standby = primary.standby(Some(link.port()));
+    primary.synchronous(true);
+    primary.psql("CREATE TABLE probe (x int); INSERT INTO probe VALUES (1)");
+    primary.psql("ALTER ROLE postgres SET statement_timeout = '200ms'");
+    let ttl = Duration::from_secs(3);
+    let host_a = state_dir();
+    let a = leased(
+        &host_a,
+        LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(4..=4),
+    )
+    .open()
+    .unwrap();
+    let before = u64::from(a.next_id().unwrap());
+    link.cut();
+    // A burst 20 seconds past the reservation needs raises, which cannot
+    // reach the standby.
+    let burst = a.next_ids(1_500_000);
+    assert!(
+        burst.is_err(),
+        "a holder cut off from its synchronous standby borrowed ahead (from {before})"
+    );
+    // Nor can a new holder lease a shard there.
+    let host_b = state_dir();
+    let b = leased(
+        &host_b,
+        LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(5..=5),
+    )
+    .open();
+    assert!(
+        b.is_err(),
+        "a shard was leased from a primary cut off from its synchronous standby"
+    );
+    drop(standby);
+}
+
+/// The same failover with an asynchronous standby whose replication is cut
+/// while a holder bursts 30 seconds ahead of the clock, then the primary
+/// dies: the promoted standby never got those raises, and a new holder
+/// there re-issues IDs in the seconds they covered. Measured, as the docs say:
+/// an asynchronous standby does not keep the promise through failover.
+#[test]
+fn failover_to_an_asynchronous_standby_is_measured() {
+    let Some(mut primary) = server() else { return };
+    let link = Proxy::start(primary.port());
+    let standby = primary.standby(Some(link.port()));
+    let ttl = Duration::from_secs(2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let config = LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(1..=1);
+    let (_host_a, a, driver_a) = driven_one(&config, &stop);
+    wait_until("A issues", Duration::from_secs(10), || {
+        driver_a.issued() > 2000
+    });
+    link.cut();
+    stop.store(true, Ordering::Relaxed);
+    let (mut a_ids, _) = driver_a.finish();
+    // A burst while the standby hears nothing: A borrows about 30 seconds
+    // ahead, raising its mark on the primary alone.
+    a_ids.extend(a.next_ids(2_000_000).unwrap().map(u64::from));
+    primary.kill_immediate();
+    standby.promote();
+    thread::sleep(ttl);
+    let host_b = state_dir();
+    let b = open_when_free(
+        &leased(
+            &host_b,
+            LeaseConfig::new(standby.tcp_url()).ttl(ttl).shards(1..=1),
+        ),
+        Duration::from_secs(20),
+    );
+    let mut all = Ids::default();
+    all.add(a_ids.iter().copied(), "A");
+    let b_ids: Vec<u64> = b.next_ids(100_000).unwrap().map(u64::from).collect();
+    let dups = all.count_duplicates(b_ids, "B");
+    println!(
+        "asynchronous standby, replication cut during a burst of 2,000,000: {dups} of B's \
+         100,000 IDs re-issued"
+    );
+    assert!(
+        dups > 0,
+        "the asynchronous standby lost no raise: the measurement's premise failed"
+    );
+}

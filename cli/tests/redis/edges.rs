@@ -1,0 +1,112 @@
+//! Servers and clocks at the edges: eviction, the end of the shard range, the year 2136.
+
+use idutil_harness as harness;
+
+use std::collections::HashSet;
+
+use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::{Error, Layout};
+use idutil_harness::redis_server::{record_of, seed_records, RedisServer};
+use idutil_harness::state_dir;
+
+use crate::{leased, record_unique};
+
+/// A Redis that evicts keys under memory pressure (`allkeys-lru` with a
+/// `maxmemory`, as when it doubles as a cache) is refused at open, saying
+/// what to set; `noeviction` with the same limit is fine.
+#[test]
+fn evicting_redis_is_refused_at_open() {
+    let Some(redis) = RedisServer::start_with(
+        false,
+        &["--maxmemory", "5mb", "--maxmemory-policy", "allkeys-lru"],
+    ) else {
+        return;
+    };
+    seed_records(&redis, 0..=0);
+    let host = state_dir();
+    let err = leased(&host, LeaseConfig::new(redis.url()).shards(0..=0))
+        .open()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Lease(LeaseError::UnsafeStore { .. })),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("allkeys-lru") && text.contains("noeviction"),
+        "{text}"
+    );
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .exec(&mut redis.conn())
+        .unwrap();
+    leased(&host, LeaseConfig::new(redis.url()).shards(0..=0))
+        .open()
+        .unwrap();
+}
+
+/// A record whose mark is the layout's last second (one host with a clock
+/// in 2136) is skipped, naming its key, so the rest of the fleet goes on;
+/// `rediss://` is refused with what to do instead.
+#[test]
+fn a_shard_at_the_end_of_the_range_is_skipped_and_named() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 0..=1);
+    redis::cmd("HSET")
+        .arg("idutil:mark:0")
+        .arg("high_water")
+        .arg(Layout::DEFAULT.last_unix_second())
+        .exec(&mut redis.conn())
+        .unwrap();
+    let host = state_dir();
+    let g = leased(&host, LeaseConfig::new(redis.url()).shards(0..=1))
+        .open()
+        .unwrap();
+    assert_eq!(g.shard(), 1, "shard 0 is skipped");
+    drop(g);
+    let err = leased(&host, LeaseConfig::new(redis.url()).shards(0..=0))
+        .open()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("no free shard")
+            && text.contains("idutil:mark:0")
+            && text.contains("last second"),
+        "{text}"
+    );
+    let err = leased(&host, LeaseConfig::new("rediss://127.0.0.1:1/"))
+        .open()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("rediss://") && err.to_string().contains("tunnel"),
+        "{err}"
+    );
+}
+
+/// A host clock that reads the end of the layout's range (2136) for a
+/// moment right after a holder opened (before its first renewal has told
+/// it Redis's clock), ten times over on one shard: the mark never moves
+/// there, and the next holder opens on the shard.
+#[test]
+fn clock_at_2136_right_after_open_neither_ends_nor_shifts_the_shard() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 12..=12);
+    let config = LeaseConfig::new(redis.url()).shards(12..=12);
+    let mut seen = HashSet::new();
+    harness::lease::assert_a_moment_at_2136_neither_ends_nor_shifts_the_shard(
+        100,
+        |host| leased(host, config.clone()),
+        |ids, who| record_unique(&mut seen, ids, who),
+        || {
+            record_of(&mut redis.conn(), "idutil:mark:12")["high_water"]
+                .parse()
+                .unwrap()
+        },
+    );
+}

@@ -1,0 +1,140 @@
+//! The Redis shard lease against a real `redis-server` on a free loopback
+//! port, started and stopped by each test.
+//!
+//! Without `redis-server` on `PATH` these tests print a loud `SKIPPED` line
+//! and pass, except under `CI=true`, where its absence fails them.
+#![cfg(feature = "redis")]
+
+use idutil_harness as harness;
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::{Error, Generator};
+use idutil_harness::child::{self, ChildProc, MARK};
+
+mod command;
+mod edges;
+mod failover;
+mod holders;
+mod outages;
+mod records;
+
+/// A generator on `host` (its own state directory and ID space) that
+/// leases its shard with `config`.
+fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> idutil::Builder {
+    Generator::builder()
+        .id_space(harness::space_for(host.path()))
+        .state_dir(host.path())
+        .redis_lease(config)
+}
+
+/// Inserts every ID into `seen`, failing on the first duplicate.
+fn record_unique(seen: &mut HashSet<u64>, ids: impl IntoIterator<Item = u64>, who: &str) {
+    for id in ids {
+        assert!(id < 1 << 53, "{who}: ID {id} above 2^53 - 1");
+        assert!(seen.insert(id), "{who}: duplicate ID {id}");
+    }
+}
+
+fn is_no_free_shard(e: &Error) -> bool {
+    matches!(e, Error::Lease(LeaseError::NoFreeShard { .. }))
+}
+
+/// Opens a generator on a leased shard, retrying while every allowed shard
+/// is leased, until `within` has passed.
+fn open_when_free<C: idutil::Clock + Clone>(
+    builder: &idutil::Builder<C>,
+    within: Duration,
+) -> (Generator<C>, Instant) {
+    let deadline = Instant::now() + within;
+    loop {
+        match builder.clone().open() {
+            Ok(g) => return (g, Instant::now()),
+            Err(e) if is_no_free_shard(&e) && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("could not lease a shard within {within:?}: {e}"),
+        }
+    }
+}
+
+/// The child's side. `IDUTIL_CHILD_LEASE` holds `URL TTL_MS FIRST LAST
+/// MODE`. It leases a shard (printing `@leased N` or `@failed REASON`),
+/// waits for a line on stdin, then issues IDs (`@id N`): a fixed number in
+/// mode `batch` (then `@done` and a clean close), or forever in mode
+/// `stream`. Mode `paced` issues 20 IDs a millisecond at most, so it never
+/// borrows seconds ahead of the clock, and reports each failed call as
+/// `@error REASON` instead of stopping.
+#[test]
+#[ignore = "run only as a child process by the tests in this file"]
+fn child_process() {
+    if !child::is_child() {
+        return;
+    }
+    let Some((generator, rest)) = harness::lease::open_child_holder(|b, c| b.redis_lease(c)) else {
+        return;
+    };
+    let mode = rest[0].as_str();
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+    if mode == "paced" {
+        return harness::lease::issue_paced(&generator, None);
+    }
+    let mut out = std::io::stdout().lock();
+    loop {
+        for id in generator.next_ids(500).unwrap() {
+            writeln!(out, "{MARK}id {id}").unwrap();
+        }
+        for _ in 0..20 {
+            writeln!(out, "{MARK}id {}", generator.next_id().unwrap()).unwrap();
+        }
+        out.flush().unwrap();
+        if mode == "batch" {
+            break;
+        }
+    }
+    generator.close().unwrap();
+    writeln!(out, "{MARK}done").unwrap();
+}
+
+/// The other child: reports what `LeaseConfig::from_env` and opening a
+/// generator make of the environment (`@from_env ...`, `@open ...`).
+#[test]
+#[ignore = "run only as a child process by the tests in this file"]
+fn env_child_process() {
+    if !child::is_child() {
+        return;
+    }
+    let dir = harness::state_dir();
+    let from_env = match LeaseConfig::from_env() {
+        Ok(c) => format!("ok {}", c.is_some()),
+        Err(e) => format!("err {}", matches!(e, Error::InvalidEnv { .. })),
+    };
+    let open = match Generator::builder().shard(1).state_dir(dir.path()).open() {
+        Ok(_) => "ok".to_string(),
+        Err(e) => format!("err {}: {e}", matches!(e, Error::InvalidEnv { .. })),
+    };
+    println!("{MARK}from_env {from_env}");
+    println!("{MARK}open {open}");
+}
+
+/// Starts [`child_process`] leasing a shard of `shards` from `url`, in
+/// `mode`, with its state in `dir`.
+fn lease_child(url: &str, ttl_ms: u64, shards: (u32, u32), mode: &str, dir: &Path) -> ChildProc {
+    ChildProc::spawn(
+        "child_process",
+        &[
+            (
+                "IDUTIL_CHILD_LEASE",
+                format!("{url} {ttl_ms} {} {} {mode}", shards.0, shards.1),
+            ),
+            ("IDUTIL_STATE_DIR", dir.display().to_string()),
+            ("IDUTIL_ID_SPACE", harness::space_for(dir)),
+        ],
+    )
+}

@@ -1,0 +1,415 @@
+//! Shard records garbled, vanished, missing or flushed under holders.
+
+use idutil_harness as harness;
+
+use std::collections::HashSet;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::{Error, Generator, Layout, ManualClock};
+use idutil_harness::redis_server::{exists, record_of, seed_records, RedisServer};
+use idutil_harness::{state_dir, wall_now};
+
+use crate::{lease_child, leased, record_unique};
+
+/// A garbled field of the shard's record (a `high_water` too big for any
+/// layout, or written as a float, a `last` past `high_water`, a `seen` that
+/// is not a number) refuses the shard when it is asked for by number,
+/// naming the key and the field; among other shards it is skipped, so one
+/// bad record does not stop the fleet. Either way the lease is given back
+/// and the record is left exactly as it was; `inspect` and `idutil state`
+/// show the field as invalid.
+#[test]
+fn garbled_record_is_skipped_or_refused_and_stays_as_it_is() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let mut conn = redis.conn();
+    let key = "idutil:mark:3";
+    let later = (wall_now() + 10).to_string();
+    let garbles = [
+        ("high_water", "99999999999999999999".to_string()),
+        ("high_water", "1795999999.0".to_string()),
+        ("last", format!("{later} 0")),
+        ("seen", "soon".to_string()),
+    ];
+    for (field, value) in &garbles {
+        seed_records(&redis, 3..=4);
+        redis::cmd("HSET")
+            .arg(key)
+            .arg(field)
+            .arg(value)
+            .exec(&mut conn)
+            .unwrap();
+        let before = record_of(&mut conn, key);
+        let host = state_dir();
+        let open = |config: LeaseConfig, only: Option<u32>| {
+            let mut b = Generator::builder()
+                .id_space(harness::space_for(host.path()))
+                .state_dir(host.path())
+                .redis_lease(config.ttl(Duration::from_secs(1)));
+            if let Some(shard) = only {
+                b = b.shard(shard);
+            }
+            b.open()
+        };
+        // Asked for by number: refused, naming the key and the field.
+        let err = open(LeaseConfig::new(redis.url()).shards(3..=4), Some(3))
+            .map(|g| g.shard())
+            .expect_err("a garbled record must refuse the shard");
+        match &err {
+            Error::Lease(LeaseError::InvalidRecord {
+                shard: 3,
+                key: k,
+                field: f,
+                ..
+            }) => {
+                assert_eq!((k.as_str(), f), (key, field), "{err}");
+            }
+            other => panic!("{field} = {value}: {other}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains(key) && text.contains(field) && text.contains(value.as_str()),
+            "{text}"
+        );
+        assert!(
+            !exists(&mut conn, "idutil:lease:3"),
+            "the lease is given back"
+        );
+        assert!(
+            !exists(&mut conn, "idutil:lease:4"),
+            "no silent move to another shard when one was asked for"
+        );
+        // Among others: skipped, and the next shard leased; the fleet goes on.
+        let g = open(LeaseConfig::new(redis.url()).shards(3..=4), None)
+            .expect("the unusable shard is skipped");
+        assert_eq!(g.shard(), 4);
+        assert!(!exists(&mut conn, "idutil:lease:3"));
+        drop(g);
+        // The only shard of the range: no free shard, and the message says
+        // which was skipped and why.
+        let err = open(LeaseConfig::new(redis.url()).shards(3..=3), None)
+            .map(|g| g.shard())
+            .expect_err("no usable shard");
+        assert!(
+            matches!(&err, Error::Lease(LeaseError::NoFreeShard { skipped, .. }) if skipped.len() == 1),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("shard 3") && text.contains(key), "{text}");
+        assert_eq!(record_of(&mut conn, key), before, "the record is untouched");
+
+        let rows =
+            idutil::lease::inspect(&LeaseConfig::new(redis.url()), &Layout::DEFAULT).unwrap();
+        assert_eq!(rows[3].invalid.len(), 1, "{:?}", rows[3]);
+        assert!(rows[3].invalid[0].starts_with(field), "{:?}", rows[3]);
+        assert!(rows[4].invalid.is_empty(), "{:?}", rows[4]);
+        if *field == "high_water" {
+            assert_eq!(rows[3].high_water, None);
+        }
+
+        {
+            let bin = env!("CARGO_BIN_EXE_idutil");
+            let run = |args: &[&str]| {
+                Command::new(bin)
+                    .args(["--redis", &redis.url()])
+                    .args(args)
+                    .env("IDUTIL_STATE_DIR", host.path())
+                    .env("IDUTIL_ID_SPACE", harness::space_for(host.path()))
+                    .env_remove("IDUTIL_SHARD")
+                    .env_remove("IDUTIL_REDIS_URL")
+                    .output()
+                    .unwrap()
+            };
+            let out = run(&["--shard", "3", "next"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(err.contains(key) && err.contains(field), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            let out = run(&["state"]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success());
+            let row = text.lines().find(|l| l.starts_with("shard  3:")).unwrap();
+            assert!(
+                row.contains("record INVALID") && row.contains(field),
+                "{row}"
+            );
+            assert_eq!(record_of(&mut conn, key), before, "the record is untouched");
+        }
+    }
+}
+
+/// A clean close records the exact last ID but leaves `high_water` where
+/// the reservation put it: a mark is never lowered. The next holder still
+/// continues right after the last ID.
+#[test]
+fn clean_close_never_lowers_the_high_water_mark() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 2..=2);
+    let mut conn = redis.conn();
+    let key = "idutil:mark:2";
+    let config = LeaseConfig::new(redis.url()).shards(2..=2);
+    let (host_a, host_b) = (state_dir(), state_dir());
+    let t = wall_now();
+    let a = leased(&host_a, config.clone())
+        .clock(ManualClock::new(t))
+        .open()
+        .unwrap();
+    let ids: Vec<u64> = a.next_ids(100).unwrap().map(|i| i.as_u64()).collect();
+    let reserved: u64 = redis::cmd("HGET")
+        .arg(key)
+        .arg("high_water")
+        .query::<String>(&mut conn)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let last = *ids.last().unwrap();
+    let last_second = Layout::DEFAULT.epoch() + (last >> 21);
+    assert!(
+        reserved > last_second,
+        "the reservation runs ahead of the last ID"
+    );
+    a.close().unwrap();
+    let after = record_of(&mut conn, key);
+    assert_eq!(
+        after["high_water"],
+        reserved.to_string(),
+        "high_water after a clean close: {after:?}"
+    );
+    let (sec, seq) = after["last"].split_once(' ').unwrap();
+    assert_eq!(sec.parse::<u64>().unwrap(), last_second);
+    assert_eq!(seq.parse::<u64>().unwrap(), (last >> 5) & 0xffff);
+
+    let b = leased(&host_b, config)
+        .clock(ManualClock::new(t - 3600))
+        .open()
+        .unwrap();
+    assert_eq!(b.next_id().unwrap().as_u64(), last + 32);
+    b.close().unwrap();
+    let high_water: u64 = record_of(&mut conn, key)["high_water"].parse().unwrap();
+    assert!(
+        high_water >= reserved,
+        "never lowered: {high_water} < {reserved}"
+    );
+}
+
+/// What a holder does when Redis loses the shard's record under it, by
+/// `FLUSHALL` or by `DEL` of the record alone: it stops issuing for good at
+/// its next renewal, with an error that says the record vanished, and
+/// neither re-creates the record nor takes the lease back, however long it
+/// keeps running.
+#[test]
+fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let mut conn = redis.conn();
+    let ttl = Duration::from_secs(1);
+    for how in ["FLUSHALL", "DEL"] {
+        seed_records(&redis, 8..=8);
+        let (mark, lease) = ("idutil:mark:8", "idutil:lease:8");
+        let host = state_dir();
+        let g = leased(&host, LeaseConfig::new(redis.url()).shards(8..=8).ttl(ttl))
+            .open()
+            .unwrap();
+        g.next_ids(1000).unwrap();
+        match how {
+            "FLUSHALL" => redis::cmd("FLUSHALL").exec(&mut conn).unwrap(),
+            _ => redis::cmd("DEL").arg(mark).exec(&mut conn).unwrap(),
+        }
+        // Issuing stops at the next renewal. A renewal that comes late on a
+        // loaded machine may first fence it for a while (it issues nothing
+        // then either); the error that stays is the lost record.
+        let deadline = Instant::now() + ttl * 2;
+        let give_up = Instant::now() + Duration::from_secs(30);
+        let err = loop {
+            let asked = Instant::now();
+            match g.next_id_nowait() {
+                Ok(_) => assert!(asked < deadline, "{how}: still issuing"),
+                Err(Error::Lease(LeaseError::Fenced { .. })) if asked < give_up => {}
+                Err(e) => break e,
+            }
+            thread::sleep(Duration::from_millis(2));
+        };
+        assert!(
+            matches!(err, Error::Lease(LeaseError::RecordLost { shard: 8, .. })),
+            "{how}: {err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("lost the record of shard 8"), "{text}");
+        assert!(text.contains(mark), "{text}");
+        // Three more renewal periods: a holder that re-created the record
+        // or took the lease back would have done so by now.
+        thread::sleep(ttl);
+        assert!(!exists(&mut conn, mark), "{how}: the record was re-created");
+        let holder: Option<String> = redis::cmd("GET").arg(lease).query(&mut conn).unwrap();
+        assert_eq!(holder, None, "{how}: the lease was taken back");
+        for _ in 0..3 {
+            assert!(matches!(
+                g.next_id_nowait(),
+                Err(Error::Lease(LeaseError::RecordLost { .. }))
+            ));
+            assert!(g.next_ids(10).is_err());
+        }
+        let _ = g.close();
+        assert!(!exists(&mut conn, mark), "{how}: the close re-created it");
+        redis::cmd("FLUSHALL").exec(&mut conn).unwrap();
+    }
+}
+
+/// The first generator on a shard without a record holds the lease for one
+/// TTL (renewing it, the record still absent), then creates the record with
+/// its clock's second and starts after it.
+#[test]
+fn shard_without_record_is_held_one_ttl_then_created() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    let ttl = Duration::from_secs(1);
+    let t = wall_now() - 100;
+    let host = state_dir();
+    let url = redis.url();
+    let started = Instant::now();
+    let opener = thread::spawn(move || {
+        let g = leased(&host, LeaseConfig::new(url).shards(12..=12).ttl(ttl))
+            .clock(ManualClock::new(t))
+            .open()
+            .unwrap();
+        (g, Instant::now(), host)
+    });
+    let mut conn = redis.conn();
+    // Past the TTL of the lease as first taken: it is being renewed.
+    while started.elapsed() < ttl * 9 / 10 {
+        thread::sleep(Duration::from_millis(50));
+    }
+    let holder: Option<String> = redis::cmd("GET")
+        .arg("idutil:lease:12")
+        .query(&mut conn)
+        .unwrap();
+    let waiting = started.elapsed() < ttl;
+    let record_absent = !exists(&mut conn, "idutil:mark:12");
+    let (g, opened_at, _host) = opener.join().unwrap();
+    if waiting {
+        assert!(record_absent, "the record is created only after one TTL");
+        assert!(holder.is_some(), "the lease is held while waiting");
+    }
+    assert!(
+        opened_at - started >= ttl,
+        "opened after {:?}",
+        opened_at - started
+    );
+    // Created with the clock's second; since raised by the first
+    // reservation, which starts after it.
+    let record = record_of(&mut conn, "idutil:mark:12");
+    assert_eq!(record["seen"], t.to_string());
+    assert!(record["high_water"].parse::<u64>().unwrap() > t);
+    assert_eq!(record["layout"], Layout::DEFAULT.fingerprint());
+    let id = g.next_id().unwrap();
+    assert_eq!(Layout::DEFAULT.epoch() + (id.as_u64() >> 21), t + 1);
+}
+
+/// `FLUSHALL` while one holder (a child process) issues IDs continuously,
+/// and a second holder (another process, another host's state directory)
+/// asks for the shard right after: the second gets the lease at once but
+/// waits one TTL before its first ID; the first stops for good at its next
+/// renewal with the error that says the record vanished, and re-creates
+/// nothing. No ID is issued twice.
+#[test]
+fn flushall_under_a_live_holder_issues_nothing_twice() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 5..=5);
+    let mut conn = redis.conn();
+    let ttl = Duration::from_secs(3);
+    let ttl_ms = ttl.as_millis() as u64;
+    let (host_a, host_b) = (state_dir(), state_dir());
+    let mut a = lease_child(&redis.url(), ttl_ms, (5, 5), "paced", host_a.path());
+    assert_eq!(a.next().as_deref(), Some("leased 5"));
+    let a_pid = a.child.id().to_string();
+    a.go();
+    let a_lines = a.follow();
+    let mut a_ids = Vec::new();
+    while a_ids.len() < 2000 {
+        let (line, _) = a_lines.recv_timeout(ttl).expect("A issues");
+        a_ids.push(line.strip_prefix("id ").unwrap().parse::<u64>().unwrap());
+    }
+
+    redis::cmd("FLUSHALL").exec(&mut conn).unwrap();
+    let flushed_at = Instant::now();
+    let b_spawned = Instant::now();
+    let mut b = lease_child(&redis.url(), ttl_ms, (5, 5), "paced", host_b.path());
+
+    // A stops at its next renewal, a third of the TTL after the last.
+    let (a_error, a_error_at) = loop {
+        let (line, at) = a_lines.recv_timeout(ttl).expect("A reports");
+        match line.strip_prefix("id ") {
+            Some(id) => a_ids.push(id.parse().unwrap()),
+            None => break (line, at),
+        }
+    };
+    assert!(
+        a_error.starts_with("error the lease's store lost the record of shard 5"),
+        "{a_error}"
+    );
+    assert!(
+        a_error_at - flushed_at < ttl / 2,
+        "{:?}",
+        a_error_at - flushed_at
+    );
+    // Just before B may create the record (one TTL after it got the lease,
+    // which was after the flush): at least one more renewal period of A has
+    // passed, and A re-created nothing.
+    thread::sleep(
+        (flushed_at + ttl - Duration::from_millis(200)).saturating_duration_since(Instant::now()),
+    );
+    assert!(
+        !exists(&mut conn, "idutil:mark:5"),
+        "A re-created the record"
+    );
+    let lease: Option<String> = redis::cmd("GET")
+        .arg("idutil:lease:5")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        !lease.unwrap_or_default().contains(&format!(":{a_pid}:")),
+        "A took the lease back"
+    );
+
+    assert_eq!(b.next().as_deref(), Some("leased 5"));
+    b.go();
+    let b_lines = b.follow();
+    let mut b_ids = Vec::new();
+    let mut b_first_at = None;
+    while b_ids.len() < 2000 {
+        let (line, at) = b_lines.recv_timeout(ttl * 2).expect("B issues");
+        let id = line
+            .strip_prefix("id ")
+            .unwrap_or_else(|| panic!("B: {line}"));
+        b_ids.push(id.parse::<u64>().unwrap());
+        b_first_at.get_or_insert(at);
+    }
+    let waited = b_first_at.unwrap() - b_spawned;
+    assert!(
+        waited >= ttl,
+        "B's first ID came {waited:?} after it started"
+    );
+
+    // A stays stopped, with the same error, while B issues.
+    while let Ok((line, _)) = a_lines.try_recv() {
+        assert!(
+            line.starts_with("error the lease's store lost the record of shard 5"),
+            "A after its error: {line}"
+        );
+    }
+    drop(a);
+    drop(b);
+    let mut seen = HashSet::new();
+    record_unique(&mut seen, a_ids, "A");
+    record_unique(&mut seen, b_ids, "B");
+}

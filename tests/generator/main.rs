@@ -1,0 +1,27 @@
+//! Behaviour of one generator: threads, borrowing, clock rollbacks while
+//! running, the end of the range, the lead cap and batches.
+
+use idutil_harness as harness;
+
+use idutil::{Builder, Generator, ManualClock};
+
+mod clock;
+mod issuing;
+mod lead;
+mod range;
+
+const T: u64 = 1_700_000_000;
+const PER_SECOND: u64 = 65_536;
+
+/// A generator for `shard` in `dir` (and its own ID space), on `clock`.
+fn builder(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Builder<ManualClock> {
+    Generator::builder()
+        .id_space(harness::space_for(dir.path()))
+        .shard(shard)
+        .state_dir(dir.path())
+        .clock(clock.clone())
+}
+
+fn open(dir: &tempfile::TempDir, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
+    builder(dir, shard, clock).open().expect("open")
+}
