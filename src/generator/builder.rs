@@ -260,7 +260,7 @@ impl<C: Clock> Builder<C> {
     /// [`Error::BadState`] if the state file cannot be trusted,
     /// [`Error::Io`] if the state directory cannot be used,
     /// [`Error::InvalidEnv`] if `IDUTIL_LAYOUT` cannot be read; with a
-    /// lease, `Error::Lease` if no shard is free, the store cannot be
+    /// lease, [`Error::Lease`] if no shard is free, the store cannot be
     /// reached, its clock and this host's disagree or the shard's record
     /// cannot be trusted, and [`Error::InvalidEnv`] if `IDUTIL_LEASE_URL`
     /// is set but blank.
