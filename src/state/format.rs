@@ -13,7 +13,7 @@ pub const STATE_VERSION: u32 = 3;
 
 /// The oldest state file format this crate still reads: version 1, the same
 /// fields without a checksum.
-pub(super) const OLDEST_VERSION: u32 = 1;
+const OLDEST_VERSION: u32 = 1;
 
 /// The first version whose files end with a checksum line: from it on, a
 /// file without one is refused, and a damaged one has nothing certain.
@@ -305,7 +305,7 @@ impl StateFile {
 }
 
 /// The fields of a state file, in the order they are written.
-pub(super) const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 10] = [
     "checksum",
     "version",
     "layout",
@@ -319,9 +319,9 @@ pub(super) const FIELDS: [&str; 10] = [
 ];
 
 /// A field's line number and value.
-pub(super) type Field<'a> = (usize, &'a str);
+type Field<'a> = (usize, &'a str);
 
-pub(super) fn number<T: std::str::FromStr>(
+fn number<T: std::str::FromStr>(
     (line, text): Field<'_>,
     what: &str,
 ) -> std::result::Result<T, String> {
@@ -334,7 +334,7 @@ pub(super) fn number<T: std::str::FromStr>(
 
 /// `high_water = 0:1763751239 1:1763700000`: at least one mark, no clock
 /// value twice, every clock value within the layout's.
-pub(super) fn parse_marks(
+fn parse_marks(
     (line, text): Field<'_>,
     layout: &Layout,
 ) -> std::result::Result<BTreeMap<u32, u64>, String> {
@@ -362,7 +362,7 @@ pub(super) fn parse_marks(
     Ok(marks)
 }
 
-pub(super) fn parse_layout((line, text): Field<'_>) -> std::result::Result<Layout, String> {
+fn parse_layout((line, text): Field<'_>) -> std::result::Result<Layout, String> {
     let malformed = || format!("layout (line {line}) is malformed");
     let mut widths = [None; 5];
     let names = ["seconds", "clock", "sequence", "shard", "epoch"];

@@ -130,7 +130,7 @@ impl Salvage {
 
     /// Whether the file's checksum line matches what comes before it;
     /// `None` if it has no complete checksum line.
-    pub(super) fn checksum(text: &str) -> Option<bool> {
+    fn checksum(text: &str) -> Option<bool> {
         lines(text).find_map(|line| match line.kind {
             LineKind::Field {
                 key: "checksum",
@@ -140,7 +140,7 @@ impl Salvage {
         })
     }
 
-    pub(super) fn marks(
+    fn marks(
         text: &str,
         plausible: &dyn Fn(&str) -> Option<u64>,
     ) -> std::result::Result<Vec<u64>, String> {

@@ -28,20 +28,20 @@ use crate::host_lock::HostLock;
 /// before it is read; every write first checks that the directory and
 /// the lock file are still the ones at their paths (see [`Store::save`]).
 pub(crate) struct Store {
-    pub(super) dir: PathBuf,
-    pub(super) path: PathBuf,
-    pub(super) lock_path: PathBuf,
-    pub(super) shard: u32,
-    pub(super) dir_fd: OwnedFd,
-    pub(super) dir_id: (u64, u64),
+    dir: PathBuf,
+    path: PathBuf,
+    lock_path: PathBuf,
+    shard: u32,
+    dir_fd: OwnedFd,
+    dir_id: (u64, u64),
     // Held for the `flock`; closing it releases the lock.
-    pub(super) lock: File,
-    pub(super) lock_id: (u64, u64),
+    lock: File,
+    lock_id: (u64, u64),
     /// What the lock file records: whether a state file was ever written
     /// for this shard in this directory, and the highest mark it held.
-    pub(super) note: Mutex<LockNote>,
+    note: Mutex<LockNote>,
     /// The per-host hold on the shard, for generators.
-    pub(super) _host: Option<HostLock>,
+    _host: Option<HostLock>,
 }
 
 impl Store {
@@ -202,7 +202,7 @@ impl Store {
 
     /// `Err(Error::StateReplaced)` unless the directory and lock file paths still
     /// name the directory and file this store holds open.
-    pub(super) fn check_ground(&self) -> Result<()> {
+    fn check_ground(&self) -> Result<()> {
         let fenced = |reason: String| Error::StateReplaced {
             shard: self.shard,
             reason,
@@ -242,7 +242,7 @@ impl Store {
     /// directory, all relative to the directory's descriptor: a directory
     /// deleted meanwhile makes this fail, and one recreated at the same
     /// path is never written to.
-    pub(super) fn replace(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+    fn replace(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         let tmp = tempfile::Builder::new()
             .prefix(&temporary_prefix(self.shard))
             .suffix(TEMPORARY_SUFFIX)

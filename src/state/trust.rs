@@ -25,7 +25,7 @@ pub const MAX_FILE_SIZE: u64 = 64 * 1024;
 /// Write access for the group counts as no one else when the group is the
 /// process's own (see [`group_write_is_ours`]): a volume Kubernetes
 /// prepares for `fsGroup` is owned by root, group-writable and setgid.
-pub(super) fn check_ancestors(dir: &Path) -> Result<()> {
+fn check_ancestors(dir: &Path) -> Result<()> {
     let euid = rustix::process::geteuid().as_raw();
     let egid = rustix::process::getegid().as_raw();
     for parent in dir.ancestors().skip(1) {
@@ -73,7 +73,7 @@ pub(super) fn check_ancestors(dir: &Path) -> Result<()> {
 /// mount; so idutil trusts the group that the process runs with and no
 /// other. Supplementary groups are not trusted: they are how other users'
 /// groups reach a process.
-pub(super) fn group_write_is_ours(gid: u32) -> bool {
+fn group_write_is_ours(gid: u32) -> bool {
     gid == rustix::process::getegid().as_raw()
 }
 
@@ -132,7 +132,7 @@ fn open_dir_checked(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
 
 /// Creates `dir` and its missing parents, each with mode 0700 whatever the
 /// umask.
-pub(super) fn create_private_dirs(dir: &Path) -> Result<()> {
+fn create_private_dirs(dir: &Path) -> Result<()> {
     let mut missing = Vec::new();
     let mut at = dir;
     loop {
@@ -169,7 +169,7 @@ pub(super) fn create_private_dirs(dir: &Path) -> Result<()> {
 /// Refuses what sshd refuses for `~/.ssh`: a directory or file that
 /// another user owns, that others may write, or that a group other than
 /// the process's own may write (see [`group_write_is_ours`]).
-pub(super) fn check_owner_and_mode(path: &Path, st: &rfs::Stat, is_dir: bool) -> Result<()> {
+fn check_owner_and_mode(path: &Path, st: &rfs::Stat, is_dir: bool) -> Result<()> {
     let euid = rustix::process::geteuid().as_raw();
     let uid = st.st_uid;
     let what = if is_dir { "directory" } else { "file" };
@@ -262,7 +262,7 @@ pub(super) fn check_file(file: &File, path: &Path) -> Result<rfs::Stat> {
     Ok(st)
 }
 
-pub(super) fn too_large(path: &Path) -> Error {
+fn too_large(path: &Path) -> Error {
     Error::Untrusted {
         path: path.to_path_buf(),
         reason: format!(
@@ -273,7 +273,7 @@ pub(super) fn too_large(path: &Path) -> Error {
 }
 
 /// Reads at most [`MAX_FILE_SIZE`] bytes; a longer file is refused.
-pub(super) fn read_capped(file: &mut File, path: &Path) -> Result<Vec<u8>> {
+fn read_capped(file: &mut File, path: &Path) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
     (&mut *file)
         .take(MAX_FILE_SIZE + 1)
