@@ -1,5 +1,6 @@
-//! Restarting a shard whose state file cannot be trusted: what is still
-//! certain (`Salvage`), the plan (`Recovery`) and writing it.
+//! Restarting a shard whose state file cannot be trusted: what was found
+//! (`OldState`), the plan (`Recovery`) from everything still certain, and
+//! writing it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -6,9 +6,12 @@ use std::collections::BTreeSet;
 use super::format::{checksum, known_version, lines, versions_read, LineKind, CHECKSUM_SINCE};
 use crate::layout::Layout;
 
-/// What a state file that failed [`StateFile::parse`] still says for
-/// certain. Only complete (newline-terminated) lines count, so a file cut
-/// short in the middle of a number does not pass off the shorter number.
+/// What a state file that failed
+/// [`StateFile::parse`](super::StateFile::parse) still says for certain.
+/// It reads the same lines as the strict reader, passing over what that
+/// one refuses. Only complete (newline-terminated) lines count, so a file
+/// cut short in the middle of a number does not pass off the shorter
+/// number.
 #[derive(Debug)]
 pub(super) struct Salvage {
     /// The high-water marks, or why they cannot be trusted.
@@ -62,12 +65,12 @@ impl Salvage {
                 .collect(),
             _ => Vec::new(),
         };
-        // A checksum that fails says some byte changed, and it may be one of
-        // the mark's digits: nothing in the file is certain then.
         let version = match values("version").as_slice() {
             [v] => known_version(v),
             _ => None,
         };
+        // A checksum that fails says some byte changed, and it may be one of
+        // the mark's digits: nothing in the file is certain then.
         let marks = match (Salvage::checksum(text), version) {
             (Some(false), _) => {
                 Err("the file's checksum does not match, so none of its fields is certain".into())
