@@ -1,12 +1,105 @@
-//! The state file's text: rendering, parsing, the rules every file must
-//! keep, and the checksum.
+//! The state file's text: rendering, parsing (one reader of lines for
+//! strict loading and for salvage), the versions read, and the checksum.
 
-use super::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::Remedy;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+
+/// The version of the state file format this crate reads and writes.
+pub const STATE_VERSION: u32 = 3;
+
+/// The oldest state file format this crate still reads: version 1, the same
+/// fields without a checksum.
+const OLDEST_VERSION: u32 = 1;
+
+/// The first version whose files end with a checksum line: from it on, a
+/// file without one is refused, and a damaged one has nothing certain.
+pub(super) const CHECKSUM_SINCE: u32 = 2;
+
+/// The first version that may hold a `skip` line; a file with one is
+/// written as this version, any other as [`CHECKSUM_SINCE`].
+const SKIP_SINCE: u32 = 3;
+
+/// A version line's value as a version this crate reads: digits only,
+/// from [`OLDEST_VERSION`] to [`STATE_VERSION`].
+pub(super) fn known_version(text: &str) -> Option<u32> {
+    let version = text.parse::<u32>().ok()?;
+    (text.bytes().all(|b| b.is_ascii_digit())
+        && (OLDEST_VERSION..=STATE_VERSION).contains(&version))
+    .then_some(version)
+}
+
+/// The versions this crate reads, for the reasons that name an unknown one.
+pub(super) fn versions_read() -> String {
+    format!("this idutil reads versions {OLDEST_VERSION} to {STATE_VERSION}")
+}
+
+/// The value of a state file's `checksum` line for the text before that
+/// line: the CRC-32 of those bytes, as 8 lowercase hexadecimal digits.
+#[doc(hidden)]
+pub fn checksum(text: &str) -> String {
+    format!("{:08x}", crc32fast::hash(text.as_bytes()))
+}
+
+/// One line of a state file, as both readers see it: the strict one
+/// ([`StateFile::parse`]) refuses what the lenient one (recovery's
+/// salvage) passes over.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Line<'a> {
+    /// The line's number, from 1.
+    pub(super) number: usize,
+    /// Where the line starts in the text: a checksum on this line covers
+    /// the text before it.
+    pub(super) start: usize,
+    /// Whether the line ends in a newline (a file cut short ends in an
+    /// incomplete one).
+    pub(super) complete: bool,
+    pub(super) kind: LineKind<'a>,
+}
+
+/// What a line holds, surrounding whitespace trimmed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LineKind<'a> {
+    /// An empty line or a comment (`#`).
+    Blank,
+    /// The end marker, `end`.
+    End,
+    /// `key = value`, each trimmed.
+    Field { key: &'a str, value: &'a str },
+    /// Anything else.
+    Malformed,
+}
+
+/// The lines of a state file's text.
+pub(super) fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
+    let mut at = 0;
+    text.split_inclusive('\n').enumerate().map(move |(i, raw)| {
+        let start = at;
+        at += raw.len();
+        let line = raw.trim();
+        let kind = if line.is_empty() || line.starts_with('#') {
+            LineKind::Blank
+        } else if line == "end" {
+            LineKind::End
+        } else if let Some((key, value)) = line.split_once('=') {
+            LineKind::Field {
+                key: key.trim(),
+                value: value.trim(),
+            }
+        } else {
+            LineKind::Malformed
+        };
+        Line {
+            number: i + 1,
+            start,
+            complete: raw.ends_with('\n'),
+            kind,
+        }
+    })
+}
 
 /// What a state file records. Seconds are Unix seconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,20 +112,23 @@ pub struct StateFile {
     /// The persistent clock id: bumped whenever a generator opened and found
     /// the wall clock behind the highest second the previous run saw.
     pub clock_id: u64,
-    /// The highest wall-clock second any run on this shard has seen.
+    /// The highest wall-clock second (Unix seconds) any run on this shard
+    /// has seen.
     pub seen_max: u64,
-    /// The highest wall-clock second the last run saw.
+    /// The highest wall-clock second (Unix seconds) the last run saw.
     pub seen_last_run: u64,
-    /// Per clock value, the highest second an ID may have been issued in.
+    /// Per clock value, the highest second (Unix seconds) an ID may have
+    /// been issued in.
     pub high_water: BTreeMap<u32, u64>,
-    /// After a clean close: the exact last second and sequence issued,
-    /// under clock value `clock_id mod 2^clock_bits`.
+    /// After a clean close: the exact last second (Unix seconds) and
+    /// sequence issued, under clock value `clock_id mod 2^clock_bits`.
     pub last: Option<(u64, u32)>,
-    /// Seconds, first and last, that IDs may have been issued in far ahead
-    /// of the rest, after a clock that was far ahead: a generator passes
-    /// over them when it gets there. Written by a recovery that brought
-    /// the shard back ([`RecoverOptions::unused`](super::RecoverOptions::unused));
-    /// a file with this line is version 3.
+    /// Seconds (Unix seconds), first and last, that IDs may have been
+    /// issued in far ahead of the rest, after a clock that was far ahead:
+    /// a generator passes over them when it gets there. Written by a
+    /// recovery that brought the shard back
+    /// ([`RecoverOptions::unused`](super::RecoverOptions::unused)); a file
+    /// with this line is version 3.
     pub skip: Option<(u64, u64)>,
 }
 
@@ -67,7 +163,11 @@ impl StateFile {
              seen_last_run = {seen_last_run}\n\
              high_water = {marks}\n",
             shard = self.shard,
-            version = if self.skip.is_some() { 3 } else { 2 },
+            version = if self.skip.is_some() {
+                SKIP_SINCE
+            } else {
+                CHECKSUM_SINCE
+            },
             layout = self.layout.fingerprint(),
             clock_id = self.clock_id,
             seen_max = self.seen_max,
@@ -80,8 +180,8 @@ impl StateFile {
         if let Some((first, last)) = self.skip {
             out.push_str(&format!("skip = {first} {last}\n"));
         }
-        let checksum = crc32fast::hash(out.as_bytes());
-        out.push_str(&format!("checksum = {checksum:08x}\nend\n"));
+        let sum = checksum(&out);
+        out.push_str(&format!("checksum = {sum}\nend\n"));
         out
     }
 
@@ -94,37 +194,34 @@ impl StateFile {
         let mut fields: BTreeMap<&str, (usize, &str)> = BTreeMap::new();
         let mut ended = false;
         let mut summed = None;
-        let mut at = 0;
-        for (i, line) in text.split_inclusive('\n').enumerate() {
-            let (n, start) = (i + 1, at);
-            at += line.len();
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
+        for line in lines(text) {
+            let n = line.number;
+            if line.kind == LineKind::Blank {
                 continue;
             }
             if ended {
                 return Err(format!("line {n} comes after the end marker"));
             }
-            if line == "end" {
-                ended = true;
-                continue;
-            }
-            if summed.is_some() {
-                return Err(format!("line {n} comes after the checksum"));
-            }
-            if line
-                .split_once('=')
-                .is_some_and(|(k, _)| k.trim() == "checksum")
-            {
-                summed = Some(&text[..start]);
-            }
-            let Some((key, value)) = line.split_once('=') else {
-                return Err(format!("line {n} is malformed"));
+            let (key, value) = match line.kind {
+                LineKind::End => {
+                    ended = true;
+                    continue;
+                }
+                _ if summed.is_some() => {
+                    return Err(format!("line {n} comes after the checksum"));
+                }
+                LineKind::Field { key, value } => (key, value),
+                LineKind::Blank | LineKind::Malformed => {
+                    return Err(format!("line {n} is malformed"));
+                }
             };
-            let Some(&key) = FIELDS.iter().find(|f| **f == key.trim()) else {
+            if key == "checksum" {
+                summed = Some(&text[..line.start]);
+            }
+            let Some(&key) = FIELDS.iter().find(|f| **f == key) else {
                 return Err(format!("line {n} has an unknown field"));
             };
-            if fields.insert(key, (n, value.trim())).is_some() {
+            if fields.insert(key, (n, value)).is_some() {
                 return Err(format!("{key} appears twice (again on line {n})"));
             }
         }
@@ -132,29 +229,17 @@ impl StateFile {
             return Err("the file is empty".into());
         }
         let (n, version) = fields.remove("version").ok_or("no version line")?;
-        let version = match version.parse::<u32>() {
-            Ok(v)
-                if (OLDEST_VERSION..=STATE_VERSION).contains(&v)
-                    && version.bytes().all(|b| b.is_ascii_digit()) =>
-            {
-                v
-            }
-            _ => {
-                return Err(format!(
-                    "line {n} holds an unknown version (this idutil reads versions \
-                     {OLDEST_VERSION} to {STATE_VERSION})"
-                ))
-            }
-        };
+        let version = known_version(version)
+            .ok_or_else(|| format!("line {n} holds an unknown version ({})", versions_read()))?;
         if !ended {
             return Err("truncated: no end marker".into());
         }
-        let checksum = fields.remove("checksum");
-        match (version, checksum) {
-            (1, Some((n, _))) => return Err(format!("line {n} has an unknown field")),
-            (1, None) => {}
-            (_, None) => return Err("no checksum line".into()),
-            (_, Some(_)) => {}
+        let sum_line = fields.remove("checksum");
+        match (version >= CHECKSUM_SINCE, sum_line) {
+            (false, Some((n, _))) => return Err(format!("line {n} has an unknown field")),
+            (false, None) => {}
+            (true, None) => return Err("no checksum line".into()),
+            (true, Some(_)) => {}
         }
         let mut take = |key: &str| fields.remove(key).ok_or(format!("no {key} line"));
         let layout = parse_layout(take("layout")?)?;
@@ -179,7 +264,9 @@ impl StateFile {
         };
         let skip = match fields.remove("skip") {
             None => None,
-            Some((n, _)) if version < 3 => return Err(format!("line {n} has an unknown field")),
+            Some((n, _)) if version < SKIP_SINCE => {
+                return Err(format!("line {n} has an unknown field"))
+            }
             Some((n, v)) => {
                 let mut words = v.split_whitespace();
                 let (Some(first), Some(last), None) = (words.next(), words.next(), words.next())
@@ -205,8 +292,8 @@ impl StateFile {
         state.check()?;
         // Last, so a field that is wrong in itself is named. Version 1
         // files have none and are checked field by field only.
-        if let (Some((n, value)), Some(summed)) = (checksum, summed) {
-            if value != format!("{:08x}", crc32fast::hash(summed.as_bytes())) {
+        if let (Some((n, value)), Some(summed)) = (sum_line, summed) {
+            if value != checksum(summed) {
                 return Err(format!(
                     "the checksum (line {n}) does not match the contents: the file was damaged \
                      or edited"
@@ -215,95 +302,10 @@ impl StateFile {
         }
         Ok(state)
     }
-
-    /// Checks the values against the file's layout and against each other,
-    /// so that nothing read from a file can make a generator resume early or
-    /// make its arithmetic overflow:
-    ///
-    /// - every second (`seen_max`, `seen_last_run`, each high-water mark,
-    ///   `last`'s second) lies within the layout's range, from its epoch to
-    ///   its last second; `last`'s sequence and the shard fit the layout;
-    /// - `high_water` has a mark for the current clock value, and that mark
-    ///   is at or above `seen_last_run` and `last`'s second;
-    /// - `seen_last_run` is at most `seen_max`, and the highest mark is at
-    ///   or above `seen_max`;
-    /// - `clock_id` can still be bumped through every clock value.
-    ///
-    /// Repeated or out-of-range clock values in `high_water` are refused
-    /// when parsing.
-    pub(crate) fn check(&self) -> std::result::Result<(), String> {
-        let layout = &self.layout;
-        let in_range = |what: &str, second: u64| {
-            if (layout.epoch()..=layout.last_unix_second()).contains(&second) {
-                Ok(())
-            } else {
-                Err(format!("{what} is outside the layout's range of seconds"))
-            }
-        };
-        if self.shard > layout.max_shard() {
-            return Err("the shard does not fit the layout".into());
-        }
-        if self
-            .clock_id
-            .checked_add(u64::from(layout.clock_values()))
-            .is_none()
-        {
-            return Err("clock_id is too large to be bumped".into());
-        }
-        in_range("seen_max", self.seen_max)?;
-        in_range("seen_last_run", self.seen_last_run)?;
-        if self.seen_last_run > self.seen_max {
-            return Err("seen_last_run is above seen_max".into());
-        }
-        for (&value, &mark) in &self.high_water {
-            if value >= layout.clock_values() {
-                return Err("a high_water clock value does not fit the layout".into());
-            }
-            in_range(&format!("the high_water mark of clock value {value}"), mark)?;
-        }
-        let value = self.clock_value();
-        let Some(&current) = self.high_water.get(&value) else {
-            return Err(format!(
-                "high_water has no mark for the current clock value {value}"
-            ));
-        };
-        if current < self.seen_last_run {
-            return Err(format!(
-                "the high_water mark of clock value {value} is below seen_last_run"
-            ));
-        }
-        if let Some((second, sequence)) = self.last {
-            in_range("the last issued second", second)?;
-            if sequence > layout.max_sequence() {
-                return Err("the last issued sequence does not fit the layout".into());
-            }
-            if current < second {
-                return Err(format!(
-                    "the high_water mark of clock value {value} is below the last issued second"
-                ));
-            }
-        }
-        if self.high_water.values().all(|&mark| mark < self.seen_max) {
-            return Err("every high_water mark is below seen_max".into());
-        }
-        if let Some((first, last)) = self.skip {
-            in_range("the first skipped second", first)?;
-            in_range("the last skipped second", last)?;
-            if first > last {
-                return Err("the skipped seconds end before they start".into());
-            }
-            // What a generator resumes after lies before the skipped
-            // seconds; past them, the line is dropped.
-            if self.high_water.values().any(|&mark| mark >= first) {
-                return Err("a high_water mark is not below the skipped seconds".into());
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The fields of a state file, in the order they are written.
-pub(super) const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 10] = [
     "checksum",
     "version",
     "layout",
@@ -317,9 +319,9 @@ pub(super) const FIELDS: [&str; 10] = [
 ];
 
 /// A field's line number and value.
-pub(super) type Field<'a> = (usize, &'a str);
+type Field<'a> = (usize, &'a str);
 
-pub(super) fn number<T: std::str::FromStr>(
+fn number<T: std::str::FromStr>(
     (line, text): Field<'_>,
     what: &str,
 ) -> std::result::Result<T, String> {
@@ -332,7 +334,7 @@ pub(super) fn number<T: std::str::FromStr>(
 
 /// `high_water = 0:1763751239 1:1763700000`: at least one mark, no clock
 /// value twice, every clock value within the layout's.
-pub(super) fn parse_marks(
+fn parse_marks(
     (line, text): Field<'_>,
     layout: &Layout,
 ) -> std::result::Result<BTreeMap<u32, u64>, String> {
@@ -360,7 +362,7 @@ pub(super) fn parse_marks(
     Ok(marks)
 }
 
-pub(super) fn parse_layout((line, text): Field<'_>) -> std::result::Result<Layout, String> {
+fn parse_layout((line, text): Field<'_>) -> std::result::Result<Layout, String> {
     let malformed = || format!("layout (line {line}) is malformed");
     let mut widths = [None; 5];
     let names = ["seconds", "clock", "sequence", "shard", "epoch"];

@@ -1,11 +1,14 @@
 //! Reading a shard's state and lock from outside, without disturbing a
 //! running generator.
 
-use super::{format::*, paths::*};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::OFlags;
 
+use super::format::{parse_state, StateFile};
+use super::lock_file::{check_lock_mark, is_held, missing_state, read_lock_file, LockNote};
+use super::paths::{lock_name, lock_path, state_name, state_path};
+use super::trust::{check_file, open_dir, open_in, read_in};
 use crate::error::{Error, Result};
 
 /// What `idutil state` shows: the state file as it is on disk, read without
@@ -84,25 +87,16 @@ pub(super) fn peek(dir: &Path, shard: u32) -> Result<Peek> {
             check_file(&f, &lock_path)?;
             let note =
                 read_lock_file(&f).map_err(|e| Error::io("read the lock file", &lock_path, e))?;
-            match fs2::FileExt::try_lock_shared(&f) {
-                Ok(()) => {
-                    let _ = fs2::FileExt::unlock(&f);
-                    (None, note)
-                }
-                Err(e) if e.kind() == fs2::lock_contended_error().kind() => (Some(note.pid), note),
+            match is_held(&f) {
+                Ok(false) => (None, note),
+                Ok(true) => (Some(note.pid), note),
                 Err(e) => return Err(Error::io("test the lock on", &lock_path, e)),
             }
         }
         None => (None, LockNote::default()),
     };
     let path = state_path(dir, shard);
-    let state = match open_in(&dir_fd, &path, &state_name(shard), OFlags::RDONLY)? {
-        Some(mut file) => {
-            check_file(&file, &path)?;
-            Some(read_capped(&mut file, &path)?)
-        }
-        None => None,
-    };
+    let state = read_in(&dir_fd, &path, &state_name(shard))?.map(|(bytes, _)| bytes);
     Ok(Peek {
         holder,
         note,

@@ -249,24 +249,26 @@
 
 mod format;
 mod inspect;
+mod lock_file;
+mod options;
 mod paths;
 mod recover;
+mod rules;
+mod salvage;
 mod scratch;
 mod store;
 #[cfg(test)]
 mod tests;
+mod trust;
 
 pub(crate) use format::check_layout;
-pub use format::StateFile;
+#[doc(hidden)]
+pub use format::checksum;
+pub use format::{StateFile, STATE_VERSION};
 pub use inspect::{inspect, StateReport};
-pub use paths::{state_dir, state_path, MAX_FILE_SIZE};
-pub use recover::{plan_recovery, recover, OldState, RecoverOptions, Recovery, Remedy};
+pub use options::RecoverOptions;
+pub use paths::{state_dir, state_path};
+pub use recover::{plan_recovery, recover, OldState, Recovery, Remedy};
 pub(crate) use scratch::scratch_dir;
 pub(crate) use store::Store;
-
-/// The version of the state file format this crate reads and writes.
-pub const STATE_VERSION: u32 = 3;
-
-/// The oldest state file format this crate still reads: version 1, the same
-/// fields without a checksum.
-const OLDEST_VERSION: u32 = 1;
+pub use trust::MAX_FILE_SIZE;

@@ -1,12 +1,16 @@
-//! Restarting a shard whose state file cannot be trusted: what is still
-//! certain (`Salvage`), the plan (`Recovery`) and writing it.
-
-use super::*;
-use super::{format::*, inspect::*, paths::*, store::*};
+//! Restarting a shard whose state file cannot be trusted: what was found
+//! (`OldState`), the plan (`Recovery`) from everything still certain, and
+//! writing it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::format::StateFile;
+use super::inspect::peek;
+use super::options::RecoverOptions;
+use super::paths::state_path;
+use super::salvage::Salvage;
+use super::store::Store;
 use crate::clock::{wall_now, whole_seconds};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -23,6 +27,7 @@ pub enum OldState {
     /// A sound state file written for another layout.
     OtherLayout(Layout),
     /// A state file that cannot be trusted as a whole.
+    #[non_exhaustive]
     Damaged {
         /// What is wrong with it (never a quote of its contents).
         reason: String,
@@ -63,82 +68,10 @@ pub enum Remedy {
     Retry,
 }
 
-/// Settings for [`plan_recovery`] and [`recover`].
-///
-/// ```
-/// use idutil::state::RecoverOptions;
-///
-/// // No ID of the shard is later than 2030-01-01T00:00:00Z.
-/// let options = RecoverOptions::new().after(1_893_456_000);
-/// # let _ = options;
-/// ```
-#[derive(Clone, Debug)]
-pub struct RecoverOptions {
-    after: Option<u64>,
-    unused: Option<(u64, u64)>,
-    force: bool,
-    window: Duration,
-}
-
-impl Default for RecoverOptions {
-    fn default() -> Self {
-        RecoverOptions::new()
-    }
-}
-
-impl RecoverOptions {
-    /// No vouched-for time, no forcing, the default reservation window.
-    pub fn new() -> Self {
-        RecoverOptions {
-            after: None,
-            unused: None,
-            force: false,
-            window: crate::generator::DEFAULT_WINDOW,
-        }
-    }
-
-    /// A time (Unix seconds) that you vouch for: no ID of the shard carries
-    /// a later second. Needed when the old high-water mark cannot be read
-    /// with certainty, or there is no state file; otherwise it only moves
-    /// the resumption later.
-    pub fn after(mut self, unix_second: u64) -> Self {
-        self.after = Some(unix_second);
-        self
-    }
-
-    /// Brings back a shard that a clock far ahead pushed into the future:
-    /// you vouch that no ID of the shard carries a second from `from` up to
-    /// (not including) `to` (Unix seconds), the time the clock skipped.
-    /// The shard then resumes after the latest second anything accounts for
-    /// below `from` (and after the wall clock), and the seconds from `to` to
-    /// the latest the state accounts for, where IDs were issued while the
-    /// clock was wrong, are recorded as issued (a `skip` line): a
-    /// generator passes over them when it gets there, so they stay unique.
-    /// Healthy files are recovered this way without forcing. See the crate
-    /// docs, *A clock far ahead*.
-    pub fn unused(mut self, from: u64, to: u64) -> Self {
-        self.unused = Some((from, to));
-        self
-    }
-
-    /// Replaces even a healthy state file.
-    pub fn force(mut self, force: bool) -> Self {
-        self.force = force;
-        self
-    }
-
-    /// The reservation window added past the latest known second, rounded
-    /// up to whole seconds (default [`DEFAULT_WINDOW`](crate::DEFAULT_WINDOW),
-    /// the generator's).
-    pub fn window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
-}
-
 /// A recovery worked out by [`plan_recovery`]: what was found, where the
 /// shard will resume, and why. [`Recovery::apply`] carries it out.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Recovery {
     /// The state file.
     pub path: PathBuf,
@@ -493,165 +426,4 @@ pub(super) fn plan_recovery_from(
         old,
         new_state,
     })
-}
-
-/// What a state file that failed [`StateFile::parse`] still says for
-/// certain. Only complete (newline-terminated) lines count, so a file cut
-/// short in the middle of a number does not pass off the shorter number.
-#[derive(Debug)]
-pub(super) struct Salvage {
-    /// The high-water marks, or why they cannot be trusted.
-    pub(super) marks: std::result::Result<Vec<u64>, String>,
-    /// Other legible seconds within the layout's range, as evidence:
-    /// among them the marks that parse but are not certain, which can only
-    /// make a recovery resume later.
-    pub(super) seconds: Vec<(&'static str, u64)>,
-    pub(super) clock_id: Option<u64>,
-}
-
-impl Salvage {
-    pub(super) fn read(text: &str, layout: &Layout) -> Salvage {
-        let mut lines: Vec<&str> = text.split('\n').collect();
-        lines.pop(); // empty if the text ends in a newline, else incomplete
-        let values = |key: &str| -> Vec<&str> {
-            lines
-                .iter()
-                .filter_map(|line| line.trim().split_once('='))
-                .filter(|(k, _)| k.trim() == key)
-                .map(|(_, v)| v.trim())
-                .collect()
-        };
-        let plausible = |v: &str| {
-            let n: u64 = v.parse().ok()?;
-            (layout.epoch()..=layout.last_unix_second())
-                .contains(&n)
-                .then_some(n)
-        };
-        let marks = match (
-            values("version").as_slice(),
-            values("high_water").as_slice(),
-        ) {
-            ([], _) => Err("no legible version line".to_string()),
-            ([v], _) if !["1", "2", "3"].contains(v) => Err(format!(
-                "an unknown version; this idutil reads versions {OLDEST_VERSION} to \
-                 {STATE_VERSION}"
-            )),
-            ([_], []) => Err("no complete high_water line".to_string()),
-            ([_], [marks]) => Salvage::marks(marks, &plausible),
-            _ => Err("a field appears twice".to_string()),
-        };
-        let legible_marks = match &values("high_water").as_slice() {
-            [line] => line
-                .split_whitespace()
-                .filter_map(|entry| entry.split_once(':'))
-                .filter_map(|(_, second)| plausible(second))
-                .collect(),
-            _ => Vec::new(),
-        };
-        // A checksum that fails says some byte changed, and it may be one of
-        // the mark's digits: nothing in the file is certain then.
-        let marks = match (Salvage::checksum(text), values("version").as_slice()) {
-            (Some(false), _) => {
-                Err("the file's checksum does not match, so none of its fields is certain".into())
-            }
-            (None, ["2"] | ["3"]) => {
-                Err("its checksum line is gone, so none of its fields is certain".into())
-            }
-            _ => marks,
-        };
-        let one = |key: &str| match values(key).as_slice() {
-            [v] => Some(*v),
-            _ => None,
-        };
-        let mut seconds = Vec::new();
-        for (key, what) in [
-            ("seen_max", "the highest wall clock seen"),
-            ("seen_last_run", "the wall clock of the last run"),
-        ] {
-            seconds.extend(one(key).and_then(plausible).map(|s| (what, s)));
-        }
-        seconds.extend(
-            one("last")
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(plausible)
-                .map(|s| ("the last issued ID", s)),
-        );
-        // A mark below a second the file records as seen or issued is not
-        // what a generator writes: a changed digit, perhaps.
-        let certain = marks.is_ok();
-        let marks = marks.and_then(|m| {
-            let highest = m.iter().copied().max().unwrap_or(0);
-            match seconds.iter().find(|(_, s)| *s > highest) {
-                Some((what, _)) => Err(format!(
-                    "the high-water marks are below {what}, which a generator never writes"
-                )),
-                None => Ok(m),
-            }
-        });
-        // Seconds issued far ahead (version 3): never resumed before, so a
-        // damaged file's recovery passes them by resuming after them.
-        seconds.extend(
-            one("skip")
-                .and_then(|v| v.split_whitespace().nth(1))
-                .and_then(plausible)
-                .map(|s| ("the last second issued far ahead", s)),
-        );
-        if !certain || marks.is_err() {
-            seconds.extend(
-                legible_marks
-                    .into_iter()
-                    .map(|m| ("a high-water mark that may be damaged", m)),
-            );
-        }
-        Salvage {
-            marks,
-            seconds,
-            clock_id: one("clock_id").and_then(|v| v.parse().ok()),
-        }
-    }
-
-    /// Whether the file's checksum line matches what comes before it;
-    /// `None` if it has no complete checksum line.
-    pub(super) fn checksum(text: &str) -> Option<bool> {
-        let mut at = 0;
-        for line in text.split_inclusive('\n') {
-            let start = at;
-            at += line.len();
-            let Some((key, value)) = line.split_once('=') else {
-                continue;
-            };
-            if key.trim() == "checksum" && line.ends_with('\n') {
-                let sum = crc32fast::hash(&text.as_bytes()[..start]);
-                return Some(value.trim() == format!("{sum:08x}"));
-            }
-        }
-        None
-    }
-
-    pub(super) fn marks(
-        text: &str,
-        plausible: &dyn Fn(&str) -> Option<u64>,
-    ) -> std::result::Result<Vec<u64>, String> {
-        let mut values = std::collections::BTreeSet::new();
-        let mut marks = Vec::new();
-        for entry in text.split_whitespace() {
-            let (value, second) = entry
-                .split_once(':')
-                .ok_or("the high_water line is malformed")?;
-            let value: u32 = value
-                .parse()
-                .map_err(|_| "the high_water line is malformed")?;
-            if !values.insert(value) {
-                return Err("the high_water line lists a clock value twice".into());
-            }
-            if !second.bytes().all(|b| b.is_ascii_digit()) {
-                return Err("the high_water line is malformed".into());
-            }
-            marks.push(plausible(second).ok_or("a high_water mark is outside the layout's range")?);
-        }
-        if marks.is_empty() {
-            return Err("the high_water line is empty".into());
-        }
-        Ok(marks)
-    }
 }

@@ -1,7 +1,6 @@
 //! The locked store of one shard's state: taking the locks, fencing, and
 //! the atomic replacement of the state file.
 
-use super::{format::*, paths::*};
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
@@ -11,6 +10,12 @@ use std::sync::Mutex;
 
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 
+use super::format::{parse_state, StateFile};
+use super::lock_file::{
+    check_lock_mark, lock_shard, missing_state, read_lock_file, write_lock_file, LockNote,
+};
+use super::paths::{cleaned, lock_path, state_name, state_path};
+use super::trust::{file_id, open_dir, read_in};
 use crate::error::{Error, Result};
 use crate::host_lock::HostLock;
 
@@ -23,20 +28,20 @@ use crate::host_lock::HostLock;
 /// before it is read; every write first checks that the directory and
 /// the lock file are still the ones at their paths (see [`Store::save`]).
 pub(crate) struct Store {
-    pub(super) dir: PathBuf,
-    pub(super) path: PathBuf,
-    pub(super) lock_path: PathBuf,
-    pub(super) shard: u32,
-    pub(super) dir_fd: OwnedFd,
-    pub(super) dir_id: (u64, u64),
+    dir: PathBuf,
+    path: PathBuf,
+    lock_path: PathBuf,
+    shard: u32,
+    dir_fd: OwnedFd,
+    dir_id: (u64, u64),
     // Held for the `flock`; closing it releases the lock.
-    pub(super) lock: File,
-    pub(super) lock_id: (u64, u64),
+    lock: File,
+    lock_id: (u64, u64),
     /// What the lock file records: whether a state file was ever written
     /// for this shard in this directory, and the highest mark it held.
-    pub(super) note: Mutex<LockNote>,
+    note: Mutex<LockNote>,
     /// The per-host hold on the shard, for generators.
-    pub(super) _host: Option<HostLock>,
+    _host: Option<HostLock>,
 }
 
 impl Store {
@@ -62,50 +67,7 @@ impl Store {
         })?;
         let dir_id = file_id(&dir_fd).map_err(|e| Error::io("examine", dir, e))?;
         let lock_path = lock_path(dir, shard);
-        let lock_name = lock_name(shard);
-        let lock = match open_in(
-            &dir_fd,
-            &lock_path,
-            &lock_name,
-            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
-        ) {
-            Ok(Some(file)) => {
-                // Ours: 0600 whatever the umask.
-                rfs::fchmod(&file, Mode::from_raw_mode(0o600))
-                    .map_err(|e| Error::io("set the mode of", &lock_path, e.into()))?;
-                file
-            }
-            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
-                open_in(&dir_fd, &lock_path, &lock_name, OFlags::RDWR)?.ok_or_else(|| {
-                    Error::io(
-                        "open the lock file",
-                        &lock_path,
-                        io::ErrorKind::NotFound.into(),
-                    )
-                })?
-            }
-            Err(e) => return Err(e),
-            // Only when the directory vanished under us.
-            Ok(None) => {
-                return Err(Error::io(
-                    "create the lock file",
-                    &lock_path,
-                    io::ErrorKind::NotFound.into(),
-                ))
-            }
-        };
-        check_file(&lock, &lock_path)?;
-        let lock_id = file_id(&lock).map_err(|e| Error::io("examine", &lock_path, e))?;
-        if let Err(e) = try_lock_exclusive(&lock) {
-            if e.kind() == fs2::lock_contended_error().kind() {
-                return Err(Error::Locked {
-                    shard,
-                    dir: dir.to_path_buf(),
-                    pid: read_lock_file(&lock).ok().and_then(|note| note.pid),
-                });
-            }
-            return Err(Error::io("lock", &lock_path, e));
-        }
+        let (lock, lock_id) = lock_shard(&dir_fd, dir, &lock_path, shard)?;
         remove_stale_temporaries(&dir_fd, shard);
         let note =
             read_lock_file(&lock).map_err(|e| Error::io("read the lock file", &lock_path, e))?;
@@ -143,7 +105,10 @@ impl Store {
     /// (an older copy put back), are [`Error::BadState`], never a fresh
     /// start.
     pub(crate) fn load(&self) -> Result<Option<StateFile>> {
-        let state = load_at(&self.dir_fd, &self.path, self.shard)?;
+        let state = match self.read_raw()? {
+            Some((bytes, _)) => Some(parse_state(&bytes, &self.path, self.shard)?),
+            None => None,
+        };
         let note = *crate::sync::lock(&self.note);
         match &state {
             None if note.had_state => return Err(missing_state(&self.path, self.shard)),
@@ -157,18 +122,8 @@ impl Store {
     /// checked and capped as [`Store::load`] reads them: `None` if there
     /// is none.
     pub(crate) fn read_raw(&self) -> Result<Option<(Vec<u8>, Option<u64>)>> {
-        let Some(mut file) = open_in(
-            &self.dir_fd,
-            &self.path,
-            &state_name(self.shard),
-            OFlags::RDONLY,
-        )?
-        else {
-            return Ok(None);
-        };
-        let stat = check_file(&file, &self.path)?;
-        let bytes = read_capped(&mut file, &self.path)?;
-        Ok(Some((bytes, u64::try_from(stat.st_mtime).ok())))
+        let read = read_in(&self.dir_fd, &self.path, &state_name(self.shard))?;
+        Ok(read.map(|(bytes, stat)| (bytes, u64::try_from(stat.st_mtime).ok())))
     }
 
     /// Keeps `bytes` (a damaged state file) beside the state file as
@@ -247,7 +202,7 @@ impl Store {
 
     /// `Err(Error::StateReplaced)` unless the directory and lock file paths still
     /// name the directory and file this store holds open.
-    pub(super) fn check_ground(&self) -> Result<()> {
+    fn check_ground(&self) -> Result<()> {
         let fenced = |reason: String| Error::StateReplaced {
             shard: self.shard,
             reason,
@@ -287,10 +242,10 @@ impl Store {
     /// directory, all relative to the directory's descriptor: a directory
     /// deleted meanwhile makes this fail, and one recreated at the same
     /// path is never written to.
-    pub(super) fn replace(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+    fn replace(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         let tmp = tempfile::Builder::new()
-            .prefix(&format!(".shard-{}.", self.shard))
-            .suffix(".tmp")
+            .prefix(&temporary_prefix(self.shard))
+            .suffix(TEMPORARY_SUFFIX)
             .make_in(&self.dir, |path| {
                 let name = path
                     .file_name()
@@ -326,5 +281,30 @@ impl Store {
             return Err(e);
         }
         rfs::fsync(&self.dir_fd).map_err(io::Error::from)
+    }
+}
+
+/// How the temporary files a writer of `shard` renames into place begin:
+/// `.shard-N.`, hidden, and never a prefix of another shard's.
+fn temporary_prefix(shard: u32) -> String {
+    format!(".shard-{shard}.")
+}
+
+/// How those temporary files end.
+const TEMPORARY_SUFFIX: &str = ".tmp";
+
+/// Removes temporary files left by writers of this shard that were killed
+/// between creating and renaming them. Only the lock holder calls this, so
+/// none of them is in use.
+fn remove_stale_temporaries(dir_fd: &OwnedFd, shard: u32) {
+    let prefix = temporary_prefix(shard);
+    let Ok(entries) = rfs::Dir::read_from(dir_fd) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(TEMPORARY_SUFFIX) {
+            let _ = rfs::unlinkat(dir_fd, entry.file_name(), AtFlags::empty());
+        }
     }
 }

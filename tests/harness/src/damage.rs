@@ -103,6 +103,6 @@ impl Damage {
 pub fn reseal(text: &[u8]) -> Vec<u8> {
     let text = std::str::from_utf8(text).expect("a state file is text");
     let at = text.find("checksum = ").expect("a checksum line");
-    let sum = crc32fast::hash(&text.as_bytes()[..at]);
-    format!("{}checksum = {sum:08x}\nend\n", &text[..at]).into_bytes()
+    let sum = idutil::state::checksum(&text[..at]);
+    format!("{}checksum = {sum}\nend\n", &text[..at]).into_bytes()
 }

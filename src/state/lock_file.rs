@@ -1,0 +1,222 @@
+//! The shard's lock file in the state directory: its `flock`, and the
+//! note it keeps (the holder's pid, whether the shard had a state file,
+//! the highest mark one held).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use rustix::fs::{self as rfs, Mode, OFlags};
+
+use super::format::StateFile;
+use super::paths::lock_name;
+use super::trust::{check_file, file_id, open_in};
+use super::Remedy;
+use crate::error::{Error, Result};
+
+/// What the lock file says, besides the lock itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LockNote {
+    /// The pid of the generator that last took the lock (advice for error
+    /// messages: the lock is what protects).
+    pub(super) pid: Option<u32>,
+    /// Whether the shard ever had a state file in this directory (a line
+    /// `state`).
+    pub(super) had_state: bool,
+    /// The highest high-water mark (Unix seconds) a state file of this
+    /// shard has held in this directory (a line `high_water N`): `Err` if
+    /// the line is there but garbled.
+    pub(super) mark: std::result::Result<Option<u64>, ()>,
+}
+
+impl Default for LockNote {
+    /// No lock file: nothing recorded.
+    fn default() -> Self {
+        LockNote {
+            pid: None,
+            had_state: false,
+            mark: Ok(None),
+        }
+    }
+}
+
+/// Reads the lock file's note. A read that fails is an error, never an
+/// empty note: an empty note would let a shard whose state file is gone
+/// start again at the clock.
+pub(super) fn read_lock_file(file: &File) -> io::Result<LockNote> {
+    let mut bytes = vec![0; 256];
+    let mut n = 0;
+    while n < bytes.len() {
+        match file.read_at(&mut bytes[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes[..n]);
+    let mut lines = text.lines().map(str::trim);
+    let mut note = LockNote {
+        pid: lines.next().and_then(|l| l.parse().ok()),
+        ..LockNote::default()
+    };
+    for line in lines {
+        if line == "state" {
+            note.had_state = true;
+        } else if let Some(mark) = line.strip_prefix("high_water") {
+            let mark = mark.trim();
+            note.mark = match mark.parse::<u64>() {
+                Ok(m) if mark.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(m)),
+                _ => Err(()),
+            };
+        }
+    }
+    Ok(note)
+}
+
+/// Writes the lock file's note: this process's pid, the `state` line and
+/// the high-water mark. Written in place (the file is never replaced), as
+/// one write of a few dozen bytes.
+pub(super) fn write_lock_file(file: &File, had_state: bool, mark: Option<u64>) -> io::Result<()> {
+    let mut text = format!("{}\n", std::process::id());
+    if had_state {
+        text.push_str("state\n");
+    }
+    if let Some(mark) = mark {
+        text.push_str(&format!("high_water {mark}\n"));
+    }
+    file.write_all_at(text.as_bytes(), 0)?;
+    file.set_len(text.len() as u64)
+}
+
+/// Takes the exclusive lock without blocking. `inspect` holds a shared lock
+/// for an instant to see whether a generator runs, so a contended lock is
+/// retried for a few milliseconds before it counts as held.
+fn try_lock_exclusive(file: &File) -> io::Result<()> {
+    let mut attempts = 0;
+    loop {
+        match fs2::FileExt::try_lock_exclusive(file) {
+            Err(e) if e.kind() == fs2::lock_contended_error().kind() && attempts < 10 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// The state file is an older copy than the lock file says the shard had
+/// (restored from a backup or a snapshot, say): its mark is below the
+/// mark the lock file keeps, so resuming after it could re-issue IDs.
+pub(super) fn check_lock_mark(
+    path: &Path,
+    shard: u32,
+    state: &StateFile,
+    note: &LockNote,
+) -> Result<()> {
+    let lock = path.with_file_name(lock_name(shard));
+    let bad = |reason: String| Error::bad_state(path, shard, reason, Remedy::Recover);
+    let mark = note.mark.map_err(|()| {
+        bad(format!(
+            "the high_water line of the lock file {} is garbled, so nothing says whether \
+             the state file is the latest one",
+            lock.display()
+        ))
+    })?;
+    let highest = state.highest_issuable();
+    match mark {
+        Some(mark) if mark > highest => Err(bad(format!(
+            "its high-water mark ({highest}) is below the one the lock file {} keeps \
+             ({mark}): it is an older copy of the state file (restored from a backup or \
+             a snapshot?), and resuming after it could re-issue IDs",
+            lock.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn missing_state(path: &Path, shard: u32) -> Error {
+    Error::bad_state(
+        path,
+        shard,
+        format!(
+            "the state file is missing although this shard had one in this directory \
+             (shard-{shard}.lock records it), so starting again at the clock could re-issue \
+             IDs; recover it after the latest time IDs of this shard may have reached \
+             (the current time if none were issued ahead of the clock)"
+        ),
+        Remedy::After,
+    )
+}
+
+/// Opens the shard's lock file in the directory (creating it, 0600, if
+/// there is none), checks it and takes its exclusive lock: the file, held
+/// open for the lock, and its `(device, inode)`. [`Error::Locked`], with
+/// the holder's pid where legible, if another process holds it.
+pub(super) fn lock_shard(
+    dir_fd: &OwnedFd,
+    dir: &Path,
+    lock_path: &Path,
+    shard: u32,
+) -> Result<(File, (u64, u64))> {
+    let lock_name = lock_name(shard);
+    let lock = match open_in(
+        dir_fd,
+        lock_path,
+        &lock_name,
+        OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
+    ) {
+        Ok(Some(file)) => {
+            // Ours: 0600 whatever the umask.
+            rfs::fchmod(&file, Mode::from_raw_mode(0o600))
+                .map_err(|e| Error::io("set the mode of", lock_path, e.into()))?;
+            file
+        }
+        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+            open_in(dir_fd, lock_path, &lock_name, OFlags::RDWR)?.ok_or_else(|| {
+                Error::io(
+                    "open the lock file",
+                    lock_path,
+                    io::ErrorKind::NotFound.into(),
+                )
+            })?
+        }
+        Err(e) => return Err(e),
+        // Only when the directory vanished under us.
+        Ok(None) => {
+            return Err(Error::io(
+                "create the lock file",
+                lock_path,
+                io::ErrorKind::NotFound.into(),
+            ))
+        }
+    };
+    check_file(&lock, lock_path)?;
+    let lock_id = file_id(&lock).map_err(|e| Error::io("examine", lock_path, e))?;
+    if let Err(e) = try_lock_exclusive(&lock) {
+        if e.kind() == fs2::lock_contended_error().kind() {
+            return Err(Error::Locked {
+                shard,
+                dir: dir.to_path_buf(),
+                pid: read_lock_file(&lock).ok().and_then(|note| note.pid),
+            });
+        }
+        return Err(Error::io("lock", lock_path, e));
+    }
+    Ok((lock, lock_id))
+}
+
+/// Whether some process holds the lock, learnt by taking a shared lock
+/// for an instant (see [`try_lock_exclusive`]).
+pub(super) fn is_held(file: &File) -> io::Result<bool> {
+    match fs2::FileExt::try_lock_shared(file) {
+        Ok(()) => {
+            let _ = fs2::FileExt::unlock(file);
+            Ok(false)
+        }
+        Err(e) if e.kind() == fs2::lock_contended_error().kind() => Ok(true),
+        Err(e) => Err(e),
+    }
+}

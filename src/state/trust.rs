@@ -1,0 +1,302 @@
+//! The checks every open in the state directory goes through: the
+//! directory's owner and mode and those of the directories above it, no
+//! symbolic links, regular files of ours only, a size cap.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::Path;
+
+use rustix::fs::{self as rfs, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::paths::{cleaned, is_default_dir};
+use crate::error::{Error, Result};
+
+/// The most a state, lock or damaged file may hold: far more than any of
+/// them needs, little enough that a huge file or a device is refused
+/// rather than read.
+pub const MAX_FILE_SIZE: u64 = 64 * 1024;
+
+/// Refuses a state directory that someone else could move or replace:
+/// every directory above it must belong to this user or to root, and be
+/// writable by no one else unless its sticky bit is set (as `/tmp`'s is).
+/// Write access for the group counts as no one else when the group is the
+/// process's own (see [`group_write_is_ours`]): a volume Kubernetes
+/// prepares for `fsGroup` is owned by root, group-writable and setgid.
+fn check_ancestors(dir: &Path) -> Result<()> {
+    let euid = rustix::process::geteuid().as_raw();
+    let egid = rustix::process::getegid().as_raw();
+    for parent in dir.ancestors().skip(1) {
+        let meta = fs::metadata(parent).map_err(|e| Error::io("examine", parent, e))?;
+        let mode = meta.mode() & 0o7777;
+        let owner_ok = meta.uid() == euid || meta.uid() == 0;
+        let sticky = mode & 0o1000 != 0;
+        let others_write = mode & 0o002 != 0;
+        let foreign_group_write = mode & 0o020 != 0 && !group_write_is_ours(meta.gid());
+        if !owner_ok || (!sticky && (others_write || foreign_group_write)) {
+            let why = if !owner_ok {
+                format!("belongs to uid {}", meta.uid())
+            } else if others_write {
+                format!("is writable by every user (mode {mode:04o}) and not sticky")
+            } else {
+                format!(
+                    "is writable by group {} (mode {mode:04o}), which is not this process's \
+                     group {egid}",
+                    meta.gid()
+                )
+            };
+            return Err(Error::Untrusted {
+                path: dir.to_path_buf(),
+                reason: format!(
+                    "the directory above it, {}, {why}, so another user could move the state \
+                     directory away and a new one would start over; keep the state directory \
+                     under directories owned by you or root and writable by no one else: not \
+                     by others unless sticky (like /tmp), by the group only when it is this \
+                     process's own group (in Kubernetes, runAsGroup equal to fsGroup)",
+                    parent.display(),
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether write access for the group `gid` leaves a file or directory to
+/// this process alone: `gid` is the process's effective (primary) group.
+///
+/// sshd's `StrictModes` accepts a group-writable `~/.ssh` only when the
+/// group has exactly one member, the owner (a user private group), which it
+/// learns from `/etc/group`. A Kubernetes `fsGroup` has no entry there, yet
+/// kubelet makes every file of the volume group-writable by it on each
+/// mount; so idutil trusts the group that the process runs with and no
+/// other. Supplementary groups are not trusted: they are how other users'
+/// groups reach a process.
+fn group_write_is_ours(gid: u32) -> bool {
+    gid == rustix::process::getegid().as_raw()
+}
+
+/// `(device, inode)` of an open file or directory.
+pub(super) fn file_id(fd: impl AsFd) -> io::Result<(u64, u64)> {
+    let st = rfs::fstat(fd)?;
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Ok((st.st_dev as u64, st.st_ino as u64))
+}
+
+/// Opens `dir` as a directory without following a symbolic link, after
+/// creating it (and its missing parents) with mode 0700 when `create`;
+/// checks its owner and mode. `None` if it does not exist and `create` is
+/// false.
+pub(super) fn open_dir(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
+    open_dir_checked(dir, create).map_err(|e| match e {
+        Error::Io { .. } | Error::Untrusted { .. } if is_default_dir(dir) => {
+            Error::DefaultStateDir {
+                path: dir.to_path_buf(),
+                source: Box::new(e),
+            }
+        }
+        e => e,
+    })
+}
+
+fn open_dir_checked(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
+    let dir = &cleaned(dir)?;
+    if create {
+        create_private_dirs(dir)?;
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rfs::open(dir, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) if !create => return Ok(None),
+        Err(Errno::LOOP | Errno::NOTDIR) => {
+            let link = fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
+            let reason = if link {
+                "it is a symbolic link, and the state directory itself must not be one (its \
+                 parents may be); name the directory the link points to"
+            } else {
+                "it is not a directory"
+            };
+            return Err(Error::Untrusted {
+                path: dir.to_path_buf(),
+                reason: reason.to_string(),
+            });
+        }
+        Err(e) => return Err(Error::io("open the state directory", dir, e.into())),
+    };
+    let st = rfs::fstat(&fd).map_err(|e| Error::io("examine", dir, e.into()))?;
+    check_owner_and_mode(dir, &st, true)?;
+    check_ancestors(dir)?;
+    Ok(Some(fd))
+}
+
+/// Creates `dir` and its missing parents, each with mode 0700 whatever the
+/// umask.
+fn create_private_dirs(dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    loop {
+        match fs::symlink_metadata(at) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                missing.push(at);
+                match at.parent() {
+                    Some(parent) => at = parent,
+                    None => break,
+                }
+            }
+            Err(e) => return Err(Error::io("create the state directory", at, e)),
+        }
+    }
+    for path in missing.into_iter().rev() {
+        match fs::DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => {
+                // The umask may have taken bits away; set them, on the
+                // directory just made (not on what a link might name).
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                rfs::open(path, flags, Mode::empty())
+                    .and_then(|fd| rfs::fchmod(fd, Mode::from_raw_mode(0o700)))
+                    .map_err(|e| Error::io("set the mode of", path, e.into()))?;
+            }
+            // Made by someone else meanwhile: checked when opened.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("create the state directory", path, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Refuses what sshd refuses for `~/.ssh`: a directory or file that
+/// another user owns, that others may write, or that a group other than
+/// the process's own may write (see [`group_write_is_ours`]).
+fn check_owner_and_mode(path: &Path, st: &rfs::Stat, is_dir: bool) -> Result<()> {
+    let euid = rustix::process::geteuid().as_raw();
+    let uid = st.st_uid;
+    let what = if is_dir { "directory" } else { "file" };
+    if uid != euid {
+        return Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the {what} belongs to uid {uid}, not to uid {euid} that runs the generator, so \
+                 another user could delete or replace the shard's state; use a state directory \
+                 of your own (a directory inside a volume you cannot chown, such as a \
+                 Kubernetes volume's root, is fine), or run as its owner, or give it to this \
+                 user (chown -R {euid} {})",
+                path.display()
+            ),
+        });
+    }
+    #[allow(clippy::unnecessary_cast)]
+    let mode = st.st_mode as u32 & 0o7777;
+    let group_write = mode & 0o020 != 0 && !group_write_is_ours(st.st_gid);
+    if mode & 0o002 != 0 || group_write {
+        let fix = if is_dir { "700" } else { "600" };
+        return Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the {what} is writable by group or others (mode {mode:04o}, group {}), so \
+                 another user could delete or replace the shard's state; run: chmod {fix} {}",
+                st.st_gid,
+                path.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Opens `name` in the directory without following a symbolic link and
+/// without blocking (a FIFO must not hang the caller): `None` if it does
+/// not exist.
+pub(super) fn open_in(
+    dir_fd: &OwnedFd,
+    path: &Path,
+    name: &str,
+    flags: OFlags,
+) -> Result<Option<File>> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    match rfs::openat(dir_fd, name, flags, Mode::from_raw_mode(0o600)) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(Errno::NOENT) => Ok(None),
+        Err(Errno::LOOP) => Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it is a symbolic link, and idutil follows none in the state directory; \
+                 remove it (rm {})",
+                path.display()
+            ),
+        }),
+        Err(e) => Err(Error::io("open", path, e.into())),
+    }
+}
+
+/// Checks an opened file: a regular file of ours, not writable by others,
+/// no larger than [`MAX_FILE_SIZE`].
+pub(super) fn check_file(file: &File, path: &Path) -> Result<rfs::Stat> {
+    let st = rfs::fstat(file).map_err(|e| Error::io("examine", path, e.into()))?;
+    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
+        return Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it is not a regular file (a FIFO, device, socket or directory), and idutil \
+                 reads and writes only regular files; remove it (rm {})",
+                path.display()
+            ),
+        });
+    }
+    check_owner_and_mode(path, &st, false)?;
+    if st.st_nlink != 1 {
+        // Writing it would write every other name it has.
+        return Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it has {} names (hard links), and idutil writes only files of its own; \
+                 remove it (rm {})",
+                st.st_nlink,
+                path.display()
+            ),
+        });
+    }
+    if u64::try_from(st.st_size).unwrap_or(u64::MAX) > MAX_FILE_SIZE {
+        return Err(too_large(path));
+    }
+    Ok(st)
+}
+
+fn too_large(path: &Path) -> Error {
+    Error::Untrusted {
+        path: path.to_path_buf(),
+        reason: format!(
+            "it is larger than {} KiB, far more than idutil ever writes; move it away",
+            MAX_FILE_SIZE / 1024
+        ),
+    }
+}
+
+/// Reads at most [`MAX_FILE_SIZE`] bytes; a longer file is refused.
+fn read_capped(file: &mut File, path: &Path) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    (&mut *file)
+        .take(MAX_FILE_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", path, e))?;
+    if bytes.len() as u64 > MAX_FILE_SIZE {
+        return Err(too_large(path));
+    }
+    Ok(bytes)
+}
+
+/// Opens `name` in the directory (as [`open_in`], read-only), checks it
+/// ([`check_file`]) and reads it ([`read_capped`]): its bytes and what
+/// `fstat` said, or `None` if there is no such file.
+pub(super) fn read_in(
+    dir_fd: &OwnedFd,
+    path: &Path,
+    name: &str,
+) -> Result<Option<(Vec<u8>, rfs::Stat)>> {
+    let Some(mut file) = open_in(dir_fd, path, name, OFlags::RDONLY)? else {
+        return Ok(None);
+    };
+    let stat = check_file(&file, path)?;
+    let bytes = read_capped(&mut file, path)?;
+    Ok(Some((bytes, stat)))
+}
