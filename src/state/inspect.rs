@@ -37,7 +37,8 @@ pub struct StateReport {
 ///
 /// [`Error::BadState`](crate::Error::BadState) if the file cannot be trusted (or is missing
 /// although the shard had one), [`Error::Untrusted`](crate::Error::Untrusted) if the directory or a
-/// file fails the checks described in the crate docs (*Security*),
+/// file fails [the checks every open goes
+/// through](crate::state#security-the-directory-is-a-trust-boundary),
 /// [`Error::Io`](crate::Error::Io) if it cannot be read.
 pub fn inspect(dir: &Path, shard: u32) -> Result<StateReport> {
     let path = state_path(dir, shard);

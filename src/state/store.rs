@@ -1,5 +1,6 @@
-//! The locked store of one shard's state: taking the locks, fencing, and
-//! the atomic replacement of the state file.
+//! The locked store of one shard's state: taking the locks, checking that
+//! the directory and lock file are still the ones opened, and the atomic
+//! replacement of the state file.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -203,20 +204,20 @@ impl Store {
     /// `Err(Error::StateReplaced)` unless the directory and lock file paths still
     /// name the directory and file this store holds open.
     fn check_ground(&self) -> Result<()> {
-        let fenced = |reason: String| Error::StateReplaced {
+        let replaced = |reason: String| Error::StateReplaced {
             shard: self.shard,
             reason,
         };
         match fs::symlink_metadata(&self.dir) {
             Ok(m) if (m.dev(), m.ino()) == self.dir_id => {}
             Ok(_) => {
-                return Err(fenced(format!(
+                return Err(replaced(format!(
                     "the state directory {} was replaced",
                     self.dir.display()
                 )))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(fenced(format!(
+                return Err(replaced(format!(
                     "the state directory {} was deleted",
                     self.dir.display()
                 )))
@@ -225,11 +226,11 @@ impl Store {
         }
         match fs::symlink_metadata(&self.lock_path) {
             Ok(m) if (m.dev(), m.ino()) == self.lock_id => Ok(()),
-            Ok(_) => Err(fenced(format!(
+            Ok(_) => Err(replaced(format!(
                 "the lock file {} was replaced",
                 self.lock_path.display()
             ))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(fenced(format!(
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(replaced(format!(
                 "the lock file {} was deleted",
                 self.lock_path.display()
             ))),
