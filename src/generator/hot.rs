@@ -8,9 +8,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{CLOCK_OUT, CLOSED, FENCED, FLAGS, LEAD_POLL};
+use super::{CLOCK_OUT, CLOSED, FLAGS, LEAD_POLL, PAUSED};
 use crate::clock::Clock;
-use crate::durable::Fence;
+use crate::durable::ShardHold;
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::layout::Layout;
@@ -63,11 +63,9 @@ pub(super) struct Hot<C> {
     /// The time source (a [`Clock`]).
     pub(super) time: C,
     pub(super) layout: Layout,
-    pub(super) sequence_bits: u32,
     pub(super) base: u64,
-    /// The last second (since the layout epoch) the generator may issue
-    /// in or act on a clock reading of: the layout's last second less the
-    /// end margin.
+    /// The last second the generator may issue in or act on a clock
+    /// reading of: the layout's last second less the end margin.
     pub(super) usable_last: u64,
     /// The process's fork count when the generator opened (see
     /// [`fork`](crate::fork)): a different count means this is a child of
@@ -76,9 +74,8 @@ pub(super) struct Hot<C> {
 }
 
 pub(super) struct Inner<C> {
-    /// The next counter value to hand out: `(second << sequence_bits) |
-    /// sequence`, seconds since the layout epoch, plus the [`CLOSED`] and
-    /// [`FENCED`] flags.
+    /// The next counter value to hand out (the layout makes and reads
+    /// counters), plus the [`CLOSED`], [`PAUSED`] and [`CLOCK_OUT`] flags.
     /// Incrementing past the last sequence number carries into the next
     /// second: that is borrowing.
     pub(super) cursor: Padded<AtomicU64>,
@@ -96,9 +93,9 @@ pub(super) struct Inner<C> {
     pub(super) max_step: Option<(u64, Duration)>,
     pub(super) path: PathBuf,
     pub(super) dir: PathBuf,
-    /// Why issuing is fenced, and giving the shard back (see
+    /// Why issuing is paused, and giving the shard back (see
     /// [`durable`](crate::durable)).
-    pub(super) fence: Fence,
+    pub(super) hold: ShardHold,
     /// Apart from the hot fields: locking writes the mutex, and everything
     /// in `Cold` is written under it.
     pub(super) cold: Padded<Mutex<Cold>>,
@@ -107,8 +104,9 @@ pub(super) struct Inner<C> {
     pub(super) changed: Condvar,
 }
 
-/// Everything off the hot path, behind one mutex. Seconds are relative to
-/// the layout epoch.
+/// Everything off the hot path, behind one mutex. Seconds are Unix
+/// seconds, as everywhere outside a counter: the layout turns them into
+/// counters and back, and nothing else adds or takes away its epoch.
 pub(super) struct Cold {
     /// Highest wall-clock second seen by any run on this shard: the base of
     /// the lead, so a clock rollback never counts as lead.
@@ -148,9 +146,10 @@ pub(super) struct Cold {
     /// [`failure`](Cold::failure) once this moves, so every waiter of a
     /// failed write gets an answer, not just the first to wake.
     pub(super) failures: u64,
-    /// Why the generator fenced itself ([`Error::StateReplaced`]): it issues and
+    /// Why the generator stopped for good when its state directory or
+    /// lock file was replaced ([`Error::StateReplaced`]): it issues and
     /// writes nothing more.
-    pub(super) fenced: Option<String>,
+    pub(super) replaced: Option<String>,
     pub(super) closing: bool,
     /// The state as last written, the template for the next write.
     pub(super) file: StateFile,
@@ -187,7 +186,7 @@ impl<C: Clock> Inner<C> {
                 // Without the flags: another thread may clear them before
                 // the slow path looks, and a flag read as a second is past
                 // the end of the range.
-                self.slow((last & !FLAGS) >> self.hot.sequence_bits, wait)?;
+                self.slow(self.hot.layout.counter_second(last & !FLAGS), wait)?;
                 cur = self.cursor.0.load(Relaxed);
                 continue;
             }
@@ -263,8 +262,8 @@ impl<C: Clock> Inner<C> {
         let cursor = self
             .cursor
             .0
-            .fetch_max(now << self.hot.sequence_bits, Relaxed);
-        let second = (cursor >> self.hot.sequence_bits).max(now);
+            .fetch_max(self.hot.layout.counter_at(now), Relaxed);
+        let second = self.hot.layout.counter_second(cursor).max(now);
         if second > cold.trigger && cursor & FLAGS == 0 {
             self.request(&mut cold, second);
         }
@@ -282,13 +281,13 @@ impl<C: Clock> Inner<C> {
             if cold.closing || flags & CLOSED != 0 {
                 return Err(self.closed_error(&cold));
             }
-            if flags & FENCED != 0 {
-                return Err(self.fenced_error());
+            if flags & PAUSED != 0 {
+                return Err(self.paused_error());
             }
             if flags & CLOCK_OUT != 0 {
                 return Err(self.clock_out_of_range(self.hot.last_now.load(Relaxed)));
             }
-            if second > self.hot.layout.max_seconds() {
+            if second > self.hot.layout.last_unix_second() {
                 return Err(Error::EndOfRange {
                     last_unix_second: self.hot.layout.last_unix_second(),
                 });
@@ -347,21 +346,20 @@ impl<C: Clock> Inner<C> {
         }
     }
 
-    /// The seconds field for a clock reading the generator may act on:
-    /// within the layout's range and before its end margin.
+    /// A clock reading the generator may act on: within the layout's
+    /// range and before its end margin.
     #[inline]
     pub(super) fn usable(&self, unix_second: u64) -> Option<u64> {
-        self.hot
-            .layout
-            .seconds_of(unix_second)
-            .filter(|&s| s <= self.hot.usable_last)
+        (self.hot.layout.epoch()..=self.hot.usable_last)
+            .contains(&unix_second)
+            .then_some(unix_second)
     }
 
     pub(super) fn clock_out_of_range(&self, unix_second: u64) -> Error {
         Error::ClockOutOfRange {
             unix_second,
             first: self.hot.layout.epoch(),
-            last: self.hot.layout.epoch() + self.hot.usable_last,
+            last: self.hot.usable_last,
         }
     }
 
@@ -369,7 +367,7 @@ impl<C: Clock> Inner<C> {
     pub(super) fn end_margin_error(&self) -> Error {
         Error::EndMarginReached {
             shard: self.shard,
-            from: self.hot.layout.epoch() + self.hot.usable_last + 1,
+            from: self.hot.usable_last + 1,
             margin: self.end_margin,
             last_unix_second: self.hot.layout.last_unix_second(),
         }
@@ -438,23 +436,19 @@ impl<C: Clock> Inner<C> {
             "shard {} reached the seconds issued far ahead before a recovery ({} to {}); \
              IDs continue after them",
             self.shard,
-            self.hot.layout.epoch() + first,
-            self.hot.layout.epoch() + last
+            first,
+            last
         );
-        let past = last
-            .saturating_add(1)
-            .min(self.hot.layout.max_seconds() + 1);
-        self.cursor
-            .0
-            .fetch_max(past << self.hot.sequence_bits, Relaxed);
+        let past = self.hot.layout.counter_at(last.saturating_add(1));
+        self.cursor.0.fetch_max(past, Relaxed);
         cold.file.skip = None;
         self.publish_limit(cold, 0);
     }
 
-    /// Why a closed generator does not issue: [`Error::StateReplaced`] if it
-    /// fenced itself, else [`Error::Closed`].
+    /// Why a closed generator does not issue: [`Error::StateReplaced`] if
+    /// it stopped because its state was replaced, else [`Error::Closed`].
     pub(super) fn closed_error(&self, cold: &Cold) -> Error {
-        match &cold.fenced {
+        match &cold.replaced {
             Some(reason) => Error::StateReplaced {
                 shard: self.shard,
                 reason: reason.clone(),
@@ -476,9 +470,12 @@ impl<C: Clock> Inner<C> {
         Error::Forked { shard: self.shard }
     }
 
-    /// Why a fenced generator does not issue.
+    /// Why a paused generator does not issue: the lease's fence. Only the
+    /// lease pauses a generator, so there is always one to ask; were there
+    /// none, the generator could never issue again, which is what
+    /// [`Error::Closed`] says.
     #[cold]
-    fn fenced_error(&self) -> Error {
-        self.fence.error()
+    fn paused_error(&self) -> Error {
+        self.hold.why_paused().unwrap_or(Error::Closed)
     }
 }

@@ -5,6 +5,7 @@
 mod batch;
 mod builder;
 mod hot;
+mod open;
 mod plan;
 mod reserve;
 
@@ -28,15 +29,16 @@ use crate::shard::ShardSource;
 /// Set in the cursor once the generator is closed: every later
 /// compare-and-swap fails and the slow path reports [`Error::Closed`].
 const CLOSED: u64 = 1 << 63;
-/// Set in the cursor while the shard's lease is not known to be held: every
-/// compare-and-swap fails and the slow path reports why.
-const FENCED: u64 = 1 << 62;
+/// Set in the cursor while issuing waits for the shard's lease (its fence
+/// is up: the lease is not known to be held): every compare-and-swap fails
+/// and the slow path reports why.
+const PAUSED: u64 = 1 << 62;
 /// Set in the cursor while the clock reads outside the layout's range:
 /// every compare-and-swap fails and the slow path reports
 /// [`Error::ClockOutOfRange`] until the clock is sane again.
 const CLOCK_OUT: u64 = 1 << 61;
 /// Flags that are not part of the counter.
-const FLAGS: u64 = CLOSED | FENCED | CLOCK_OUT;
+const FLAGS: u64 = CLOSED | PAUSED | CLOCK_OUT;
 /// Largest batch; keeps `cursor + n` far from overflow.
 const MAX_BATCH: u64 = 1 << 40;
 /// Default reservation window.
@@ -183,7 +185,7 @@ impl<C: Clock> Generator<C> {
         if let Some(max_lead) = self.inner.max_lead {
             let max = max_lead
                 .saturating_add(1)
-                .saturating_mul(1 << self.inner.hot.sequence_bits);
+                .saturating_mul(self.inner.hot.layout.counters_per_second());
             if n > max {
                 return Err(Error::BatchTooLarge { n, max });
             }
@@ -202,7 +204,11 @@ impl<C: Clock> Generator<C> {
     /// rollback does not count.
     pub fn lead(&self) -> u64 {
         let cursor = self.inner.cursor.0.load(Relaxed) & !FLAGS;
-        let current = cursor.saturating_sub(1) >> self.inner.hot.sequence_bits;
+        let current = self
+            .inner
+            .hot
+            .layout
+            .counter_second(cursor.saturating_sub(1));
         current.saturating_sub(self.inner.lock().seen_max)
     }
 
@@ -258,7 +264,7 @@ impl<C: Clock> Generator<C> {
     /// The highest second (Unix seconds) durably reserved: no ID is issued
     /// past it until the state file says so.
     pub fn reserved_until(&self) -> u64 {
-        self.inner.lock().reserved + self.inner.hot.layout.epoch()
+        self.inner.lock().reserved
     }
 
     /// Stops issuing, records the exact last ID in the state file and
@@ -272,7 +278,8 @@ impl<C: Clock> Generator<C> {
     /// [`Error::Io`] if the final state cannot be written. The state file
     /// then still holds the reservation, so nothing is re-issued; the next
     /// generator just starts a little further ahead. [`Error::StateReplaced`] if
-    /// the generator fenced itself (then nothing is written).
+    /// the generator stopped because its state directory or lock file was
+    /// replaced (then nothing is written).
     pub fn close(&self) -> Result<()> {
         if self.inner.forked() {
             // A child of `fork()`: the reservation thread and the state
