@@ -2,15 +2,13 @@
 //! layout, the shard and its state file taken, the restart planned, the
 //! first window reserved and the reservation thread started.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Instant;
 
 use super::builder::Builder;
-use super::hot::{Cold, Hot, Inner, Padded};
+use super::inner::{Inner, Start};
 use super::plan::{cover_seen, plan, Plan};
-use super::{Generator, PAUSED};
+use super::Generator;
 use crate::clock::Clock;
 use crate::durable::{self, Durable};
 use crate::error::{Error, Result};
@@ -19,7 +17,7 @@ use crate::shard::ShardSource;
 use crate::state::{self, Remedy};
 
 /// What [`Builder::open`] does.
-pub(super) fn open<C: Clock>(mut b: Builder<C>) -> Result<Generator<C>> {
+pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
     let ephemeral = b.ephemeral;
     // An ephemeral generator reads nothing from the environment.
     let layout = match b.layout {
@@ -27,29 +25,30 @@ pub(super) fn open<C: Clock>(mut b: Builder<C>) -> Result<Generator<C>> {
         None if ephemeral => Layout::DEFAULT,
         None => Layout::from_env()?.unwrap_or_default(),
     };
-    b.layout = Some(layout);
     // Before anything is read, created or locked: a later run must not
     // mistake such a reading for issued IDs, and a clock this wrong
     // leaves no trace.
     let usable_last = layout.last_unix_second() - effective_margin(&layout, b.end_margin);
     check_clock(&layout, b.time.now(), usable_last)?;
-    if ephemeral {
-        b.state_dir = Some(state::scratch_dir()?);
-        b.id_space = Some(format!("ephemeral-{}", std::process::id()));
-        b.shard = Some(b.shard.unwrap_or(0));
-    }
+    let (shard, state_dir, id_space) = if ephemeral {
+        (
+            Some(b.shard.unwrap_or(0)),
+            Some(state::scratch_dir()?),
+            Some(format!("ephemeral-{}", std::process::id())),
+        )
+    } else {
+        (b.shard, b.state_dir.clone(), b.id_space.clone())
+    };
     let (durable, shard, source) = durable::open(&durable::Request {
         settings: &b.durable,
-        shard: b.shard,
-        state_dir: b.state_dir.as_deref(),
-        id_space: b.id_space.as_deref(),
+        shard,
+        state_dir: state_dir.as_deref(),
+        id_space: id_space.as_deref(),
         layout: &layout,
         time: &b.time,
         ephemeral,
     })?;
-    let mut generator = start(b, durable, shard, source)?;
-    generator.ephemeral = ephemeral;
-    Ok(generator)
+    start(b, layout, durable, shard, source)
 }
 
 /// The end margin a generator keeps: at most half the layout's range, so
@@ -75,12 +74,12 @@ fn check_clock(layout: &Layout, now_unix: u64, usable_last: u64) -> Result<()> {
 /// window and starts the reservation thread.
 fn start<C: Clock>(
     b: Builder<C>,
+    layout: Layout,
     durable: Durable,
     shard: u32,
     source: ShardSource,
 ) -> Result<Generator<C>> {
     let forks = crate::fork::install();
-    let layout = b.layout.unwrap_or_default();
     let now_unix = b.time.now();
     let end_margin = effective_margin(&layout, b.end_margin);
     let usable_last = layout.last_unix_second() - end_margin;
@@ -131,9 +130,8 @@ fn start<C: Clock>(
     }
     // Seconds issued far ahead: the reservation stops short of them until
     // the generator passes over them.
-    let island = file.skip;
     let mut reserved = start_sec.saturating_add(b.window).min(usable_last);
-    if let Some((first, _)) = island {
+    if let Some((first, _)) = file.skip {
         reserved = reserved.min(first.saturating_sub(1)).max(start_sec);
     }
     let value = file.clock_value();
@@ -142,77 +140,36 @@ fn start<C: Clock>(
     cover_seen(&mut file);
     durable.reserve(&file, reserved)?;
 
-    let inner = Arc::new(Inner {
-        cursor: Padded(AtomicU64::new(start)),
-        hot: Padded(Hot {
-            limit: AtomicU64::new(0),
-            last_now: AtomicU64::new(now_unix),
-            time: b.time,
-            layout,
-            base: layout.base(value, shard),
-            usable_last,
-            forks,
-        }),
+    let inner = Inner::new(Start {
+        time: b.time,
+        layout,
         shard,
         shard_source: source,
-        clock_id: file.clock_id,
-        clock_value: value,
+        file,
+        counter: start,
+        now: now_unix,
+        reserved,
+        usable_last,
+        end_margin,
         window: b.window,
         max_lead: b.max_lead,
-        end_margin,
         max_step: b.max_step,
+        hold: durable.hold(),
         path: durable.path().to_path_buf(),
         dir: durable.dir().to_path_buf(),
-        hold: durable.hold(),
-        cold: Padded(Mutex::new(Cold {
-            seen_max: file.seen_max,
-            seen_run: now_unix,
-            in_rollback: false,
-            reserved,
-            wanted: reserved,
-            // The first new second (by the clock or by borrowing) asks
-            // for the next window: a burst right after opening then has
-            // the whole first window to outrun the write.
-            trigger: start_sec,
-            rate_from: start,
-            rate_since: Instant::now(),
-            recent: 0,
-            warned_out_of_range: false,
-            trusted: (now_unix, Instant::now()),
-            step: None,
-            island,
-            failure: None,
-            failures: 0,
-            replaced: None,
-            closing: false,
-            file,
-        })),
-        changed: Condvar::new(),
+        forks,
     });
-    inner.publish_limit(&inner.lock(), 0);
-    let weak = Arc::downgrade(&inner);
-    inner.hold.on_fence(Box::new(move |up| {
-        if let Some(inner) = weak.upgrade() {
-            if up {
-                inner.cursor.0.fetch_or(PAUSED, Relaxed);
-            } else {
-                inner.cursor.0.fetch_and(!PAUSED, Relaxed);
-            }
-        }
-    }));
     let worker = Arc::clone(&inner);
     let extender = thread::Builder::new()
         .name(format!("idutil-shard-{shard}"))
         .spawn(move || worker.extend_until_closed(durable))
         .map_err(|e| {
-            // Nothing was issued: give the lease back (and stop its
-            // renewal thread) before the generator goes away.
-            inner.hold.give_up(0);
-            Error::io("start the reservation thread for", &inner.path, e)
+            inner.give_up_unissued();
+            Error::io("start the reservation thread for", inner.path(), e)
         })?;
     Ok(Generator {
         inner,
         extender: Mutex::new(Some(extender)),
-        ephemeral: false,
+        ephemeral: b.ephemeral,
     })
 }

@@ -6,12 +6,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::hot::{Cold, Inner};
-use super::plan::cover_seen;
-use super::{CLOSED, FLAGS, HEADROOM, MAX_HEADROOM, MIN_RATE_SPAN};
+use super::{Cold, Inner, CLOSED, FLAGS};
 use crate::clock::Clock;
 use crate::durable::Durable;
 use crate::error::{Error, Result};
+use crate::generator::plan::cover_seen;
+use crate::generator::{HEADROOM, MAX_HEADROOM, MIN_RATE_SPAN};
 
 /// The longest a generator whose state was replaced keeps its shard after
 /// it stopped, so that closing it never waits for long: what a generator
@@ -73,7 +73,7 @@ impl<C: Clock> Inner<C> {
 
     /// Recomputes the hot path's limit from the cold state, letting
     /// through at least `floor` where the reservation covers it.
-    pub(super) fn publish_limit(&self, cold: &Cold, floor: u64) {
+    pub(in crate::generator) fn publish_limit(&self, cold: &Cold, floor: u64) {
         if cold.closing {
             return;
         }
@@ -101,7 +101,7 @@ impl<C: Clock> Inner<C> {
 
     /// The reservation thread: the only writer of the state file while the
     /// generator runs, so writes never overtake each other.
-    pub(super) fn extend_until_closed(&self, durable: Durable) -> Result<()> {
+    pub(in crate::generator) fn extend_until_closed(&self, durable: Durable) -> Result<()> {
         let layout = self.hot.layout;
         let mut cold = self.lock();
         while !cold.closing {
