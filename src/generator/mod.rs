@@ -166,7 +166,8 @@ impl<C: Clock> Generator<C> {
             return Err(Error::BatchTooLarge { n, max: MAX_BATCH });
         }
         // Even from the first sequence number of the clock's second, a
-        // batch spans at least `(n - 1) >> sequence_bits` seconds of lead.
+        // batch spans at least `(n - 1) / counters_per_second` seconds of
+        // lead.
         if let Some(max_lead) = self.inner.max_lead() {
             let max = max_lead
                 .saturating_add(1)
