@@ -63,8 +63,9 @@ struct Hot<C> {
     time: C,
     layout: Layout,
     base: u64,
-    /// The last second the generator may issue in or act on a clock
-    /// reading of: the layout's last second less the end margin.
+    /// The last second (Unix seconds, as every second outside a counter)
+    /// the generator may issue in or act on a clock reading of: the
+    /// layout's last second less the end margin.
     usable_last: u64,
     /// The process's fork count when the generator opened (see
     /// [`fork`](crate::fork)): a different count means this is a child of
@@ -109,7 +110,7 @@ pub(super) struct Inner<C> {
 /// Everything off the hot path, behind one mutex. Seconds are Unix
 /// seconds, as everywhere outside a counter: the layout turns them into
 /// counters and back, and nothing else adds or takes away its epoch.
-pub(super) struct Cold {
+struct Cold {
     /// Highest wall-clock second seen by any run on this shard: the base of
     /// the lead, so a clock rollback never counts as lead.
     seen_max: u64,

@@ -73,7 +73,7 @@ impl<C: Clock> Inner<C> {
 
     /// Recomputes the hot path's limit from the cold state, letting
     /// through at least `floor` where the reservation covers it.
-    pub(in crate::generator) fn publish_limit(&self, cold: &Cold, floor: u64) {
+    pub(super) fn publish_limit(&self, cold: &Cold, floor: u64) {
         if cold.closing {
             return;
         }
