@@ -129,7 +129,7 @@ impl Id {
     /// Where a time may fall outside the range, clamp it:
     /// `Id::min_at(t).unwrap_or(Id::MIN)` for a start before 2000.
     pub fn min_at(time: SystemTime) -> Option<Id> {
-        Id::second_of(time).map(|seconds| Id::from_valid(seconds << SECONDS_SHIFT))
+        Id::second_of(time).map(|seconds| Id::from_valid(first_in(seconds)))
     }
 
     /// The largest ID any generator can issue in the second that holds
@@ -137,17 +137,14 @@ impl Id {
     /// `None` outside the layout's range, as for [`Id::min_at`], which
     /// shows how the two bound a range query.
     pub fn max_at(time: SystemTime) -> Option<Id> {
-        Id::second_of(time)
-            .map(|seconds| Id::from_valid((seconds << SECONDS_SHIFT) | LOW_BITS_MASK))
+        Id::second_of(time).map(|seconds| Id::from_valid(last_in(seconds)))
     }
 
     /// Seconds since the default layout's epoch of the second that holds
     /// `time`, if the layout can represent it.
     fn second_of(time: SystemTime) -> Option<u64> {
-        let layout = Layout::DEFAULT;
         let unix = time.duration_since(UNIX_EPOCH).ok()?.as_secs();
-        let seconds = unix.checked_sub(layout.epoch())?;
-        (seconds <= layout.max_seconds()).then_some(seconds)
+        Layout::DEFAULT.seconds_of(unix)
     }
 
     /// The parts under the default layout.
@@ -222,10 +219,21 @@ impl FromStr for Id {
     }
 }
 
-/// Where the seconds field starts in the default layout, and the bits below
-/// it (clock value, sequence and shard) all set.
-const SECONDS_SHIFT: u32 = Layout::DEFAULT.total_bits() - Layout::DEFAULT.seconds_bits();
-const LOW_BITS_MASK: u64 = (1 << SECONDS_SHIFT) - 1;
+/// The smallest ID of the default layout's seconds field `seconds`: the
+/// first sequence number, clock value and shard.
+const fn first_in(seconds: u64) -> u64 {
+    let layout = Layout::DEFAULT;
+    layout.pack(layout.counter_from(seconds, 0), 0)
+}
+
+/// The largest ID of the default layout's seconds field `seconds`: the last
+/// sequence number, clock value and shard.
+const fn last_in(seconds: u64) -> u64 {
+    let layout = Layout::DEFAULT;
+    let sequence = layout.max_sequence() as u64;
+    let base = layout.base(layout.max_clock(), layout.max_shard());
+    layout.pack(layout.counter_from(seconds, sequence), base)
+}
 
 /// Why a number is not an ID: the one wording of the 2^53 bound, in every
 /// message that rejects a number above [`Id::MAX`].

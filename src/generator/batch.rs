@@ -18,7 +18,6 @@ pub struct IdBatch {
     /// The counter value just past the batch.
     end: u64,
     step: u64,
-    per_second: u64,
     layout: Layout,
     base: u64,
 }
@@ -31,7 +30,6 @@ impl IdBatch {
             after: first,
             end: first + n,
             step: 1 << layout.shard_bits(),
-            per_second: 1 << layout.sequence_bits(),
             layout,
             base,
         };
@@ -43,8 +41,7 @@ impl IdBatch {
     /// that a loop over the batch keeps its fields in registers.
     #[inline]
     fn seek(&mut self, at: u64) {
-        let second_end = (at | (self.per_second - 1)) + 1;
-        self.after = second_end.min(self.end);
+        self.after = self.layout.counter_next_second(at).min(self.end);
         self.left = self.after - at;
         self.id = self.layout.pack(at, self.base);
     }
@@ -107,13 +104,10 @@ impl std::iter::FusedIterator for IdBatch {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::test_support::counter;
 
     const L: Layout = Layout::DEFAULT;
     const T: u64 = 1_700_000_000;
-
-    fn counter(layout: &Layout, unix: u64, seq: u64) -> u64 {
-        ((unix - layout.epoch()) << layout.sequence_bits()) | seq
-    }
 
     #[test]
     fn batch_ids_are_the_packed_counters_across_seconds() {
@@ -135,7 +129,7 @@ mod tests {
         }
         assert_eq!(IdBatch::new(0, 0, L, 0).next(), None);
         assert_eq!(IdBatch::new(0, 0, L, 0).last(), None);
-        let per_second = 1 << L.sequence_bits();
+        let per_second = u64::from(L.max_sequence()) + 1;
         let first = counter(&L, T, per_second - 2);
         let batch = IdBatch::new(first, 5, L, L.base(0, 3));
         let all: Vec<Id> = batch.clone().collect();

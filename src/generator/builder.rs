@@ -1,24 +1,23 @@
-//! Configuring a generator ([`Builder`]) and opening it: taking the shard,
-//! planning the restart and reserving the first window.
+//! Configuring a generator: the [`Builder`] and its settings, which
+//! `open` reads.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::hot::{Cold, Hot, Inner, Padded};
-use super::plan::{cover_seen, plan, Plan};
+use super::open;
 use super::{
     Generator, DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN, DEFAULT_MAX_CLOCK_STEP,
-    DEFAULT_WINDOW, FENCED, MAX_WINDOW,
+    DEFAULT_WINDOW, MAX_WINDOW,
 };
 use crate::clock::{whole_seconds, Clock, SystemClock};
-use crate::durable::{self, Durable};
-use crate::error::{Error, Result};
+use crate::durable;
+// The settings' docs name the errors opening returns.
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::layout::Layout;
-use crate::shard::ShardSource;
-use crate::state::{self, Remedy};
+#[cfg(feature = "lease")]
+use crate::lease::LeaseConfig;
 
 /// Configures and opens a [`Generator`].
 ///
@@ -29,21 +28,21 @@ use crate::state::{self, Remedy};
 /// a reservation window of 5 seconds and no lead cap.
 #[derive(Clone, Debug)]
 pub struct Builder<C: Clock = SystemClock> {
-    shard: Option<u32>,
-    state_dir: Option<PathBuf>,
-    id_space: Option<String>,
+    pub(super) shard: Option<u32>,
+    pub(super) state_dir: Option<PathBuf>,
+    pub(super) id_space: Option<String>,
     /// `None`: `IDUTIL_LAYOUT`, else [`Layout::DEFAULT`].
-    layout: Option<Layout>,
+    pub(super) layout: Option<Layout>,
     /// The time source, set with [`Builder::clock`].
-    time: C,
-    window: u64,
-    max_lead: Option<u64>,
+    pub(super) time: C,
+    pub(super) window: u64,
+    pub(super) max_lead: Option<u64>,
     /// A throw-away generator for tests: see [`Builder::ephemeral`].
-    ephemeral: bool,
-    end_margin: u64,
-    max_step: Option<(u64, Duration)>,
+    pub(super) ephemeral: bool,
+    pub(super) end_margin: u64,
+    pub(super) max_step: Option<(u64, Duration)>,
     /// The state file's companions: with the feature `redis`, the lease.
-    pub(crate) durable: durable::Settings,
+    pub(super) durable: durable::Settings,
 }
 
 impl Default for Builder<SystemClock> {
@@ -264,201 +263,27 @@ impl<C: Clock> Builder<C> {
     /// reached, its clock and this host's disagree or the shard's record
     /// cannot be trusted, and [`Error::InvalidEnv`] if `IDUTIL_LEASE_URL`
     /// is set but blank.
-    pub fn open(mut self) -> Result<Generator<C>> {
-        let ephemeral = self.ephemeral;
-        // An ephemeral generator reads nothing from the environment.
-        let layout = match self.layout {
-            Some(layout) => layout,
-            None if ephemeral => Layout::DEFAULT,
-            None => Layout::from_env()?.unwrap_or_default(),
-        };
-        self.layout = Some(layout);
-        // Before anything is read, created or locked: a later run must not
-        // mistake such a reading for issued IDs, and a clock this wrong
-        // leaves no trace.
-        let now_unix = self.time.now();
-        let usable_last = layout.max_seconds() - effective_margin(&layout, self.end_margin);
-        if layout.seconds_of(now_unix).is_none_or(|s| s > usable_last) {
-            return Err(Error::ClockOutOfRange {
-                unix_second: now_unix,
-                first: layout.epoch(),
-                last: layout.epoch() + usable_last,
-            });
-        }
-        if ephemeral {
-            self.state_dir = Some(state::scratch_dir()?);
-            self.id_space = Some(format!("ephemeral-{}", std::process::id()));
-            self.shard = Some(self.shard.unwrap_or(0));
-        }
-        let (durable, shard, source) = durable::open(&durable::Request {
-            settings: &self.durable,
-            shard: self.shard,
-            state_dir: self.state_dir.as_deref(),
-            id_space: self.id_space.as_deref(),
-            layout: &layout,
-            time: &self.time,
-            ephemeral,
-        })?;
-        let mut generator = Generator::start(self, durable, shard, source)?;
-        generator.ephemeral = ephemeral;
-        Ok(generator)
+    pub fn open(self) -> Result<Generator<C>> {
+        open::open(self)
     }
 }
 
-/// The end margin a generator keeps: at most half the layout's range, so
-/// that a layout of a few minutes (in tests, say) keeps a usable range.
-fn effective_margin(layout: &Layout, margin: u64) -> u64 {
-    margin.min(layout.max_seconds() / 2)
-}
+#[cfg(feature = "lease")]
+impl<C: Clock> Builder<C> {
+    /// Leases the shard from the store `config` names (PostgreSQL with
+    /// feature `postgres-lease`, Redis with feature `redis`) instead of
+    /// taking it from `IDUTIL_SHARD` or the host name. An explicit
+    /// [`shard`](crate::Builder::shard) narrows the lease to that one shard.
+    /// Without this call, `IDUTIL_LEASE_URL` (or `IDUTIL_REDIS_URL`) turns
+    /// the lease on when it is set (set but empty or blank, opening fails
+    /// with [`Error::InvalidEnv`]). See [`lease`](crate::lease).
+    pub fn lease(mut self, config: LeaseConfig) -> Self {
+        self.durable.lease = Some(config);
+        self
+    }
 
-impl<C: Clock> Generator<C> {
-    fn start(b: Builder<C>, durable: Durable, shard: u32, source: ShardSource) -> Result<Self> {
-        let forks = crate::fork::install();
-        let layout = b.layout.unwrap_or_default();
-        let epoch = layout.epoch();
-        let now_unix = b.time.now();
-        let end_margin = effective_margin(&layout, b.end_margin);
-        let usable_last = layout.max_seconds() - end_margin;
-        if layout.seconds_of(now_unix).is_none_or(|s| s > usable_last) {
-            // The clock moved since `open` looked: still nothing written.
-            return Err(Error::ClockOutOfRange {
-                unix_second: now_unix,
-                first: epoch,
-                last: epoch + usable_last,
-            });
-        }
-        let prev = durable.load()?;
-        if prev.is_none() && !b.ephemeral && source != ShardSource::Lease {
-            log::warn!(
-                "shard {shard} has no state file in {}, so it starts afresh at the clock: \
-                 if this shard issued IDs before from another state directory (a container \
-                 restarted without a persistent volume, another host with the same shard), \
-                 it may issue the same IDs again",
-                durable.dir().display()
-            );
-        }
-        if let Some(prev) = &prev {
-            state::check_layout(durable.path(), prev, &layout)?;
-        }
-        let Plan {
-            mut file,
-            mut start,
-            rollback,
-        } = plan(prev, &layout, shard, now_unix)
-            .map_err(|reason| Error::bad_state(durable.path(), shard, reason, Remedy::Recover))?;
-        if let Some(back) = rollback {
-            log::warn!(
-                "the wall clock is {back} s behind the last run of shard {shard} \
-                 (state file {}); clock id bumped to {}, IDs continue after everything \
-                 issued before",
-                durable.path().display(),
-                file.clock_id
-            );
-        }
-        // The lease's record covers every holder of the shard, this host's
-        // state file only this host: resume after the later of the two.
-        start = durable.resume(&layout, start, &mut file);
-        let now = now_unix.saturating_sub(epoch);
-        let start_sec = start >> layout.sequence_bits();
-        if start_sec > usable_last && start_sec <= layout.max_seconds() {
-            // Refused before the reservation is written (see the crate
-            // docs, *A clock far ahead*). Past the very end, the generator
-            // opens and answers `EndOfRange`, as it always has.
-            return Err(Error::EndMarginReached {
-                shard,
-                from: epoch + usable_last + 1,
-                margin: end_margin,
-                last_unix_second: layout.last_unix_second(),
-            });
-        }
-        // Seconds issued far ahead, relative to the epoch: the reservation
-        // stops short of them until the generator passes over them.
-        let island = file
-            .skip
-            .map(|(first, last)| (first.saturating_sub(epoch), last.saturating_sub(epoch)));
-        let mut reserved = start_sec.saturating_add(b.window).min(usable_last);
-        if let Some((first, _)) = island {
-            reserved = reserved.min(first.saturating_sub(1)).max(start_sec);
-        }
-        let value = file.clock_value();
-        let mark = file.high_water.get(&value).copied().unwrap_or(0);
-        file.high_water.insert(value, mark.max(epoch + reserved));
-        cover_seen(&mut file);
-        durable.reserve(&file, epoch + reserved)?;
-
-        let inner = Arc::new(Inner {
-            cursor: Padded(AtomicU64::new(start)),
-            hot: Padded(Hot {
-                limit: AtomicU64::new(0),
-                last_now: AtomicU64::new(now_unix),
-                time: b.time,
-                layout,
-                sequence_bits: layout.sequence_bits(),
-                base: layout.base(value, shard),
-                usable_last,
-                forks,
-            }),
-            shard,
-            shard_source: source,
-            clock_id: file.clock_id,
-            clock_value: value,
-            window: b.window,
-            max_lead: b.max_lead,
-            end_margin,
-            max_step: b.max_step,
-            path: durable.path().to_path_buf(),
-            dir: durable.dir().to_path_buf(),
-            fence: durable.fence(),
-            cold: Padded(Mutex::new(Cold {
-                seen_max: file.seen_max.saturating_sub(epoch),
-                seen_run: now,
-                in_rollback: false,
-                reserved,
-                wanted: reserved,
-                // The first new second (by the clock or by borrowing) asks
-                // for the next window: a burst right after opening then has
-                // the whole first window to outrun the write.
-                trigger: start_sec,
-                rate_from: start,
-                rate_since: Instant::now(),
-                recent: 0,
-                warned_out_of_range: false,
-                trusted: (now_unix, Instant::now()),
-                step: None,
-                island,
-                failure: None,
-                failures: 0,
-                fenced: None,
-                closing: false,
-                file,
-            })),
-            changed: Condvar::new(),
-        });
-        inner.publish_limit(&inner.lock(), 0);
-        let weak = Arc::downgrade(&inner);
-        inner.fence.on_change(Box::new(move |on| {
-            if let Some(inner) = weak.upgrade() {
-                if on {
-                    inner.cursor.0.fetch_or(FENCED, Relaxed);
-                } else {
-                    inner.cursor.0.fetch_and(!FENCED, Relaxed);
-                }
-            }
-        }));
-        let worker = Arc::clone(&inner);
-        let extender = thread::Builder::new()
-            .name(format!("idutil-shard-{shard}"))
-            .spawn(move || worker.extend_until_closed(durable))
-            .map_err(|e| {
-                // Nothing was issued: give the lease back (and stop its
-                // renewal thread) before the generator goes away.
-                inner.fence.give_up(0);
-                Error::io("start the reservation thread for", &inner.path, e)
-            })?;
-        Ok(Generator {
-            inner,
-            extender: Mutex::new(Some(extender)),
-            ephemeral: false,
-        })
+    /// The same as [`lease`](crate::Builder::lease), under its older name.
+    pub fn redis_lease(self, config: LeaseConfig) -> Self {
+        self.lease(config)
     }
 }

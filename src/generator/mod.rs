@@ -4,20 +4,19 @@
 
 mod batch;
 mod builder;
-mod hot;
+mod inner;
+mod open;
 mod plan;
-mod reserve;
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use batch::IdBatch;
 pub use builder::Builder;
-use hot::Inner;
+use inner::Inner;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
@@ -25,18 +24,6 @@ use crate::id::Id;
 use crate::layout::Layout;
 use crate::shard::ShardSource;
 
-/// Set in the cursor once the generator is closed: every later
-/// compare-and-swap fails and the slow path reports [`Error::Closed`].
-const CLOSED: u64 = 1 << 63;
-/// Set in the cursor while the shard's lease is not known to be held: every
-/// compare-and-swap fails and the slow path reports why.
-const FENCED: u64 = 1 << 62;
-/// Set in the cursor while the clock reads outside the layout's range:
-/// every compare-and-swap fails and the slow path reports
-/// [`Error::ClockOutOfRange`] until the clock is sane again.
-const CLOCK_OUT: u64 = 1 << 61;
-/// Flags that are not part of the counter.
-const FLAGS: u64 = CLOSED | FENCED | CLOCK_OUT;
 /// Largest batch; keeps `cursor + n` far from overflow.
 const MAX_BATCH: u64 = 1 << 40;
 /// Default reservation window.
@@ -286,11 +273,12 @@ impl<C: Clock> Generator<C> {
             return Err(Error::BatchTooLarge { n, max: MAX_BATCH });
         }
         // Even from the first sequence number of the clock's second, a
-        // batch spans at least `(n - 1) >> sequence_bits` seconds of lead.
-        if let Some(max_lead) = self.inner.max_lead {
+        // batch spans at least `(n - 1) / counters_per_second` seconds of
+        // lead.
+        if let Some(max_lead) = self.inner.max_lead() {
             let max = max_lead
                 .saturating_add(1)
-                .saturating_mul(1 << self.inner.hot.sequence_bits);
+                .saturating_mul(self.inner.layout().counters_per_second());
             if n > max {
                 return Err(Error::BatchTooLarge { n, max });
             }
@@ -299,8 +287,8 @@ impl<C: Clock> Generator<C> {
         Ok(IdBatch::new(
             first,
             n,
-            self.inner.hot.layout,
-            self.inner.hot.base,
+            self.inner.layout(),
+            self.inner.base(),
         ))
     }
 
@@ -308,9 +296,7 @@ impl<C: Clock> Generator<C> {
     /// wall-clock second it has seen: how far it has borrowed. A clock
     /// rollback does not count.
     pub fn lead(&self) -> u64 {
-        let cursor = self.inner.cursor.0.load(Relaxed) & !FLAGS;
-        let current = cursor.saturating_sub(1) >> self.inner.hot.sequence_bits;
-        current.saturating_sub(self.inner.lock().seen_max)
+        self.inner.lead()
     }
 
     /// Whether this process is a child, created by `fork()`, of the
@@ -322,38 +308,38 @@ impl<C: Clock> Generator<C> {
 
     /// The shard.
     pub fn shard(&self) -> u32 {
-        self.inner.shard
+        self.inner.shard()
     }
 
     /// Where the shard came from.
     pub fn shard_source(&self) -> &ShardSource {
-        &self.inner.shard_source
+        self.inner.shard_source()
     }
 
     /// The layout.
     pub fn layout(&self) -> Layout {
-        self.inner.hot.layout
+        self.inner.layout()
     }
 
     /// The persistent clock id.
     pub fn clock_id(&self) -> u64 {
-        self.inner.clock_id
+        self.inner.clock_id()
     }
 
     /// The clock value IDs carry (`clock_id` modulo the layout's clock
     /// values; 0 without clock bits).
     pub fn clock_value(&self) -> u32 {
-        self.inner.clock_value
+        self.inner.clock_value()
     }
 
     /// The state file.
     pub fn state_path(&self) -> &Path {
-        &self.inner.path
+        self.inner.path()
     }
 
     /// The state directory.
     pub fn state_dir(&self) -> &Path {
-        &self.inner.dir
+        self.inner.dir()
     }
 
     /// Whether this is an ephemeral generator ([`Builder::ephemeral`]),
@@ -365,7 +351,7 @@ impl<C: Clock> Generator<C> {
     /// The highest second (Unix seconds) durably reserved: no ID is issued
     /// past it until the state file says so.
     pub fn reserved_until(&self) -> u64 {
-        self.inner.lock().reserved + self.inner.hot.layout.epoch()
+        self.inner.reserved()
     }
 
     /// Stops issuing, records the exact last ID in the state file and
@@ -379,14 +365,15 @@ impl<C: Clock> Generator<C> {
     /// [`Error::Io`] if the final state cannot be written. The state file
     /// then still holds the reservation, so nothing is re-issued; the next
     /// generator just starts a little further ahead. [`Error::StateReplaced`] if
-    /// the generator fenced itself (then nothing is written).
+    /// the generator stopped because its state directory or lock file was
+    /// replaced (then nothing is written).
     pub fn close(&self) -> Result<()> {
         if self.inner.forked() {
             // A child of `fork()`: the reservation thread and the state
             // file are the parent's, and the locks of this copy may have
             // been held by a parent thread at the fork. Stop this copy
             // without touching either; the parent closes the shard.
-            self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
+            self.inner.stop_forked_copy();
             if let Ok(mut extender) = self.extender.try_lock() {
                 // No such thread in the child: joining it would wait for
                 // ever, detaching it would free what the parent's copy owns.
@@ -397,17 +384,11 @@ impl<C: Clock> Generator<C> {
         let Some(handle) = crate::sync::lock(&self.extender).take() else {
             return Ok(());
         };
-        self.inner.cursor.0.fetch_or(CLOSED, Relaxed);
-        {
-            let mut cold = self.inner.lock();
-            cold.closing = true;
-            self.inner.hot.limit.store(0, Relaxed);
-            self.inner.changed.notify_all();
-        }
+        self.inner.begin_close();
         handle.join().unwrap_or_else(|_| {
             Err(Error::io(
                 "close",
-                &self.inner.path,
+                self.inner.path(),
                 io::Error::other("the reservation thread panicked"),
             ))
         })
@@ -417,7 +398,7 @@ impl<C: Clock> Generator<C> {
 impl<C: Clock> Drop for Generator<C> {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
-            log::warn!("closing the generator of shard {}: {e}", self.inner.shard);
+            log::warn!("closing the generator of shard {}: {e}", self.inner.shard());
         }
     }
 }
@@ -425,10 +406,10 @@ impl<C: Clock> Drop for Generator<C> {
 impl<C: Clock> std::fmt::Debug for Generator<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Generator")
-            .field("shard", &self.inner.shard)
-            .field("layout", &self.inner.hot.layout)
-            .field("clock_id", &self.inner.clock_id)
-            .field("state_path", &self.inner.path)
+            .field("shard", &self.inner.shard())
+            .field("layout", &self.inner.layout())
+            .field("clock_id", &self.inner.clock_id())
+            .field("state_path", &self.inner.path())
             .finish_non_exhaustive()
     }
 }

@@ -150,6 +150,7 @@ pub(crate) fn plan(
 mod tests {
     use super::*;
     use crate::generator::DEFAULT_WINDOW;
+    use crate::layout::test_support::counter;
     use std::collections::BTreeMap;
 
     const L: Layout = Layout::DEFAULT;
@@ -172,10 +173,6 @@ mod tests {
             last,
             skip: None,
         }
-    }
-
-    fn counter(layout: &Layout, unix: u64, seq: u64) -> u64 {
-        ((unix - layout.epoch()) << layout.sequence_bits()) | seq
     }
 
     #[test]
@@ -251,19 +248,18 @@ mod tests {
 
     /// The counter one past the layout's last second: the end of the range.
     fn end(layout: &Layout) -> u64 {
-        (layout.max_seconds() + 1) << layout.sequence_bits()
+        counter(layout, layout.last_unix_second() + 1, 0)
     }
 
     /// What opening writes: the plan's file with the first window reserved
-    /// (as `Generator::start` does).
+    /// (as opening does).
     fn opened(p: &Plan, layout: &Layout, window: u64) -> StateFile {
         let mut file = p.file.clone();
-        let start_sec = p.start >> layout.sequence_bits();
-        let reserved = (start_sec + window).min(layout.max_seconds());
+        let start_sec = layout.counter_second(p.start);
+        let reserved = (start_sec + window).min(layout.last_unix_second());
         let value = file.clock_value();
         let mark = file.high_water.get(&value).copied().unwrap_or(0);
-        file.high_water
-            .insert(value, mark.max(layout.epoch() + reserved));
+        file.high_water.insert(value, mark.max(reserved));
         file
     }
 

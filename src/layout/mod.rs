@@ -7,6 +7,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::error::IdError;
 use crate::id::Id;
 
+mod counter;
+mod text;
+
+#[cfg(test)]
+pub(crate) use counter::test_support;
+pub use text::ParseLayoutError;
+
 /// 2000-01-01T00:00:00Z in seconds since the Unix epoch: the default epoch.
 pub const EPOCH_2000: u64 = 946_684_800;
 
@@ -284,7 +291,7 @@ impl Layout {
             self.max_sequence().into(),
         )?;
         check("shard", parts.shard.into(), self.max_shard().into())?;
-        let counter = (parts.seconds << self.sequence_bits()) | u64::from(parts.sequence);
+        let counter = self.counter_from(parts.seconds, u64::from(parts.sequence));
         Ok(Id::from_valid(
             self.pack(counter, self.base(parts.clock, parts.shard)),
         ))
@@ -320,15 +327,6 @@ impl Layout {
         UNIX_EPOCH + Duration::from_secs(self.epoch + seconds)
     }
 
-    /// A short text form, `seconds:32 clock:0 sequence:16 shard:5 epoch:946684800`,
-    /// as recorded in state files.
-    pub fn fingerprint(&self) -> String {
-        format!(
-            "seconds:{} clock:{} sequence:{} shard:{} epoch:{}",
-            self.seconds_bits, self.clock_bits, self.sequence_bits, self.shard_bits, self.epoch
-        )
-    }
-
     /// The bits of an ID that do not change within a generator: clock value
     /// and shard, in place.
     #[inline]
@@ -336,158 +334,21 @@ impl Layout {
         ((clock as u64) << (self.sequence_bits() + self.shard_bits())) | shard as u64
     }
 
-    /// The generator counter `(seconds << sequence_bits) | 0` of the first
-    /// ID in `unix_second`. Clamped one past the range: a second before the
-    /// epoch counts as the epoch, and an absurd second (a wild clock, a
-    /// damaged record) reaches the end of the range instead of wrapping.
-    #[inline]
-    pub(crate) const fn counter_at(&self, unix_second: u64) -> u64 {
-        let seconds = unix_second.saturating_sub(self.epoch);
-        let past = self.max_seconds() + 1;
-        (if seconds < past { seconds } else { past }) << self.sequence_bits()
-    }
-
-    /// The counter one past the layout's last second: the end of the range.
-    #[inline]
-    pub(crate) const fn counter_end(&self) -> u64 {
-        (self.max_seconds() + 1) << self.sequence_bits()
-    }
-
-    /// Builds an ID from a generator counter `(seconds << sequence_bits) |
-    /// sequence` and the [`base`](Self::base) bits. The caller guarantees the
+    /// Builds an ID from a generator counter (see [`counter`]) and the
+    /// [`base`](Self::base) bits: the one place the counter's seconds and
+    /// sequence are laid into their bits. The caller guarantees the
     /// counter's seconds fit the layout.
     #[inline]
     pub(crate) const fn pack(&self, counter: u64, base: u64) -> u64 {
         let h = self.shard_bits();
-        let s = self.sequence_bits();
-        let seconds = counter >> s;
-        let sequence = counter & mask(s);
-        (seconds << (h + s + self.clock_bits())) | (sequence << h) | base
+        let (seconds, sequence) = self.counter_fields(counter);
+        (seconds << (h + self.sequence_bits() + self.clock_bits())) | (sequence << h) | base
     }
 }
 
 impl Default for Layout {
     fn default() -> Self {
         Layout::DEFAULT
-    }
-}
-
-/// A layout's text that cannot be read ([`Layout`]'s `FromStr`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParseLayoutError {
-    reason: String,
-}
-
-impl fmt::Display for ParseLayoutError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid layout: {}", self.reason)
-    }
-}
-
-impl std::error::Error for ParseLayoutError {}
-
-/// Reads the text [`Layout::fingerprint`] writes (and state files record):
-/// the five fields `seconds`, `clock`, `sequence`, `shard` and `epoch`, each
-/// `name:value` exactly once, in any order, separated by spaces.
-///
-/// Ready layouts (epoch 2000-01-01):
-///
-/// | text | instances | IDs a second each | until |
-/// |---|---|---|---|
-/// | `seconds:32 clock:0 sequence:16 shard:5 epoch:946684800` (the default) | 32 | 65,536 | 2136 |
-/// | `seconds:32 clock:0 sequence:13 shard:8 epoch:946684800` | 256 | 8,192 | 2136 |
-/// | `seconds:32 clock:0 sequence:11 shard:10 epoch:946684800` | 1,024 | 2,048 | 2136 |
-/// | `seconds:32 clock:0 sequence:9 shard:12 epoch:946684800` | 4,096 | 512 | 2136 |
-/// | `seconds:31 clock:2 sequence:15 shard:5 epoch:946684800` | 32 | 32,768 (4 clock values) | 2068 |
-///
-/// A fleet that outgrows its shards moves to a layout with more shard bits
-/// under a new ID space (a new lease prefix or state directory): IDs of two
-/// layouts can collide, and generators refuse a shard recorded under
-/// another.
-///
-/// ```
-/// use idutil::Layout;
-///
-/// let wide: Layout = "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800".parse()?;
-/// assert_eq!(wide.max_shard(), 1023);
-/// assert_eq!(wide.fingerprint().parse::<Layout>()?, wide);
-/// assert!("seconds:33 clock:0 sequence:16 shard:5 epoch:0".parse::<Layout>().is_err());
-/// # Ok::<(), idutil::ParseLayoutError>(())
-/// ```
-impl std::str::FromStr for Layout {
-    type Err = ParseLayoutError;
-
-    fn from_str(text: &str) -> Result<Layout, ParseLayoutError> {
-        let fail = |reason: String| ParseLayoutError { reason };
-        let shown: String = text.chars().take(80).collect();
-        let names = ["seconds", "clock", "sequence", "shard", "epoch"];
-        let mut values = [None; 5];
-        for part in text.split_whitespace() {
-            let (name, value) = part.split_once(':').ok_or_else(|| {
-                fail(format!(
-                    "{shown:?}: fields are name:value, e.g. sequence:11"
-                ))
-            })?;
-            let i = names.iter().position(|n| *n == name).ok_or_else(|| {
-                fail(format!(
-                    "{shown:?}: unknown field {name:?}; the fields are seconds, clock, \
-                     sequence, shard and epoch"
-                ))
-            })?;
-            if values[i].is_some() {
-                return Err(fail(format!("{shown:?}: {name} is given twice")));
-            }
-            if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) || value.len() > 20 {
-                return Err(fail(format!("{shown:?}: {name} is not a whole number")));
-            }
-            let value: u64 = value
-                .parse()
-                .map_err(|_| fail(format!("{shown:?}: {name} is too large")))?;
-            values[i] = Some(value);
-        }
-        let [Some(seconds), Some(clock), Some(sequence), Some(shard), Some(epoch)] = values else {
-            let missing: Vec<&str> = names
-                .iter()
-                .zip(values)
-                .filter(|(_, v)| v.is_none())
-                .map(|(n, _)| *n)
-                .collect();
-            return Err(fail(format!("{shown:?}: missing {}", missing.join(", "))));
-        };
-        let narrow = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-        Layout::new(
-            narrow(seconds),
-            narrow(clock),
-            narrow(sequence),
-            narrow(shard),
-            epoch,
-        )
-        .map_err(|e| fail(format!("{shown:?}: {e}")))
-    }
-}
-
-impl Layout {
-    /// The layout named by `IDUTIL_LAYOUT`, if it is set.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidEnv`](crate::Error::InvalidEnv) if it is set but
-    /// cannot be read: a layout that was asked for is never silently
-    /// replaced by the default.
-    pub fn from_env() -> crate::Result<Option<Layout>> {
-        let Some(raw) = std::env::var_os(crate::env::LAYOUT) else {
-            return Ok(None);
-        };
-        let text = raw.to_string_lossy().into_owned();
-        text.parse()
-            .map(Some)
-            .map_err(|_| crate::Error::InvalidEnv {
-                var: crate::env::LAYOUT,
-                value: text.chars().take(100).collect(),
-                reason: "not a layout; give the five fields, e.g. \
-                     \"seconds:32 clock:0 sequence:11 shard:10 epoch:946684800\" \
-                     (see idutil::Layout's FromStr for ready layouts)",
-            })
     }
 }
 

@@ -1,21 +1,15 @@
-//! The hot path: the generator's shared state, and how a call takes IDs
-//! from the cursor (`take`), follows the clock (`tick`) and falls back to
-//! the slow path at the limit (`slow`).
+//! The hot path: how a call takes IDs from the cursor (`take`), follows
+//! the clock (`tick`) and falls back to the slow path at the limit
+//! (`slow`).
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::Ordering::Relaxed;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::{CLOCK_OUT, CLOSED, FENCED, FLAGS, LEAD_POLL};
+use super::{Cold, Inner, CLOCK_OUT, CLOSED, FLAGS, PAUSED};
 use crate::clock::Clock;
-use crate::durable::Fence;
 use crate::error::{Error, Result};
-use crate::id::Id;
-use crate::layout::Layout;
-use crate::shard::ShardSource;
-use crate::state::StateFile;
+use crate::generator::LEAD_POLL;
 
 /// How many spin-loop hints a call that lost the race for the cursor waits
 /// before trying again: about 0.8 µs where a hint costs 24 ns (this
@@ -35,141 +29,10 @@ fn backoff() {
     }
 }
 
-/// Keeps what it holds on cache lines of its own (two: Intel's adjacent
-/// line prefetcher fetches lines in pairs), so that writes to one part of
-/// a generator do not evict another from the other cores' caches.
-#[repr(align(128))]
-pub(super) struct Padded<T>(pub(super) T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-/// What the hot path reads besides the cursor: written only by the slow
-/// path and the reservation thread, when the limit or the clock changes,
-/// never on every ID.
-pub(super) struct Hot<C> {
-    /// The first counter value the hot path may not issue without asking
-    /// the slow path: the start of the second after the last one it may
-    /// issue, which is never above the durably reserved second. Kept as a
-    /// counter, so the hot path compares without shifting; 0 stops it.
-    pub(super) limit: AtomicU64,
-    /// The clock reading last acted on (Unix seconds).
-    pub(super) last_now: AtomicU64,
-    /// The time source (a [`Clock`]).
-    pub(super) time: C,
-    pub(super) layout: Layout,
-    pub(super) sequence_bits: u32,
-    pub(super) base: u64,
-    /// The last second (since the layout epoch) the generator may issue
-    /// in or act on a clock reading of: the layout's last second less the
-    /// end margin.
-    pub(super) usable_last: u64,
-    /// The process's fork count when the generator opened (see
-    /// [`fork`](crate::fork)): a different count means this is a child of
-    /// the process that opened it.
-    pub(super) forks: u64,
-}
-
-pub(super) struct Inner<C> {
-    /// The next counter value to hand out: `(second << sequence_bits) |
-    /// sequence`, seconds since the layout epoch, plus the [`CLOSED`] and
-    /// [`FENCED`] flags.
-    /// Incrementing past the last sequence number carries into the next
-    /// second: that is borrowing.
-    pub(super) cursor: Padded<AtomicU64>,
-    pub(super) hot: Padded<Hot<C>>,
-    pub(super) shard: u32,
-    pub(super) shard_source: ShardSource,
-    pub(super) clock_id: u64,
-    pub(super) clock_value: u32,
-    pub(super) window: u64,
-    pub(super) max_lead: Option<u64>,
-    /// The end margin, in seconds.
-    pub(super) end_margin: u64,
-    /// The largest forward step of the clock followed at once, and how
-    /// long a larger one must hold before it is followed.
-    pub(super) max_step: Option<(u64, Duration)>,
-    pub(super) path: PathBuf,
-    pub(super) dir: PathBuf,
-    /// Why issuing is fenced, and giving the shard back (see
-    /// [`durable`](crate::durable)).
-    pub(super) fence: Fence,
-    /// Apart from the hot fields: locking writes the mutex, and everything
-    /// in `Cold` is written under it.
-    pub(super) cold: Padded<Mutex<Cold>>,
-    /// Signals the extender (new request, closing) and waiters (reservation
-    /// done or failed).
-    pub(super) changed: Condvar,
-}
-
-/// Everything off the hot path, behind one mutex. Seconds are relative to
-/// the layout epoch.
-pub(super) struct Cold {
-    /// Highest wall-clock second seen by any run on this shard: the base of
-    /// the lead, so a clock rollback never counts as lead.
-    pub(super) seen_max: u64,
-    /// Highest wall-clock second this run has seen.
-    pub(super) seen_run: u64,
-    pub(super) in_rollback: bool,
-    /// Durable: no ID past this second until the state file says so.
-    pub(super) reserved: u64,
-    /// Requested reservation; above `reserved` while a write is under way.
-    pub(super) wanted: u64,
-    /// Passing this second asks for the next extension.
-    pub(super) trigger: u64,
-    /// The rate sample: the cursor (without flags) at `rate_since`.
-    pub(super) rate_from: u64,
-    pub(super) rate_since: Instant,
-    /// Counter values issued in the last whole sample, scaled to
-    /// [`HEADROOM`].
-    pub(super) recent: u64,
-    /// Whether a clock reading outside the layout's range was logged.
-    pub(super) warned_out_of_range: bool,
-    /// The last clock reading acted on (Unix seconds) and when it was
-    /// taken: with the time elapsed since, where the clock should be now.
-    pub(super) trusted: (u64, Instant),
-    /// A forward step of the clock larger than the limit, not followed
-    /// yet: how far it is ahead of where the clock should be, and since
-    /// when it has held.
-    pub(super) step: Option<(u64, Instant)>,
-    /// Seconds IDs may have been issued in far ahead (first, last; from
-    /// the state file's `skip` line): nothing is reserved or issued in
-    /// them, and the generator passes over them when it gets there.
-    pub(super) island: Option<(u64, u64)>,
-    /// The last reservation write that failed, handed to every call that
-    /// waited on it (see `failures`).
-    pub(super) failure: Option<Error>,
-    /// How many reservation writes have failed: a waiting call returns
-    /// [`failure`](Cold::failure) once this moves, so every waiter of a
-    /// failed write gets an answer, not just the first to wake.
-    pub(super) failures: u64,
-    /// Why the generator fenced itself ([`Error::StateReplaced`]): it issues and
-    /// writes nothing more.
-    pub(super) fenced: Option<String>,
-    pub(super) closing: bool,
-    /// The state as last written, the template for the next write.
-    pub(super) file: StateFile,
-}
-
 impl<C: Clock> Inner<C> {
-    pub(super) fn lock(&self) -> MutexGuard<'_, Cold> {
-        // Nothing under this lock can be left half-done by a panic.
-        crate::sync::lock(&self.cold)
-    }
-
-    #[inline]
-    pub(super) fn id(&self, counter: u64) -> Id {
-        Id::from_valid(self.hot.layout.pack(counter, self.hot.base))
-    }
-
     /// Hands out `n >= 1` consecutive counter values; returns the first.
     #[inline]
-    pub(super) fn take(&self, n: u64, wait: bool) -> Result<u64> {
+    pub(in crate::generator) fn take(&self, n: u64, wait: bool) -> Result<u64> {
         // A child of `fork()` shares the cursor's value and the state file
         // with its parent: it must not issue. One load of a static a fork
         // hook raises in the child, no system call (see `fork`).
@@ -187,7 +50,7 @@ impl<C: Clock> Inner<C> {
                 // Without the flags: another thread may clear them before
                 // the slow path looks, and a flag read as a second is past
                 // the end of the range.
-                self.slow((last & !FLAGS) >> self.hot.sequence_bits, wait)?;
+                self.slow(self.hot.layout.counter_second(last & !FLAGS), wait)?;
                 cur = self.cursor.0.load(Relaxed);
                 continue;
             }
@@ -212,7 +75,7 @@ impl<C: Clock> Inner<C> {
     /// A new clock reading: note rollbacks, move the cursor up to the clock,
     /// ask for more reservation when it is due.
     #[cold]
-    pub(super) fn tick(&self) {
+    fn tick(&self) {
         let mut cold = self.lock();
         // Read the clock under the lock: a reading taken before another
         // thread acted on a newer one would otherwise look like a rollback.
@@ -263,8 +126,8 @@ impl<C: Clock> Inner<C> {
         let cursor = self
             .cursor
             .0
-            .fetch_max(now << self.hot.sequence_bits, Relaxed);
-        let second = (cursor >> self.hot.sequence_bits).max(now);
+            .fetch_max(self.hot.layout.counter_at(now), Relaxed);
+        let second = self.hot.layout.counter_second(cursor).max(now);
         if second > cold.trigger && cursor & FLAGS == 0 {
             self.request(&mut cold, second);
         }
@@ -274,7 +137,7 @@ impl<C: Clock> Inner<C> {
     /// The hot path found `second` above the limit: raise the limit, wait,
     /// or say why not. `Ok` means "try again".
     #[cold]
-    pub(super) fn slow(&self, second: u64, wait: bool) -> Result<()> {
+    fn slow(&self, second: u64, wait: bool) -> Result<()> {
         let mut cold = self.lock();
         loop {
             let flags = self.cursor.0.load(Relaxed) & FLAGS;
@@ -282,13 +145,13 @@ impl<C: Clock> Inner<C> {
             if cold.closing || flags & CLOSED != 0 {
                 return Err(self.closed_error(&cold));
             }
-            if flags & FENCED != 0 {
-                return Err(self.fenced_error());
+            if flags & PAUSED != 0 {
+                return Err(self.paused_error());
             }
             if flags & CLOCK_OUT != 0 {
                 return Err(self.clock_out_of_range(self.hot.last_now.load(Relaxed)));
             }
-            if second > self.hot.layout.max_seconds() {
+            if second > self.hot.layout.last_unix_second() {
                 return Err(Error::EndOfRange {
                     last_unix_second: self.hot.layout.last_unix_second(),
                 });
@@ -347,29 +210,28 @@ impl<C: Clock> Inner<C> {
         }
     }
 
-    /// The seconds field for a clock reading the generator may act on:
-    /// within the layout's range and before its end margin.
+    /// A clock reading the generator may act on: within the layout's
+    /// range and before its end margin.
     #[inline]
-    pub(super) fn usable(&self, unix_second: u64) -> Option<u64> {
-        self.hot
-            .layout
-            .seconds_of(unix_second)
-            .filter(|&s| s <= self.hot.usable_last)
+    fn usable(&self, unix_second: u64) -> Option<u64> {
+        (self.hot.layout.epoch()..=self.hot.usable_last)
+            .contains(&unix_second)
+            .then_some(unix_second)
     }
 
-    pub(super) fn clock_out_of_range(&self, unix_second: u64) -> Error {
+    fn clock_out_of_range(&self, unix_second: u64) -> Error {
         Error::ClockOutOfRange {
             unix_second,
             first: self.hot.layout.epoch(),
-            last: self.hot.layout.epoch() + self.hot.usable_last,
+            last: self.hot.usable_last,
         }
     }
 
     #[cold]
-    pub(super) fn end_margin_error(&self) -> Error {
+    fn end_margin_error(&self) -> Error {
         Error::EndMarginReached {
             shard: self.shard,
-            from: self.hot.layout.epoch() + self.hot.usable_last + 1,
+            from: self.hot.usable_last + 1,
             margin: self.end_margin,
             last_unix_second: self.hot.layout.last_unix_second(),
         }
@@ -438,36 +300,13 @@ impl<C: Clock> Inner<C> {
             "shard {} reached the seconds issued far ahead before a recovery ({} to {}); \
              IDs continue after them",
             self.shard,
-            self.hot.layout.epoch() + first,
-            self.hot.layout.epoch() + last
+            first,
+            last
         );
-        let past = last
-            .saturating_add(1)
-            .min(self.hot.layout.max_seconds() + 1);
-        self.cursor
-            .0
-            .fetch_max(past << self.hot.sequence_bits, Relaxed);
+        let past = self.hot.layout.counter_at(last.saturating_add(1));
+        self.cursor.0.fetch_max(past, Relaxed);
         cold.file.skip = None;
         self.publish_limit(cold, 0);
-    }
-
-    /// Why a closed generator does not issue: [`Error::StateReplaced`] if it
-    /// fenced itself, else [`Error::Closed`].
-    pub(super) fn closed_error(&self, cold: &Cold) -> Error {
-        match &cold.fenced {
-            Some(reason) => Error::StateReplaced {
-                shard: self.shard,
-                reason: reason.clone(),
-            },
-            None => Error::Closed,
-        }
-    }
-
-    /// Whether this process is a child, created by `fork()`, of the one
-    /// that opened the generator.
-    #[inline]
-    pub(super) fn forked(&self) -> bool {
-        crate::fork::current() != self.hot.forks
     }
 
     #[cold]
@@ -476,9 +315,12 @@ impl<C: Clock> Inner<C> {
         Error::Forked { shard: self.shard }
     }
 
-    /// Why a fenced generator does not issue.
+    /// Why a paused generator does not issue: the lease's fence. Only the
+    /// lease pauses a generator, so there is always one to ask; were there
+    /// none, the generator could never issue again, which is what
+    /// [`Error::Closed`] says.
     #[cold]
-    fn fenced_error(&self) -> Error {
-        self.fence.error()
+    fn paused_error(&self) -> Error {
+        self.hold.why_paused().unwrap_or(Error::Closed)
     }
 }

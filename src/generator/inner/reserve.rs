@@ -6,17 +6,17 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::hot::{Cold, Inner};
-use super::plan::cover_seen;
-use super::{CLOSED, FLAGS, HEADROOM, MAX_HEADROOM, MIN_RATE_SPAN};
+use super::{Cold, Inner, CLOSED, FLAGS};
 use crate::clock::Clock;
 use crate::durable::Durable;
 use crate::error::{Error, Result};
+use crate::generator::plan::cover_seen;
+use crate::generator::{HEADROOM, MAX_HEADROOM, MIN_RATE_SPAN};
 
-/// The longest a fenced generator keeps its shard after the fence, so that
-/// closing it never waits for long: what a generator that follows the clock
-/// reserves is a few seconds ahead.
-const MAX_FENCED_WAIT: u64 = 60;
+/// The longest a generator whose state was replaced keeps its shard after
+/// it stopped, so that closing it never waits for long: what a generator
+/// that follows the clock reserves is a few seconds ahead.
+const MAX_REPLACED_WAIT: u64 = 60;
 
 impl<C: Clock> Inner<C> {
     /// Asks the extender to reserve past `second`: a window ahead, plus
@@ -92,15 +92,17 @@ impl<C: Clock> Inner<C> {
         if let Some(max_lead) = self.max_lead {
             limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }
+        // `limit` is within the layout's range (at most `usable_last`, at
+        // least the epoch), so its next second's counter is exact.
         self.hot
             .limit
-            .store((limit + 1) << self.hot.sequence_bits, Relaxed);
+            .store(self.hot.layout.counter_at(limit + 1), Relaxed);
     }
 
     /// The reservation thread: the only writer of the state file while the
     /// generator runs, so writes never overtake each other.
-    pub(super) fn extend_until_closed(&self, durable: Durable) -> Result<()> {
-        let epoch = self.hot.layout.epoch();
+    pub(in crate::generator) fn extend_until_closed(&self, durable: Durable) -> Result<()> {
+        let layout = self.hot.layout;
         let mut cold = self.lock();
         while !cold.closing {
             if cold.wanted <= cold.reserved {
@@ -112,26 +114,26 @@ impl<C: Clock> Inner<C> {
             // (the same rule, at a later second and rate) keeps a burst
             // that outruns the disk from waiting on one write after
             // another while its reservation grows.
-            let at = (self.cursor.0.load(Relaxed) & !FLAGS) >> self.hot.sequence_bits;
+            let at = layout.counter_second(self.cursor.0.load(Relaxed) & !FLAGS);
             if at > cold.seen_max {
                 self.request(&mut cold, at);
             }
             let target = cold.wanted;
             let mut file = cold.file.clone();
             let mark = file.high_water.entry(self.clock_value).or_insert(0);
-            *mark = (*mark).max(epoch + target);
-            file.seen_max = epoch + cold.seen_max;
-            file.seen_last_run = epoch + cold.seen_run;
+            *mark = (*mark).max(target);
+            file.seen_max = cold.seen_max;
+            file.seen_last_run = cold.seen_run;
             cover_seen(&mut file);
             drop(cold);
             // The reservation counts only once the lease's store has it too.
-            let saved = durable.reserve(&file, epoch + target);
+            let saved = durable.reserve(&file, target);
             cold = self.lock();
             match saved {
                 Ok(()) => {
                     cold.reserved = cold.reserved.max(target);
                     cold.file = file;
-                    let at = (self.cursor.0.load(Relaxed) & !FLAGS) >> self.hot.sequence_bits;
+                    let at = layout.counter_second(self.cursor.0.load(Relaxed) & !FLAGS);
                     cold.trigger = if at > cold.seen_max {
                         // Borrowing: ask again once half the room is used,
                         // so the other half, a window plus about an eighth
@@ -139,12 +141,15 @@ impl<C: Clock> Inner<C> {
                         // next write.
                         at + cold.reserved.saturating_sub(at) / 2
                     } else {
-                        cold.reserved.saturating_sub(self.window / 2)
+                        // No earlier than the first second of the range.
+                        cold.reserved
+                            .saturating_sub(self.window / 2)
+                            .max(layout.epoch())
                     };
                 }
                 Err(e @ Error::StateReplaced { .. }) => {
                     drop(cold);
-                    let e = self.stop_fenced(e);
+                    let e = self.stop_replaced(e);
                     self.outwait_reservation();
                     return Err(e);
                 }
@@ -164,20 +169,19 @@ impl<C: Clock> Inner<C> {
         // none at or above it was.
         let next = self.cursor.0.load(Relaxed) & !FLAGS;
         let mut file = cold.file.clone();
-        file.seen_max = epoch + cold.seen_max;
-        file.seen_last_run = epoch + cold.seen_run;
+        file.seen_max = cold.seen_max;
+        file.seen_last_run = cold.seen_run;
         if let Some(last) = next.checked_sub(1) {
-            let second = last >> self.hot.sequence_bits;
-            let sequence = (last & u64::from(self.hot.layout.max_sequence())) as u32;
-            file.last = Some((epoch + second, sequence));
+            let second = layout.counter_second(last);
+            file.last = Some((second, layout.counter_sequence(last)));
             let mark = file.high_water.entry(self.clock_value).or_insert(0);
-            *mark = (*mark).max(epoch + second);
+            *mark = (*mark).max(second);
         }
         cover_seen(&mut file);
         drop(cold);
         let saved = durable.close(&file);
         if let Err(e @ Error::StateReplaced { .. }) = saved {
-            let e = self.stop_fenced(e);
+            let e = self.stop_replaced(e);
             self.outwait_reservation();
             return Err(e);
         }
@@ -188,30 +192,30 @@ impl<C: Clock> Inner<C> {
     /// stop issuing for good, write nothing more, and answer every later
     /// call with `e`.
     #[cold]
-    fn stop_fenced(&self, e: Error) -> Error {
+    fn stop_replaced(&self, e: Error) -> Error {
         log::warn!("{e}");
         self.cursor.0.fetch_or(CLOSED, Relaxed);
         let mut cold = self.lock();
         if let Error::StateReplaced { reason, .. } = &e {
-            cold.fenced = Some(reason.clone());
+            cold.replaced = Some(reason.clone());
         }
         cold.closing = true;
         self.hot.limit.store(0, Relaxed);
         self.changed.notify_all();
         // Every ID issued is below a reservation the lease's store already has.
-        self.fence.give_up(self.hot.layout.epoch() + cold.seen_max);
+        self.hold.give_up(cold.seen_max);
         e
     }
 
-    /// A fenced generator keeps its shard (the host lock, held by the store
-    /// this thread owns) until the wall clock passes every second it
-    /// reserved. A generator that then starts over on this host, in a state
+    /// A generator whose state was replaced keeps its shard (the host lock,
+    /// held by the store this thread owns) until the wall clock passes
+    /// every second it reserved. A generator that then starts over on this host, in a state
     /// directory recreated where the old one was, starts after every ID
-    /// this one may have issued. The wait is at most [`MAX_FENCED_WAIT`]
+    /// this one may have issued. The wait is at most [`MAX_REPLACED_WAIT`]
     /// seconds of real time, whatever the clock does.
     #[cold]
     fn outwait_reservation(&self) {
-        let reserved = self.hot.layout.epoch() + self.lock().reserved;
+        let reserved = self.lock().reserved;
         let ahead = reserved
             .saturating_add(1)
             .saturating_sub(self.hot.time.now());
@@ -221,7 +225,7 @@ impl<C: Clock> Inner<C> {
         // Closing waits for this, so it is capped: past the cap, what the
         // generator borrowed further ahead is at risk (see the crate docs,
         // *Security*), and the warning says so.
-        let wait = ahead.min(MAX_FENCED_WAIT);
+        let wait = ahead.min(MAX_REPLACED_WAIT);
         log::warn!(
             "shard {}: keeping the shard for {wait} s, until the wall clock passes {} \
              this generator reserved, so that no generator on this host issues its IDs again",

@@ -1,0 +1,105 @@
+//! Opening a generator's durable state: which shard (given, from
+//! `IDUTIL_SHARD` or the host name, or leased), which state file, and with
+//! a lease the retry over shards whose state file this host still holds.
+
+use std::path::Path;
+
+use super::Durable;
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::host_lock;
+use crate::layout::Layout;
+#[cfg(feature = "lease")]
+use crate::lease::{Lease, LeaseConfig};
+use crate::shard::{self, ShardSource};
+use crate::state::{self, Store};
+
+/// How the durability layer is set up beyond the state directory: with a
+/// lease engine, the lease asked for (if any).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Settings {
+    #[cfg(feature = "lease")]
+    pub(crate) lease: Option<LeaseConfig>,
+}
+
+/// Where a generator's state lives, as the builder asked for it.
+pub(crate) struct Request<'a> {
+    /// Read only with a lease.
+    #[cfg_attr(not(feature = "lease"), allow(dead_code))]
+    pub(crate) settings: &'a Settings,
+    pub(crate) shard: Option<u32>,
+    pub(crate) state_dir: Option<&'a Path>,
+    pub(crate) id_space: Option<&'a str>,
+    pub(crate) layout: &'a Layout,
+    /// A shard leased without a record starts at this clock's second.
+    #[cfg_attr(not(feature = "lease"), allow(dead_code))]
+    pub(crate) time: &'a dyn Clock,
+    /// An ephemeral generator (tests): no lease from the environment.
+    pub(crate) ephemeral: bool,
+}
+
+/// Takes the shard (from the settings, `IDUTIL_SHARD`, the host name, or a
+/// lease) and its state file's locks.
+pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
+    #[cfg(feature = "lease")]
+    {
+        let config = match &req.settings.lease {
+            Some(config) => Some(config.clone()),
+            None if req.ephemeral => None,
+            None => LeaseConfig::from_env()?,
+        };
+        if let Some(config) = config {
+            return open_leased(req, &config);
+        }
+    }
+    // A lease that was asked for is never silently turned off.
+    #[cfg(not(feature = "lease"))]
+    for var in ["IDUTIL_LEASE_URL", "IDUTIL_REDIS_URL"] {
+        if req.ephemeral {
+            break;
+        }
+        if let Some(url) = std::env::var_os(var) {
+            return Err(Error::InvalidEnv {
+                var,
+                // A URL may hold a password.
+                value: if url.is_empty() {
+                    String::new()
+                } else {
+                    "***".into()
+                },
+                reason: "set, but this build of idutil has no lease engine (features \
+                         `postgres-lease`, `redis`); unset it, or build with one",
+            });
+        }
+    }
+    let (shard, source) = shard::resolve_shard(req.shard, req.layout)?;
+    let dir = state::state_dir(req.state_dir)?;
+    let id_space = host_lock::resolve_id_space(req.id_space)?;
+    let store = Store::open_for_generator(&dir, shard, &id_space)?;
+    Ok((Durable::new(store), shard, source))
+}
+
+#[cfg(feature = "lease")]
+fn open_leased(req: &Request<'_>, config: &LeaseConfig) -> Result<(Durable, u32, ShardSource)> {
+    if req.shard.is_none() && std::env::var_os(crate::env::SHARD).is_some() {
+        log::warn!("{} is ignored: the shard is leased", crate::env::SHARD);
+    }
+    let dir = state::state_dir(req.state_dir)?;
+    let id_space = host_lock::resolve_id_space(req.id_space)?;
+    let mut skip = Vec::new();
+    loop {
+        let lease = Lease::acquire(config, req.layout, req.shard, &skip, req.time)?;
+        let shard = lease.shard();
+        match Store::open_for_generator(&dir, shard, &id_space) {
+            Ok(store) => {
+                return Ok((Durable::leased(store, lease), shard, ShardSource::Lease));
+            }
+            // A generator on this host still holds the shard's state
+            // file although its lease expired: lease another shard.
+            Err(Error::Locked { .. } | Error::HostLocked { .. }) if req.shard.is_none() => {
+                skip.push(shard)
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Opening a generator from its [`Builder`]: the clock checked against the
+//! layout, the shard and its state file taken, the restart planned, the
+//! first window reserved and the reservation thread started.
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use super::builder::Builder;
+use super::inner::{Inner, Start};
+use super::plan::{cover_seen, plan, Plan};
+use super::Generator;
+use crate::clock::Clock;
+use crate::durable::{self, Durable};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::shard::ShardSource;
+use crate::state::{self, Remedy};
+
+/// What [`Builder::open`] does.
+pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
+    let ephemeral = b.ephemeral;
+    // An ephemeral generator reads nothing from the environment.
+    let layout = match b.layout {
+        Some(layout) => layout,
+        None if ephemeral => Layout::DEFAULT,
+        None => Layout::from_env()?.unwrap_or_default(),
+    };
+    // Before anything is read, created or locked: a later run must not
+    // mistake such a reading for issued IDs, and a clock this wrong
+    // leaves no trace.
+    let usable_last = layout.last_unix_second() - effective_margin(&layout, b.end_margin);
+    check_clock(&layout, b.time.now(), usable_last)?;
+    let (shard, state_dir, id_space) = if ephemeral {
+        (
+            Some(b.shard.unwrap_or(0)),
+            Some(state::scratch_dir()?),
+            Some(format!("ephemeral-{}", std::process::id())),
+        )
+    } else {
+        (b.shard, b.state_dir.clone(), b.id_space.clone())
+    };
+    let (durable, shard, source) = durable::open(&durable::Request {
+        settings: &b.durable,
+        shard,
+        state_dir: state_dir.as_deref(),
+        id_space: id_space.as_deref(),
+        layout: &layout,
+        time: &b.time,
+        ephemeral,
+    })?;
+    start(b, layout, durable, shard, source)
+}
+
+/// The end margin a generator keeps: at most half the layout's range, so
+/// that a layout of a few minutes (in tests, say) keeps a usable range.
+fn effective_margin(layout: &Layout, margin: u64) -> u64 {
+    margin.min(layout.max_seconds() / 2)
+}
+
+/// A clock reading outside the layout's range or in its end margin (up to
+/// `usable_last`) is refused before anything is written.
+fn check_clock(layout: &Layout, now_unix: u64, usable_last: u64) -> Result<()> {
+    if (layout.epoch()..=usable_last).contains(&now_unix) {
+        return Ok(());
+    }
+    Err(Error::ClockOutOfRange {
+        unix_second: now_unix,
+        first: layout.epoch(),
+        last: usable_last,
+    })
+}
+
+/// Plans the restart of the shard `durable` holds, reserves the first
+/// window and starts the reservation thread.
+fn start<C: Clock>(
+    b: Builder<C>,
+    layout: Layout,
+    durable: Durable,
+    shard: u32,
+    source: ShardSource,
+) -> Result<Generator<C>> {
+    let forks = crate::fork::install();
+    let now_unix = b.time.now();
+    let end_margin = effective_margin(&layout, b.end_margin);
+    let usable_last = layout.last_unix_second() - end_margin;
+    // The clock moved since `open` looked: still nothing written.
+    check_clock(&layout, now_unix, usable_last)?;
+    let prev = durable.load()?;
+    if prev.is_none() && !b.ephemeral && source != ShardSource::Lease {
+        log::warn!(
+            "shard {shard} has no state file in {}, so it starts afresh at the clock: \
+             if this shard issued IDs before from another state directory (a container \
+             restarted without a persistent volume, another host with the same shard), \
+             it may issue the same IDs again",
+            durable.dir().display()
+        );
+    }
+    if let Some(prev) = &prev {
+        state::check_layout(durable.path(), prev, &layout)?;
+    }
+    let Plan {
+        mut file,
+        mut start,
+        rollback,
+    } = plan(prev, &layout, shard, now_unix)
+        .map_err(|reason| Error::bad_state(durable.path(), shard, reason, Remedy::Recover))?;
+    if let Some(back) = rollback {
+        log::warn!(
+            "the wall clock is {back} s behind the last run of shard {shard} \
+             (state file {}); clock id bumped to {}, IDs continue after everything \
+             issued before",
+            durable.path().display(),
+            file.clock_id
+        );
+    }
+    // The lease's record covers every holder of the shard, this host's
+    // state file only this host: resume after the later of the two.
+    start = durable.resume(&layout, start, &mut file);
+    let start_sec = layout.counter_second(start);
+    if start_sec > usable_last && start_sec <= layout.last_unix_second() {
+        // Refused before the reservation is written (see the crate
+        // docs, *A clock far ahead*). Past the very end, the generator
+        // opens and answers `EndOfRange`, as it always has.
+        return Err(Error::EndMarginReached {
+            shard,
+            from: usable_last + 1,
+            margin: end_margin,
+            last_unix_second: layout.last_unix_second(),
+        });
+    }
+    // Seconds issued far ahead: the reservation stops short of them until
+    // the generator passes over them.
+    let mut reserved = start_sec.saturating_add(b.window).min(usable_last);
+    if let Some((first, _)) = file.skip {
+        reserved = reserved.min(first.saturating_sub(1)).max(start_sec);
+    }
+    let value = file.clock_value();
+    let mark = file.high_water.get(&value).copied().unwrap_or(0);
+    file.high_water.insert(value, mark.max(reserved));
+    cover_seen(&mut file);
+    durable.reserve(&file, reserved)?;
+
+    let inner = Inner::new(Start {
+        time: b.time,
+        layout,
+        shard,
+        shard_source: source,
+        file,
+        counter: start,
+        now: now_unix,
+        reserved,
+        usable_last,
+        end_margin,
+        window: b.window,
+        max_lead: b.max_lead,
+        max_step: b.max_step,
+        hold: durable.hold(),
+        path: durable.path().to_path_buf(),
+        dir: durable.dir().to_path_buf(),
+        forks,
+    });
+    let worker = Arc::clone(&inner);
+    let extender = thread::Builder::new()
+        .name(format!("idutil-shard-{shard}"))
+        .spawn(move || worker.extend_until_closed(durable))
+        .map_err(|e| {
+            inner.give_up_unissued();
+            Error::io("start the reservation thread for", inner.path(), e)
+        })?;
+    Ok(Generator {
+        inner,
+        extender: Mutex::new(Some(extender)),
+        ephemeral: b.ephemeral,
+    })
+}
