@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// A source of whole seconds since the Unix epoch.
 ///
 /// The generator asks it once per ID, so it should be cheap. It may go
-/// backwards; the generator copes (see the crate docs, `# Design`).
+/// backwards; the generator copes ([`Generator`](crate::Generator), *Clock
+/// rollbacks*).
 pub trait Clock: Send + Sync + 'static {
     /// Whole seconds since 1970-01-01T00:00:00Z. A clock set before 1970
     /// reads 0.

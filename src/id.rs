@@ -95,7 +95,7 @@ impl Id {
     /// every shard, are exactly those with
     /// `Id::min_at(from) <= id <= Id::max_at(to)`. Time is in whole
     /// seconds, so the bounds round down to the second; a generator that
-    /// borrowed seconds (see the crate docs) gave its IDs the borrowed
+    /// borrowed seconds ([`Generator`](crate::Generator), *How it issues*) gave its IDs the borrowed
     /// second, up to its [lead](crate::Generator::lead) after the wall
     /// clock.
     ///

@@ -1,6 +1,8 @@
-//! Where IDs are issued: the [`Generator`] and its public face. The hot
-//! path lives in `hot`, the reservation of seconds ahead in `reserve`,
-//! opening in `builder`, the restart maths in `plan`, batches in `batch`.
+//! Where IDs are issued: the [`Generator`] and its public face. Its
+//! settings live in `builder`, opening in `open`, the state the hot path
+//! and the reservation share in `inner` (the hot path in `inner/hot`, the
+//! reservation of seconds ahead in `inner/reserve`), the restart maths in
+//! `plan`, batches in `batch`.
 
 mod batch;
 mod builder;
@@ -47,8 +49,8 @@ const LEAD_POLL: Duration = Duration::from_millis(5);
 /// window: the time a reservation write has to land before a burst
 /// reaches it. A write takes about half a millisecond on an ordinary disk,
 /// and tens on a slow network disk; a quarter second outruns both. It is
-/// also what a crash can cost on top of the window (see the crate docs,
-/// `# Design`).
+/// also what a crash can cost on top of the window ([`Generator`], *What a
+/// crash costs*).
 pub const HEADROOM: Duration = Duration::from_millis(250);
 /// The most headroom a reservation adds to the window, in seconds of
 /// counter (an hour), whatever the rate: what a crash can cost at most on top of the

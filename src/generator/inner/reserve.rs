@@ -223,8 +223,8 @@ impl<C: Clock> Inner<C> {
             return;
         }
         // Closing waits for this, so it is capped: past the cap, what the
-        // generator borrowed further ahead is at risk (see the crate docs,
-        // *Security*), and the warning says so.
+        // generator borrowed further ahead is at risk (the `state` module's
+        // docs, *Older copies and deleted files*), and the warning says so.
         let wait = ahead.min(MAX_REPLACED_WAIT);
         log::warn!(
             "shard {}: keeping the shard for {wait} s, until the wall clock passes {} \
