@@ -91,15 +91,15 @@ impl Lease {
             }
             let record = match grant.record {
                 Ok(record) if record.resume_at(layout) >= layout.counter_end() => {
-                    Err(LeaseError::InvalidRecord {
+                    Err(LeaseError::invalid_record(
                         shard,
-                        key: engine.describe(),
-                        field: "high_water",
-                        reason: format!(
+                        engine.describe(),
+                        "high_water",
+                        format!(
                             "= {} is the layout's last second: the shard has no second left",
                             record.high_water.unwrap_or_default()
                         ),
-                    })
+                    ))
                 }
                 other => other,
             };
@@ -143,8 +143,8 @@ impl Lease {
             let handle = thread::Builder::new()
                 .name(format!("idutil-lease-{shard}"))
                 .spawn(move || renewer.run())
-                .map_err(|e| LeaseError::InvalidConfig {
-                    reason: format!("cannot start the renewal thread: {e}"),
+                .map_err(|e| {
+                    LeaseError::invalid_config(format!("cannot start the renewal thread: {e}"))
                 })?;
             *crate::sync::lock(&lease.renewer) = Some(handle);
             return Ok(lease);
@@ -175,10 +175,7 @@ impl Lease {
             .lock()
             .fenced()
             .cloned()
-            .unwrap_or_else(|| LeaseError::Fenced {
-                shard: self.shard,
-                reason: "the lease is being renewed".to_string(),
-            })
+            .unwrap_or_else(|| LeaseError::fenced(self.shard, "the lease is being renewed"))
     }
 
     /// Records in the store that IDs up to `high_water` (Unix seconds) may

@@ -95,6 +95,7 @@ mod error;
 mod holder;
 mod inspect;
 mod record;
+mod redact;
 mod renewal;
 
 #[cfg(feature = "postgres-lease")]
@@ -203,19 +204,6 @@ pub(crate) fn connect(ask: &Ask<'_>) -> crate::error::Result<(Box<dyn Engine>, G
         config::Kind::Redis => redis::connect(ask),
         #[cfg(feature = "postgres-lease")]
         config::Kind::Postgres => postgres::connect(ask),
-    }
-}
-
-/// A record whose mark is below what this holder raised it to: rewritten,
-/// restored from an older copy, or an acknowledged write lost.
-pub(crate) fn mark_lowered(shard: u32, record: &str) -> LeaseError {
-    LeaseError::Lost {
-        shard,
-        reason: format!(
-            "the high-water second of {record} is below what this holder raised it to: the \
-             record was rewritten or restored from an older copy, or the store lost \
-             acknowledged writes"
-        ),
     }
 }
 

@@ -140,10 +140,7 @@ impl Renewer {
                              issuing stops until it is",
                             self.shard
                         );
-                        state.late = Some(LeaseError::Fenced {
-                            shard: self.shard,
-                            reason,
-                        });
+                        state.late = Some(LeaseError::fenced(self.shard, reason));
                         self.shared.apply(&state);
                     }
                     if now >= next && state.lost.is_none() {
@@ -196,7 +193,10 @@ impl Renewer {
     /// lift the deadline's fence. `Err`: the lease is lost for good.
     fn held(&self, renewed: Renewed, known: u64) -> Result<(), LeaseError> {
         if renewed.mark.unwrap_or(0) < known {
-            return Err(super::mark_lowered(self.shard, &self.engine.describe()));
+            return Err(LeaseError::mark_lowered(
+                self.shard,
+                &self.engine.describe(),
+            ));
         }
         let mut state = self.shared.lock();
         state.last_error = None;

@@ -467,7 +467,7 @@ impl PgLease {
                     && row.get::<_, Option<String>>(1).as_deref() == Some(&self.token)
                     && row.get::<_, i64>(2) < known_mark =>
             {
-                Trouble::Lost(super::mark_lowered(self.shard, &self.describe()))
+                Trouble::Lost(LeaseError::mark_lowered(self.shard, &self.describe()))
             }
             Ok(Some(row)) => {
                 let epoch: i64 = row.get(0);

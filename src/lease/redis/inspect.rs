@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use super::{client, connection, key, ENGINE};
+use super::conn::{client, connection};
+use super::{key, ENGINE};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::lease::record::RawRecord;
