@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-use super::conn::{off_runtime, Conn, Target};
-use super::{raw_record, table, ENGINE, UNDEFINED_TABLE};
+use super::conn::{off_runtime, Conn};
+use super::target::Target;
+use super::{raw_record, table, UNDEFINED_TABLE};
 use crate::error::Result;
 use crate::layout::Layout;
-use crate::lease::{LeaseConfig, LeaseError, ShardLease};
+use crate::lease::{LeaseConfig, ShardLease};
 
 /// Reads the rows of every shard of the range, for display. A shard
 /// without a row (or a database without the table) shows as never used.
@@ -17,8 +18,7 @@ pub(crate) fn inspect(config: &LeaseConfig, layout: &Layout) -> Result<Vec<Shard
 fn inspect_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>> {
     let range = config.range(layout, None)?;
     let target = Target::parse(config)?;
-    let mut conn = Conn::new()
-        .map_err(|e| LeaseError::store(ENGINE, "start a connection to", &config.url, e))?;
+    let mut conn = Conn::open(config)?;
     let sql = format!(
         "SELECT shard, holder, \
              CASE WHEN expires_at > clock_timestamp() \

@@ -89,6 +89,8 @@
 
 mod conn;
 mod inspect;
+mod target;
+mod tls;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -99,8 +101,9 @@ use super::record::{read_record, RawRecord, Record};
 use super::{Ask, Engine, Grant, LeaseConfig, LeaseError, Renewed, Trouble};
 use crate::error::Result;
 use crate::layout::Layout;
-use conn::{off_runtime, Conn, Failure, Target};
+use conn::{off_runtime, Conn, Failure};
 pub(crate) use inspect::inspect;
+use target::Target;
 
 const ENGINE: &str = "PostgreSQL";
 /// The table's name.
@@ -160,8 +163,7 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     let config = ask.config;
     let target = Target::parse(config)?;
     let table = table(config);
-    let mut conn = Conn::new()
-        .map_err(|e| LeaseError::store(ENGINE, "start a connection to", &config.url, e))?;
+    let mut conn = Conn::open(config)?;
     let layout = ask.layout.fingerprint();
     let timeout = config.op_timeout().max(Duration::from_secs(2));
     let (first, last) = (i64::from(*ask.range.start()), i64::from(*ask.range.end()));
@@ -349,10 +351,7 @@ fn granted_row(
         epoch: row.get(1),
         layout,
         conn: Mutex::new(conn),
-        renew_conn: Mutex::new(
-            Conn::new()
-                .map_err(|e| LeaseError::store(ENGINE, "start a connection to", &config.url, e))?,
-        ),
+        renew_conn: Mutex::new(Conn::open(config)?),
     };
     let record = lease.read(row, ask.layout);
     let grant = Grant {
