@@ -3,8 +3,10 @@
 use std::time::Duration;
 
 use super::conn::{off_runtime, Conn};
+use super::row::raw_record;
+use super::sql::table;
 use super::target::Target;
-use super::{raw_record, table, UNDEFINED_TABLE};
+use super::UNDEFINED_TABLE;
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::lease::{LeaseConfig, ShardLease};
