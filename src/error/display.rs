@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::Path;
 
 use super::Error;
+use crate::env;
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -25,7 +26,8 @@ impl fmt::Display for Error {
             }
             Error::Hostname(e) => write!(
                 f,
-                "cannot read the host name to choose a shard ({e}); set IDUTIL_SHARD"
+                "cannot read the host name to choose a shard ({e}); set {}",
+                env::SHARD
             ),
             Error::UnusableHostname { host, problem } => write!(
                 f,
@@ -34,8 +36,8 @@ impl fmt::Display for Error {
             ),
             Error::NoStateDir => write!(
                 f,
-                "no state directory: set IDUTIL_STATE_DIR, XDG_STATE_HOME or HOME, \
-                 or pass a state directory"
+                "no state directory: set {}, XDG_STATE_HOME or HOME, or pass a state directory",
+                env::STATE_DIR
             ),
             Error::EndOfRange { last_unix_second } => write!(
                 f,
@@ -159,8 +161,8 @@ impl fmt::Display for Error {
                  set {} to the absolute path of a directory this user can write (in a \
                  container, one on a persistent volume)",
                 path.display(),
-                crate::env::STATE_DIR,
-                crate::env::STATE_DIR
+                env::STATE_DIR,
+                env::STATE_DIR
             ),
             Error::StateReplaced { shard, reason } => write!(
                 f,

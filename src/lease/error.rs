@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::redact::redact;
+use crate::env;
 use crate::error::Error;
 
 /// What went wrong with a shard lease.
@@ -276,8 +277,9 @@ impl fmt::Display for LeaseError {
                 write!(
                     f,
                     ", and a shard is never shared. Close idle generators, wait for a crashed \
-                     holder's lease to expire, or use a layout with more shard bits \
-                     (IDUTIL_LAYOUT, --layout)"
+                     holder's lease to expire, or use a layout with more shard bits ({}, \
+                     --layout)",
+                    env::LAYOUT
                 )
             }
             LeaseError::Fenced { shard, reason } => write!(

@@ -160,20 +160,22 @@ impl Lease {
         &self.record
     }
 
-    /// Installs the generator's fence and applies the current state.
+    /// Installs the hook that stops and resumes the generator's issuing,
+    /// and applies the current state.
     pub(crate) fn set_hook(&self, hook: FenceHook) {
         let state = self.shared.lock();
         *crate::sync::lock(&self.shared.hook) = Some(hook);
-        if state.fenced().is_some() {
+        if state.stopped().is_some() {
             self.shared.apply(&state);
         }
     }
 
-    /// Why the generator is fenced (for its error).
+    /// Why the generator issues nothing (for its error): the fence, a
+    /// skew, or a lost lease.
     pub(crate) fn fence_error(&self) -> LeaseError {
         self.shared
             .lock()
-            .fenced()
+            .stopped()
             .cloned()
             .unwrap_or_else(|| LeaseError::fenced(self.shard, "the lease is being renewed"))
     }
@@ -195,7 +197,7 @@ impl Lease {
                     ahead,
                     limit,
                 };
-                self.shared.fence_for_good(self.shard, e.clone());
+                self.shared.stop_for_good(self.shard, e.clone());
                 return Err(e.into());
             }
         }
@@ -207,7 +209,7 @@ impl Lease {
             }
             Err(Trouble::Again(e)) => Err(e.into()),
             Err(Trouble::Lost(e)) => {
-                self.shared.fence_for_good(self.shard, e.clone());
+                self.shared.stop_for_good(self.shard, e.clone());
                 Err(e.into())
             }
         }

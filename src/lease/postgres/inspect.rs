@@ -39,19 +39,7 @@ fn inspect_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>
         Err(f) => return Err(f.into_error("read the leases from", config).into()),
     };
     let start = *range.start();
-    let mut out: Vec<ShardLease> = range
-        .map(|shard| ShardLease {
-            shard,
-            holder: None,
-            expires_in: None,
-            high_water: None,
-            last: None,
-            seen: None,
-            layout: None,
-            epoch: None,
-            invalid: Vec::new(),
-        })
-        .collect();
+    let mut out: Vec<ShardLease> = range.map(ShardLease::empty).collect();
     for row in rows {
         let index = u32::try_from(row.get::<_, i64>(0))
             .ok()

@@ -38,7 +38,7 @@ impl RedisLease {
             self.shard,
             config.ttl
         );
-        let lost = |reason: &str| {
+        let expired = |reason: &str| {
             LeaseError::fenced(
                 self.shard,
                 format!("{reason} while waiting to create the shard's record"),
@@ -81,7 +81,7 @@ impl RedisLease {
             match answer {
                 1 => held_at = sent,
                 2 => return Err(appeared()),
-                _ => return Err(lost("the lease expired")),
+                _ => return Err(expired("the lease expired")),
             }
         }
         // Clamped into the layout's range, so the record is always valid; a
@@ -102,7 +102,7 @@ impl RedisLease {
         match answer {
             1 => {}
             2 => return Err(appeared()),
-            _ => return Err(lost("the lease expired")),
+            _ => return Err(expired("the lease expired")),
         }
         let record = Record {
             high_water: Some(now),

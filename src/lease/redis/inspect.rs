@@ -32,17 +32,9 @@ pub(crate) fn inspect(config: &LeaseConfig, layout: &Layout) -> Result<Vec<Shard
             .arg(key(config, "mark", shard))
             .query(&mut conn)
             .map_err(fail)?;
-        let mut row = ShardLease {
-            shard,
-            holder,
-            expires_in: u64::try_from(pttl).ok().map(Duration::from_millis),
-            high_water: None,
-            last: None,
-            seen: None,
-            layout: None,
-            epoch: None,
-            invalid: Vec::new(),
-        };
+        let mut row = ShardLease::empty(shard);
+        row.holder = holder;
+        row.expires_in = u64::try_from(pttl).ok().map(Duration::from_millis);
         match kind.as_str() {
             "none" => {}
             "hash" => {
