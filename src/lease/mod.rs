@@ -129,6 +129,7 @@ pub(crate) struct Ask<'a> {
     /// Shards to leave out (unusable, or held on this host).
     pub(crate) skip: &'a [u32],
     /// A new record (Redis's first use of a shard) starts at this clock.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) time: &'a dyn Clock,
     /// Names this holder in the store.
     pub(crate) token: &'a str,
@@ -220,11 +221,6 @@ pub(crate) fn new_token() -> String {
         .map_or(0, |d| d.as_nanos());
     let n = TOKENS.fetch_add(1, Relaxed);
     format!("{host}:{}:{nanos}:{n}", std::process::id())
-}
-
-/// Whole milliseconds, at least 1.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// The host's wall clock, to the nanosecond (through the C library, so

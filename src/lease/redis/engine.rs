@@ -7,8 +7,8 @@ use ::redis::{Connection, Value};
 
 use super::conn::{fail, replicas, replicas_of, with_conn};
 use super::scripts::{record_trouble, FINISH, RAISE, RELEASE, RENEW};
-use super::{key, RedisLease, ENGINE};
-use crate::lease::{millis, Engine, LeaseError, Renewed, Trouble};
+use super::{key, millis, RedisLease, ENGINE};
+use crate::lease::{Engine, LeaseError, Renewed, Trouble};
 
 impl RedisLease {
     /// After a raise: waits for every replica the server has had, if any.

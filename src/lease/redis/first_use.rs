@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use super::conn::{fail, with_conn};
 use super::scripts::{CREATE, HOLD};
-use super::{key, RedisLease};
+use super::{key, millis, RedisLease};
 use crate::layout::Layout;
 use crate::lease::record::Record;
-use crate::lease::{millis, LeaseError};
+use crate::lease::LeaseError;
 
 impl RedisLease {
     /// A shard without a record: either nobody used it under this prefix,

@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 use ::redis::{Client, Connection};
 
 use super::record::{read_record, RawRecord, Record};
-use super::{millis, Ask, Engine, Grant, LeaseConfig, LeaseError};
+use super::{Ask, Engine, Grant, LeaseConfig, LeaseError};
 use crate::error::Result;
 use crate::layout::Layout;
 use conn::{check_server, client, fail, with_conn};
@@ -81,6 +81,11 @@ pub(crate) use inspect::inspect;
 use scripts::ACQUIRE;
 
 const ENGINE: &str = "Redis";
+
+/// Whole milliseconds, at least 1: a TTL or a wait as Redis takes it.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
 
 /// A shard held in Redis.
 struct RedisLease {
