@@ -3,9 +3,12 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::io;
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::CommandFactory;
+use idutil::state::Remedy;
+use idutil::Error;
 
 use crate::args::Cli;
 use crate::BoxError;
@@ -30,7 +33,7 @@ pub(crate) fn stdout_was_closed() -> bool {
     #[cfg(target_os = "linux")]
     {
         let null = std::fs::read_link("/proc/self/fd/1")
-            .is_ok_and(|target| target == std::path::Path::new("/dev/null"));
+            .is_ok_and(|target| target == Path::new("/dev/null"));
         let read_write = std::fs::read_to_string("/proc/self/fdinfo/1").is_ok_and(|info| {
             info.lines()
                 .find_map(|l| l.strip_prefix("flags:"))
@@ -59,14 +62,14 @@ pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
         say!("idutil: {kind}: {}", one_line(&e.to_string()));
         return ExitCode::from(code);
     }
-    let (kind, code) = match e.downcast_ref::<idutil::Error>() {
+    let (kind, code) = match e.downcast_ref::<Error>() {
         Some(
-            idutil::Error::ShardOutOfRange { .. }
-            | idutil::Error::UnusableHostname { .. }
-            | idutil::Error::InvalidEnv { .. }
-            | idutil::Error::InvalidIdSpace { .. }
-            | idutil::Error::RelativeStateDir { .. }
-            | idutil::Error::NoStateDir,
+            Error::ShardOutOfRange { .. }
+            | Error::UnusableHostname { .. }
+            | Error::InvalidEnv { .. }
+            | Error::InvalidIdSpace { .. }
+            | Error::RelativeStateDir { .. }
+            | Error::NoStateDir,
         ) => ("usage error", 2),
         Some(_) => ("error", 1),
         // The library reports its own I/O as `idutil::Error`: a bare I/O
@@ -79,7 +82,7 @@ pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
         None => ("error", 1),
     };
     let hint = e
-        .downcast_ref::<idutil::Error>()
+        .downcast_ref::<Error>()
         .and_then(hint)
         .map(|h| format!("; {h}"))
         .unwrap_or_default();
@@ -89,30 +92,29 @@ pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
 
 /// The command's own advice for a library error: its flags and
 /// sub-commands, which the library's messages do not know about.
-fn hint(e: &idutil::Error) -> Option<String> {
-    use idutil::state::Remedy;
-    use idutil::Error;
-    let recover = |path: &std::path::Path, shard: u32| {
-        let dir = path.parent().unwrap_or(std::path::Path::new("."));
-        format!(
-            "idutil state recover --shard {shard} --state-dir {}",
-            dir.display()
-        )
-    };
+fn hint(e: &Error) -> Option<String> {
     match e {
         Error::ShardOutOfRange { .. } | Error::UnusableHostname { .. } | Error::Hostname(_) => {
             Some("the command also takes --shard N".into())
         }
         Error::DefaultStateDir { .. } => Some("the command also takes --state-dir DIR".into()),
-        Error::BadState { path, shard, .. } | Error::RecoveryRefused { path, shard, .. } => {
+        // A state file that cannot be trusted, or a recovery refused.
+        _ => {
+            let recover = || {
+                let dir = e.path()?.parent().unwrap_or(Path::new("."));
+                Some(format!(
+                    "idutil state recover --shard {} --state-dir {}",
+                    e.shard()?,
+                    dir.display()
+                ))
+            };
             match e.remedy()? {
-                Remedy::Recover => Some(format!("run: {}", recover(path, *shard))),
-                Remedy::After => Some(format!("run: {} --after TIME", recover(path, *shard))),
+                Remedy::Recover => Some(format!("run: {}", recover()?)),
+                Remedy::After => Some(format!("run: {} --after TIME", recover()?)),
                 Remedy::Force => Some("pass --force".into()),
                 _ => None,
             }
         }
-        _ => None,
     }
 }
 

@@ -1,10 +1,12 @@
 //! What can go wrong with a shard lease: [`LeaseError`].
 
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::config::redact;
+use super::redact::redact;
+use crate::env;
 use crate::error::Error;
 
 /// What went wrong with a shard lease.
@@ -138,6 +140,93 @@ pub enum LeaseError {
 }
 
 impl LeaseError {
+    /// [`LeaseError::InvalidConfig`].
+    pub(crate) fn invalid_config(reason: impl Into<String>) -> LeaseError {
+        LeaseError::InvalidConfig {
+            reason: reason.into(),
+        }
+    }
+
+    /// [`LeaseError::NoFreeShard`] over `range`, before any shard is
+    /// skipped.
+    pub(crate) fn no_free_shard(range: &RangeInclusive<u32>, prefix: &str) -> LeaseError {
+        LeaseError::NoFreeShard {
+            first: *range.start(),
+            last: *range.end(),
+            prefix: prefix.to_string(),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// [`LeaseError::Fenced`]: the lease is not known to be held for now.
+    pub(crate) fn fenced(shard: u32, reason: impl Into<String>) -> LeaseError {
+        LeaseError::Fenced {
+            shard,
+            reason: reason.into(),
+        }
+    }
+
+    /// [`LeaseError::Lost`]: gone for good.
+    pub(crate) fn lost(shard: u32, reason: impl Into<String>) -> LeaseError {
+        LeaseError::Lost {
+            shard,
+            reason: reason.into(),
+        }
+    }
+
+    /// The lease was gone when the holder closed with the exact last ID.
+    pub(crate) fn lost_at_close(shard: u32) -> LeaseError {
+        LeaseError::lost(
+            shard,
+            "it was no longer held at close, so the exact last ID was not recorded",
+        )
+    }
+
+    /// A record whose mark is below what this holder raised it to:
+    /// rewritten, restored from an older copy, or an acknowledged write
+    /// lost.
+    pub(crate) fn mark_lowered(shard: u32, record: &str) -> LeaseError {
+        LeaseError::lost(
+            shard,
+            format!(
+                "the high-water second of {record} is below what this holder raised it to: \
+                 the record was rewritten or restored from an older copy, or the store lost \
+                 acknowledged writes"
+            ),
+        )
+    }
+
+    /// [`LeaseError::InvalidRecord`] for `field` of the record at `key`.
+    pub(crate) fn invalid_record(
+        shard: u32,
+        key: impl Into<String>,
+        field: &'static str,
+        reason: impl Into<String>,
+    ) -> LeaseError {
+        LeaseError::InvalidRecord {
+            shard,
+            key: key.into(),
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// [`LeaseError::LayoutMismatch`]: the record was written under
+    /// `recorded`, not `ours`.
+    pub(crate) fn layout_mismatch(
+        shard: u32,
+        prefix: &str,
+        recorded: impl Into<String>,
+        ours: impl Into<String>,
+    ) -> LeaseError {
+        LeaseError::LayoutMismatch {
+            shard,
+            prefix: prefix.to_string(),
+            recorded: recorded.into(),
+            ours: ours.into(),
+        }
+    }
+
     pub(crate) fn store(
         engine: &'static str,
         action: &'static str,
@@ -188,8 +277,9 @@ impl fmt::Display for LeaseError {
                 write!(
                     f,
                     ", and a shard is never shared. Close idle generators, wait for a crashed \
-                     holder's lease to expire, or use a layout with more shard bits \
-                     (IDUTIL_LAYOUT, --layout)"
+                     holder's lease to expire, or use a layout with more shard bits ({}, \
+                     --layout)",
+                    env::LAYOUT
                 )
             }
             LeaseError::Fenced { shard, reason } => write!(

@@ -91,15 +91,15 @@ impl Lease {
             }
             let record = match grant.record {
                 Ok(record) if record.resume_at(layout) >= layout.counter_end() => {
-                    Err(LeaseError::InvalidRecord {
+                    Err(LeaseError::invalid_record(
                         shard,
-                        key: engine.describe(),
-                        field: "high_water",
-                        reason: format!(
+                        engine.describe(),
+                        "high_water",
+                        format!(
                             "= {} is the layout's last second: the shard has no second left",
                             record.high_water.unwrap_or_default()
                         ),
-                    })
+                    ))
                 }
                 other => other,
             };
@@ -143,8 +143,8 @@ impl Lease {
             let handle = thread::Builder::new()
                 .name(format!("idutil-lease-{shard}"))
                 .spawn(move || renewer.run())
-                .map_err(|e| LeaseError::InvalidConfig {
-                    reason: format!("cannot start the renewal thread: {e}"),
+                .map_err(|e| {
+                    LeaseError::invalid_config(format!("cannot start the renewal thread: {e}"))
                 })?;
             *crate::sync::lock(&lease.renewer) = Some(handle);
             return Ok(lease);
@@ -160,25 +160,24 @@ impl Lease {
         &self.record
     }
 
-    /// Installs the generator's fence and applies the current state.
+    /// Installs the hook that stops and resumes the generator's issuing,
+    /// and applies the current state.
     pub(crate) fn set_hook(&self, hook: FenceHook) {
         let state = self.shared.lock();
         *crate::sync::lock(&self.shared.hook) = Some(hook);
-        if state.fenced().is_some() {
+        if state.stopped().is_some() {
             self.shared.apply(&state);
         }
     }
 
-    /// Why the generator is fenced (for its error).
+    /// Why the generator issues nothing (for its error): the fence, a
+    /// skew, or a lost lease.
     pub(crate) fn fence_error(&self) -> LeaseError {
         self.shared
             .lock()
-            .fenced()
+            .stopped()
             .cloned()
-            .unwrap_or_else(|| LeaseError::Fenced {
-                shard: self.shard,
-                reason: "the lease is being renewed".to_string(),
-            })
+            .unwrap_or_else(|| LeaseError::fenced(self.shard, "the lease is being renewed"))
     }
 
     /// Records in the store that IDs up to `high_water` (Unix seconds) may
@@ -198,7 +197,7 @@ impl Lease {
                     ahead,
                     limit,
                 };
-                self.shared.fence_for_good(self.shard, e.clone());
+                self.shared.stop_for_good(self.shard, e.clone());
                 return Err(e.into());
             }
         }
@@ -210,7 +209,7 @@ impl Lease {
             }
             Err(Trouble::Again(e)) => Err(e.into()),
             Err(Trouble::Lost(e)) => {
-                self.shared.fence_for_good(self.shard, e.clone());
+                self.shared.stop_for_good(self.shard, e.clone());
                 Err(e.into())
             }
         }

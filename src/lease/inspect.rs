@@ -21,9 +21,10 @@ pub struct ShardLease {
     pub expires_in: Option<Duration>,
     /// No ID on the shard has a later second (Unix seconds).
     pub high_water: Option<u64>,
-    /// The exact last ID's second and sequence, after a clean close.
+    /// The exact last ID's second (Unix seconds) and sequence, after a
+    /// clean close.
     pub last: Option<(u64, u32)>,
-    /// The highest wall-clock second a holder saw.
+    /// The highest wall-clock second a holder saw (Unix seconds).
     pub seen: Option<u64>,
     /// The layout fingerprint recorded with the shard.
     pub layout: Option<String>,
@@ -37,6 +38,21 @@ pub struct ShardLease {
 }
 
 impl ShardLease {
+    /// A shard with no lease and no record found yet.
+    pub(crate) fn empty(shard: u32) -> ShardLease {
+        ShardLease {
+            shard,
+            holder: None,
+            expires_in: None,
+            high_water: None,
+            last: None,
+            seen: None,
+            layout: None,
+            epoch: None,
+            invalid: Vec::new(),
+        }
+    }
+
     /// Fills the record's fields from `raw`, read as a generator reads it:
     /// a field that does not pass is left `None` and named in `invalid`.
     pub(crate) fn show_record(&mut self, raw: &RawRecord, layout: &Layout) {

@@ -159,6 +159,7 @@ mod error;
 mod holder;
 mod inspect;
 mod record;
+mod redact;
 mod renewal;
 
 #[cfg(feature = "postgres-lease")]
@@ -192,6 +193,7 @@ pub(crate) struct Ask<'a> {
     /// Shards to leave out (unusable, or held on this host).
     pub(crate) skip: &'a [u32],
     /// A new record (Redis's first use of a shard) starts at this clock.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) time: &'a dyn Clock,
     /// Names this holder in the store.
     pub(crate) token: &'a str,
@@ -270,19 +272,6 @@ pub(crate) fn connect(ask: &Ask<'_>) -> crate::error::Result<(Box<dyn Engine>, G
     }
 }
 
-/// A record whose mark is below what this holder raised it to: rewritten,
-/// restored from an older copy, or an acknowledged write lost.
-pub(crate) fn mark_lowered(shard: u32, record: &str) -> LeaseError {
-    LeaseError::Lost {
-        shard,
-        reason: format!(
-            "the high-water second of {record} is below what this holder raised it to: the \
-             record was rewritten or restored from an older copy, or the store lost \
-             acknowledged writes"
-        ),
-    }
-}
-
 static TOKENS: AtomicU64 = AtomicU64::new(0);
 
 /// A token naming this holder: host, pid, time and a counter, so `idutil
@@ -296,11 +285,6 @@ pub(crate) fn new_token() -> String {
         .map_or(0, |d| d.as_nanos());
     let n = TOKENS.fetch_add(1, Relaxed);
     format!("{host}:{}:{nanos}:{n}", std::process::id())
-}
-
-/// Whole milliseconds, at least 1.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// The host's wall clock, to the nanosecond (through the C library, so

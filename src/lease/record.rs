@@ -276,12 +276,7 @@ mod tests {
         assert_eq!(p[0].0, "high_water");
         assert!(p[0].1.contains("digits only") || p[0].1.contains("outside"));
         assert!(p[0].1.len() < 150, "{}", p[0].1);
-        let e = LeaseError::InvalidRecord {
-            shard: 3,
-            key: "idutil:mark:3".into(),
-            field: "high_water",
-            reason: p[0].1.clone(),
-        };
+        let e = LeaseError::invalid_record(3, "idutil:mark:3", "high_water", p[0].1.clone());
         let text = e.to_string();
         assert!(text.contains("idutil:mark:3 field high_water"), "{text}");
         assert_eq!(e.shard(), Some(3));

@@ -1,6 +1,7 @@
-//! The renewal thread: keeps the lease alive, and fences the generator
-//! when it cannot (the deadline), when the store's clock and the host's
-//! disagree (the skew), or for good when the record is lost.
+//! The renewal thread: keeps the lease alive, and stops the generator
+//! issuing when it cannot (the fence, at the deadline), when the store's
+//! clock and the host's disagree (the skew), or for good when the lease or
+//! the record is lost.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -33,9 +34,9 @@ pub(super) struct RenewState {
 }
 
 impl RenewState {
-    /// Why the generator is fenced, if it is: a lost lease first, then a
-    /// skew, then a late renewal.
-    pub(super) fn fenced(&self) -> Option<&LeaseError> {
+    /// Why the generator issues nothing, if it does not: a lost lease
+    /// first, then a skew, then a late renewal (the fence).
+    pub(super) fn stopped(&self) -> Option<&LeaseError> {
         self.lost
             .as_ref()
             .or(self.skew.as_ref())
@@ -86,7 +87,7 @@ impl Shared {
 
     /// Stops the generator for good: `e` is why, and the renewal thread
     /// stops renewing.
-    pub(super) fn fence_for_good(&self, shard: u32, e: LeaseError) {
+    pub(super) fn stop_for_good(&self, shard: u32, e: LeaseError) {
         let mut state = self.lock();
         if state.lost.is_none() {
             log::warn!("shard {shard}: {e}");
@@ -97,10 +98,10 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    /// Sets or clears the generator's fence from the state.
+    /// Stops or resumes the generator's issuing from the state.
     pub(super) fn apply(&self, state: &RenewState) {
         if let Some(hook) = &*crate::sync::lock(&self.hook) {
-            hook(state.fenced().is_some());
+            hook(state.stopped().is_some());
         }
     }
 }
@@ -140,10 +141,7 @@ impl Renewer {
                              issuing stops until it is",
                             self.shard
                         );
-                        state.late = Some(LeaseError::Fenced {
-                            shard: self.shard,
-                            reason,
-                        });
+                        state.late = Some(LeaseError::fenced(self.shard, reason));
                         self.shared.apply(&state);
                     }
                     if now >= next && state.lost.is_none() {
@@ -174,14 +172,14 @@ impl Renewer {
             match result {
                 Ok(renewed) => {
                     if let Err(e) = self.held(renewed, known) {
-                        self.shared.fence_for_good(self.shard, e);
+                        self.shared.stop_for_good(self.shard, e);
                         continue;
                     }
                     self.last_ok = sent;
                     next = sent + self.config.renew_every();
                 }
                 Err(Trouble::Lost(e)) => {
-                    self.shared.fence_for_good(self.shard, e);
+                    self.shared.stop_for_good(self.shard, e);
                     continue;
                 }
                 Err(Trouble::Again(e)) => {
@@ -196,7 +194,10 @@ impl Renewer {
     /// lift the deadline's fence. `Err`: the lease is lost for good.
     fn held(&self, renewed: Renewed, known: u64) -> Result<(), LeaseError> {
         if renewed.mark.unwrap_or(0) < known {
-            return Err(super::mark_lowered(self.shard, &self.engine.describe()));
+            return Err(LeaseError::mark_lowered(
+                self.shard,
+                &self.engine.describe(),
+            ));
         }
         let mut state = self.shared.lock();
         state.last_error = None;

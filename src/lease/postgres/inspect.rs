@@ -2,11 +2,14 @@
 
 use std::time::Duration;
 
-use super::conn::{off_runtime, Conn, Target};
-use super::{raw_record, table, ENGINE, UNDEFINED_TABLE};
+use super::conn::{off_runtime, Conn};
+use super::row::raw_record;
+use super::sql::table;
+use super::target::Target;
+use super::UNDEFINED_TABLE;
 use crate::error::Result;
 use crate::layout::Layout;
-use crate::lease::{LeaseConfig, LeaseError, ShardLease};
+use crate::lease::{LeaseConfig, ShardLease};
 
 /// Reads the rows of every shard of the range, for display. A shard
 /// without a row (or a database without the table) shows as never used.
@@ -17,8 +20,7 @@ pub(crate) fn inspect(config: &LeaseConfig, layout: &Layout) -> Result<Vec<Shard
 fn inspect_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>> {
     let range = config.range(layout, None)?;
     let target = Target::parse(config)?;
-    let mut conn = Conn::new()
-        .map_err(|e| LeaseError::store(ENGINE, "start a connection to", &config.url, e))?;
+    let mut conn = Conn::open(config)?;
     let sql = format!(
         "SELECT shard, holder, \
              CASE WHEN expires_at > clock_timestamp() \
@@ -37,19 +39,7 @@ fn inspect_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>
         Err(f) => return Err(f.into_error("read the leases from", config).into()),
     };
     let start = *range.start();
-    let mut out: Vec<ShardLease> = range
-        .map(|shard| ShardLease {
-            shard,
-            holder: None,
-            expires_in: None,
-            high_water: None,
-            last: None,
-            seen: None,
-            layout: None,
-            epoch: None,
-            invalid: Vec::new(),
-        })
-        .collect();
+    let mut out: Vec<ShardLease> = range.map(ShardLease::empty).collect();
     for row in rows {
         let index = u32::try_from(row.get::<_, i64>(0))
             .ok()

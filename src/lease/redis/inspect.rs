@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use super::{client, connection, key, ENGINE};
+use super::conn::{client, connection};
+use super::{key, ENGINE};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::lease::record::RawRecord;
@@ -31,17 +32,9 @@ pub(crate) fn inspect(config: &LeaseConfig, layout: &Layout) -> Result<Vec<Shard
             .arg(key(config, "mark", shard))
             .query(&mut conn)
             .map_err(fail)?;
-        let mut row = ShardLease {
-            shard,
-            holder,
-            expires_in: u64::try_from(pttl).ok().map(Duration::from_millis),
-            high_water: None,
-            last: None,
-            seen: None,
-            layout: None,
-            epoch: None,
-            invalid: Vec::new(),
-        };
+        let mut row = ShardLease::empty(shard);
+        row.holder = holder;
+        row.expires_in = u64::try_from(pttl).ok().map(Duration::from_millis);
         match kind.as_str() {
             "none" => {}
             "hash" => {

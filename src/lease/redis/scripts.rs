@@ -76,20 +76,19 @@ pub(crate) fn record_trouble(config: &LeaseConfig, shard: u32, answer: i64) -> L
     let key = key(config, "mark", shard);
     let field = match answer {
         3 => return LeaseError::RecordLost { shard, key },
-        8 => return crate::lease::mark_lowered(shard, &key),
+        8 => return LeaseError::mark_lowered(shard, &key),
         5 => "seen",
         6 => "last",
         7 => "layout",
         _ => "high_water",
     };
-    LeaseError::InvalidRecord {
+    LeaseError::invalid_record(
         shard,
         key,
         field,
-        reason: "was changed in Redis to a value this crate does not write (or the key to \
-                 another type) while this generator held the shard"
-            .to_string(),
-    }
+        "was changed in Redis to a value this crate does not write (or the key to another \
+         type) while this generator held the shard",
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,226 @@
+//! How an [`Error`] reads: its message, and the error beneath it.
+
+use std::fmt;
+use std::path::Path;
+
+use super::Error;
+use crate::env;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Id(e) => e.fmt(f),
+            Error::BatchTooLarge { n, max } => {
+                write!(
+                    f,
+                    "a batch of {n} IDs is larger than the {max} one step takes"
+                )
+            }
+            Error::ShardOutOfRange { shard, max, source } => write!(
+                f,
+                "shard {shard} ({source}) is out of range 0..={max}; \
+                 choose a shard in range"
+            ),
+            Error::InvalidEnv { var, value, reason } => {
+                write!(f, "environment variable {var}={value:?}: {reason}")
+            }
+            Error::Hostname(e) => write!(
+                f,
+                "cannot read the host name to choose a shard ({e}); set {}",
+                env::SHARD
+            ),
+            Error::UnusableHostname { host, problem } => write!(
+                f,
+                "host name {host:?} cannot choose a shard: {problem}; {}",
+                problem.advice()
+            ),
+            Error::NoStateDir => write!(
+                f,
+                "no state directory: set {}, XDG_STATE_HOME or HOME, or pass a state directory",
+                env::STATE_DIR
+            ),
+            Error::EndOfRange { last_unix_second } => write!(
+                f,
+                "the layout's last second ({last_unix_second} s after the Unix epoch) \
+                 has been used; no more IDs can be issued"
+            ),
+            Error::EndMarginReached {
+                shard,
+                from,
+                margin,
+                last_unix_second,
+            } => write!(
+                f,
+                "shard {shard} has reached the last {margin} s of its layout's range (from \
+                 {from} s after the Unix epoch; the range ends at {last_unix_second}), which \
+                 generators keep clear so that a clock far ahead for a moment cannot use the \
+                 shard up; if the clock is right, the layout is used up (open with a smaller \
+                 end margin to issue the rest); if a wrong clock pushed the shard here, move \
+                 its IDs to another shard"
+            ),
+            Error::ClockOutOfRange {
+                unix_second,
+                first,
+                last,
+            } => write!(
+                f,
+                "the wall clock reads {unix_second} s after the Unix epoch, outside the \
+                 layout's range of {first} to {last}; fix the clock"
+            ),
+            Error::LeadCapReached { lead, max_lead } => write!(
+                f,
+                "issuing would put the generator {lead} s ahead of the wall clock, \
+                 past its max_lead of {max_lead} s"
+            ),
+            Error::Locked { shard, dir, pid } => {
+                write!(
+                    f,
+                    "shard {shard} in state directory {} is in use by another generator",
+                    dir.display()
+                )?;
+                match pid {
+                    Some(pid) => write!(f, " (pid {pid})"),
+                    None => Ok(()),
+                }
+            }
+            Error::HostLocked {
+                shard,
+                id_space,
+                pid,
+                uid: None,
+                ..
+            } => {
+                write!(
+                    f,
+                    "shard {shard} of ID space {id_space:?} is in use by another generator \
+                     on this host"
+                )?;
+                match pid {
+                    Some(pid) => write!(f, " (pid {pid})")?,
+                    None => write!(f, " (pid unknown)")?,
+                }
+                write!(
+                    f,
+                    ", whatever its state directory; use another shard, or another ID space \
+                     for IDs that never share a table"
+                )
+            }
+            Error::HostLocked {
+                shard,
+                id_space,
+                pid,
+                uid: Some(uid),
+                lock_file,
+            } => {
+                write!(
+                    f,
+                    "shard {shard} of ID space {id_space:?} is held on this host by "
+                )?;
+                match pid {
+                    Some(pid) => write!(f, "pid {pid}")?,
+                    None => write!(f, "a process")?,
+                }
+                write!(
+                    f,
+                    " of uid {uid}, another user (lock file {}): if that is not an idutil \
+                     generator of that user, it took the name to block the shard; an \
+                     administrator can end it and remove the file. Meanwhile use another \
+                     shard, or another ID space for IDs that never share a table",
+                    lock_file.display()
+                )
+            }
+            Error::HostLockUnusable {
+                shard,
+                id_space,
+                path,
+                reason,
+            } => write!(
+                f,
+                "cannot take shard {shard} of ID space {id_space:?} on this host: its lock \
+                 file {} cannot be used: {reason}. idutil never makes such a file: someone \
+                 else did, perhaps to block the shard; an administrator can remove it. \
+                 Meanwhile use another shard, or another ID space for IDs that never share \
+                 a table",
+                path.display()
+            ),
+            Error::InvalidIdSpace { name, reason } => {
+                write!(f, "invalid ID space {name:?}: {reason}")
+            }
+            Error::RelativeStateDir { path } => write!(
+                f,
+                "state directory {} is a relative path, which names a different directory \
+                 in each working directory; give an absolute path",
+                path.display()
+            ),
+            Error::Untrusted { path, reason } => {
+                write!(f, "refusing to use {}: {reason}", path.display())
+            }
+            Error::DefaultStateDir { path, source } => write!(
+                f,
+                "{source}. {} is the default state directory, used because {} is not set: \
+                 set {} to the absolute path of a directory this user can write (in a \
+                 container, one on a persistent volume)",
+                path.display(),
+                env::STATE_DIR,
+                env::STATE_DIR
+            ),
+            Error::StateReplaced { shard, reason } => write!(
+                f,
+                "shard {shard}: {reason} while the generator held it; the generator stopped \
+                 issuing and writes nothing more. Find out who removed it, then open a new \
+                 generator"
+            ),
+            Error::Io {
+                action,
+                path,
+                source,
+            } => write!(f, "cannot {action} {}: {source}", path.display()),
+            Error::BadState {
+                path,
+                shard,
+                reason,
+                ..
+            } => {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                write!(
+                    f,
+                    "state file {} cannot be trusted: {reason}; it was left as it is. \
+                     Recovering shard {shard} in {} restarts it conservatively",
+                    path.display(),
+                    dir.display()
+                )
+            }
+            Error::RecoveryRefused { path, reason, .. } => write!(
+                f,
+                "state file {} was not recovered: {reason}",
+                path.display()
+            ),
+            Error::Forked { shard } => write!(
+                f,
+                "the generator of shard {shard} was opened by the parent of this process \
+                 (created by fork()), and a child never issues its parent's IDs; open a \
+                 generator on another shard in the child"
+            ),
+            Error::Closed => write!(f, "the generator is closed"),
+            Error::AlreadyInitialized => {
+                write!(f, "the process-wide generator is already initialized")
+            }
+            #[cfg(feature = "lease")]
+            Error::Lease(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Id(e) => std::error::Error::source(e),
+            Error::Hostname(e) | Error::Io { source: e, .. } => Some(e),
+            // Its message includes the inner error's; skip to that one's cause.
+            Error::DefaultStateDir { source, .. } => std::error::Error::source(&**source),
+            #[cfg(feature = "lease")]
+            Error::Lease(e) => std::error::Error::source(e),
+            _ => None,
+        }
+    }
+}

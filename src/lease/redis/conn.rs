@@ -1,0 +1,123 @@
+//! Reaching Redis: the client, connections whose every round trip has a
+//! deadline, and what the server is set up to keep.
+
+use std::time::Duration;
+
+use ::redis::{Client, Connection};
+
+use super::ENGINE;
+use crate::error::Result;
+use crate::lease::{LeaseConfig, LeaseError};
+
+pub(super) fn fail<'a>(
+    action: &'static str,
+    config: &'a LeaseConfig,
+) -> impl Fn(::redis::RedisError) -> LeaseError + 'a {
+    move |e| LeaseError::store(ENGINE, action, &config.url, e)
+}
+
+pub(super) fn client(config: &LeaseConfig) -> Result<Client> {
+    if config
+        .url
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("rediss://")
+    {
+        return Err(LeaseError::invalid_config(
+            "rediss:// (Redis over TLS) is not supported by this build of idutil: reach the \
+             server through a local TLS tunnel (stunnel, spiped) on a loopback redis:// URL, \
+             or lease from PostgreSQL, which speaks TLS (sslmode=verify-full)",
+        )
+        .into());
+    }
+    Client::open(config.url.as_str()).map_err(|e| fail("connect to", config)(e).into())
+}
+
+/// Opens a connection whose every round trip is bounded by `timeout`.
+pub(super) fn connection(client: &Client, timeout: Duration) -> ::redis::RedisResult<Connection> {
+    let timeout = timeout.max(Duration::from_millis(1));
+    let conn = client.get_connection_with_timeout(timeout)?;
+    conn.set_read_timeout(Some(timeout))?;
+    conn.set_write_timeout(Some(timeout))?;
+    Ok(conn)
+}
+
+/// Runs `f` on `slot`'s connection (opening one if needed) with round trips
+/// bounded by `timeout`; drops the connection after any error, since a reply
+/// that arrives late would answer the next command.
+pub(super) fn with_conn<T>(
+    client: &Client,
+    slot: &mut Option<Connection>,
+    timeout: Duration,
+    f: impl FnOnce(&mut Connection) -> ::redis::RedisResult<T>,
+) -> ::redis::RedisResult<T> {
+    let timeout = timeout.max(Duration::from_millis(1));
+    let conn = match slot {
+        Some(conn) => {
+            conn.set_read_timeout(Some(timeout))?;
+            conn.set_write_timeout(Some(timeout))?;
+            conn
+        }
+        None => slot.insert(connection(client, timeout)?),
+    };
+    let result = f(conn);
+    if result.is_err() {
+        *slot = None;
+    }
+    result
+}
+
+/// Refuses a server that may evict the lease's keys; warns when it cannot
+/// tell. Returns how many replicas the server has.
+pub(super) fn check_server(config: &LeaseConfig, conn: &mut Connection) -> Result<i64> {
+    let policy: ::redis::RedisResult<(Vec<String>, Vec<String>)> = ::redis::pipe()
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory")
+        .query(conn);
+    match policy {
+        Ok((policy, maxmemory)) => {
+            let policy = policy.get(1).map(String::as_str).unwrap_or("noeviction");
+            let limited = maxmemory.get(1).is_some_and(|m| m != "0");
+            if limited && policy != "noeviction" {
+                return Err(LeaseError::UnsafeStore {
+                    url: config.url_redacted(),
+                    reason: format!(
+                        "maxmemory-policy is {policy} with a maxmemory limit, so Redis may \
+                         evict the shards' records and IDs would be issued twice; set \
+                         maxmemory-policy noeviction (or use a Redis of its own for the \
+                         lease, or the PostgreSQL lease)"
+                    ),
+                }
+                .into());
+            }
+        }
+        Err(e) => log::warn!(
+            "cannot read the eviction policy of Redis at {} ({e}); the lease is safe only \
+             if it is noeviction (or maxmemory is 0)",
+            config.url_redacted()
+        ),
+    }
+    replicas(conn).map_err(|e| fail("read the replication state of", config)(e).into())
+}
+
+/// How many replicas are connected to the server.
+pub(super) fn replicas(conn: &mut Connection) -> ::redis::RedisResult<i64> {
+    let info: String = ::redis::cmd("INFO").arg("replication").query(conn)?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_slaves:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0))
+}
+
+pub(super) fn replicas_of(
+    client: &Client,
+    slot: &mut Option<Connection>,
+    timeout: Duration,
+) -> ::redis::RedisResult<i64> {
+    with_conn(client, slot, timeout, replicas)
+}
