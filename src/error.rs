@@ -138,7 +138,8 @@ pub enum Error {
     /// The host name cannot choose the shard: its number is beyond the
     /// layout's shard range, or its ending looks random (a container id, a
     /// Kubernetes Deployment pod) so that hosts named like it would
-    /// collide. The crate docs' "The shard" section has the rule.
+    /// collide. [The host-name rule](crate::shard#the-host-name-rule) says
+    /// which names choose a shard.
     #[non_exhaustive]
     UnusableHostname {
         /// The host name, as read.
@@ -157,8 +158,9 @@ pub enum Error {
     /// The shard reached the end margin of its layout's range (see
     /// [`Builder::end_margin`](crate::Builder::end_margin)): the last
     /// seconds, kept clear so that a clock far ahead for a moment cannot
-    /// use the shard up. The crate docs, *A clock far ahead*, say what to
-    /// do.
+    /// use the shard up. A recovery that vouches for the time the clock
+    /// skipped ([`RecoverOptions::unused`](crate::state::RecoverOptions::unused))
+    /// brings the shard back.
     #[non_exhaustive]
     EndMarginReached {
         /// The shard.
@@ -205,8 +207,8 @@ pub enum Error {
         pid: Option<u32>,
     },
     /// A process on this host holds the shard in the same ID space,
-    /// whatever its state directory (Linux; see the crate docs,
-    /// *Security*): another generator, or, when it runs as another user,
+    /// whatever its state directory (Linux; see
+    /// [`host_lock`](crate::host_lock)): another generator, or, when it runs as another user,
     /// possibly a process that took the name to block the shard.
     #[non_exhaustive]
     HostLocked {
@@ -224,7 +226,7 @@ pub enum Error {
     /// The shard's per-host lock file cannot be used: another user's file
     /// this user may not open, a symbolic link, or not a regular file.
     /// idutil never makes such a file; someone else did, perhaps to block
-    /// the shard. See the crate docs, *Security*.
+    /// the shard. See [`host_lock`](crate::host_lock), *Another local user*.
     #[non_exhaustive]
     HostLockUnusable {
         /// The shard.
