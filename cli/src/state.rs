@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use idutil::host_lock::{self, HostHolder};
 use idutil::state::{self, RecoverOptions, StateFile};
-use idutil::{Id, Layout, DEFAULT_WINDOW};
+use idutil::{Id, DEFAULT_WINDOW};
 use serde_json::json;
 
 use crate::args::Common;
@@ -116,7 +116,7 @@ pub(crate) fn show_state(
 #[cfg(feature = "lease")]
 fn show_leases(
     config: &idutil::lease::LeaseConfig,
-    layout: &Layout,
+    layout: &idutil::Layout,
     only: Option<u32>,
     json: bool,
     out: &mut impl Write,
