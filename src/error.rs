@@ -196,7 +196,9 @@ pub enum Error {
         /// The configured cap, in seconds.
         max_lead: u64,
     },
-    /// Another generator (in this process or another) holds the shard.
+    /// Another generator (in this process or another) holds the shard's
+    /// lock file in the state directory ([`state`](crate::state), *The two
+    /// files of a shard*).
     #[non_exhaustive]
     Locked {
         /// The shard.
@@ -208,8 +210,9 @@ pub enum Error {
     },
     /// A process on this host holds the shard in the same ID space,
     /// whatever its state directory (Linux; see
-    /// [`host_lock`](crate::host_lock)): another generator, or, when it runs as another user,
-    /// possibly a process that took the name to block the shard.
+    /// [`host_lock`](crate::host_lock)): another generator, or, when it runs
+    /// as another user, possibly a process that took the name to block the
+    /// shard.
     #[non_exhaustive]
     HostLocked {
         /// The shard.
@@ -256,7 +259,9 @@ pub enum Error {
     },
     /// A state directory or file that cannot be trusted: a symbolic link,
     /// not a regular file, too large, owned by another user, or writable by
-    /// group or others. The message says how to fix it.
+    /// group or others. The message says how to fix it. The checks:
+    /// [`state`](crate::state), *Security: the directory is a trust
+    /// boundary*.
     #[non_exhaustive]
     Untrusted {
         /// The directory or file.
@@ -265,9 +270,10 @@ pub enum Error {
         reason: String,
     },
     /// The platform's default state directory (`$XDG_STATE_HOME/idutil` or
-    /// `~/.local/state/idutil`, used because `IDUTIL_STATE_DIR` is not set)
-    /// cannot be created or used: `source` says why. The message says to
-    /// set `IDUTIL_STATE_DIR`.
+    /// `~/.local/state/idutil`, used because
+    /// [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR) is not set) cannot be
+    /// created or used: `source` says why. The message says to set
+    /// `IDUTIL_STATE_DIR`.
     #[non_exhaustive]
     DefaultStateDir {
         /// The default state directory.
@@ -277,7 +283,8 @@ pub enum Error {
     },
     /// The state directory or the shard's lock file was deleted or replaced
     /// while the generator held it. The generator stopped issuing for good
-    /// and writes nothing more; every later call returns this error.
+    /// and writes nothing more; every later call returns this error
+    /// ([`state`](crate::state), *Older copies and deleted files*).
     #[non_exhaustive]
     StateReplaced {
         /// The shard.

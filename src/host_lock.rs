@@ -86,12 +86,13 @@ pub fn check_id_space(name: &str) -> std::result::Result<(), &'static str> {
     Ok(())
 }
 
-/// The ID space from `explicit`, else `IDUTIL_ID_SPACE`, else `default`.
+/// The ID space from `explicit`, else
+/// [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE), else [`DEFAULT_ID_SPACE`].
 ///
 /// # Errors
 ///
 /// [`Error::InvalidIdSpace`] for a bad explicit name,
-/// [`Error::InvalidEnv`] for a bad `IDUTIL_ID_SPACE`.
+/// [`Error::InvalidEnv`] for a bad [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE).
 pub fn resolve_id_space(explicit: Option<&str>) -> Result<String> {
     if let Some(name) = explicit {
         check_id_space(name).map_err(|reason| Error::InvalidIdSpace {

@@ -11,7 +11,7 @@
 //! # Ok::<(), idutil::Error>(())
 //! ```
 //!
-//! Or without code: `IDUTIL_LEASE_URL=postgres://...` (which
+//! Or without code: [`IDUTIL_LEASE_URL`](crate::env::LEASE_URL)`=postgres://...` (which
 //! [`IdUtil`](crate::IdUtil) reads), `idutil --lease postgres://... next`.
 //!
 //! # The table
