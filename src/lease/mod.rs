@@ -99,10 +99,11 @@
 //!   it, counted on this host's monotonic clock from the *send* time of the
 //!   last successful one, issuing stops ([`LeaseError::Fenced`]) until a
 //!   renewal succeeds. The store expires the lease only after the full TTL.
-//! - **A lost record stops the holder for good.** A record that is gone, rewritten,
-//!   below the holder's mark or held by another holder stops the generator
-//!   for good ([`LeaseError::Lost`], [`LeaseError::RecordLost`]): it never
-//!   re-creates the record or takes the shard back.
+//! - **A lost record stops the holder for good.** A record that is gone,
+//!   rewritten, below the holder's mark or held by another holder stops
+//!   the generator for good ([`LeaseError::Lost`],
+//!   [`LeaseError::RecordLost`]): it never re-creates the record or takes
+//!   the shard back.
 //! - **The host's clock is compared with the store's** at acquisition and
 //!   at every renewal, where the store tells its time: beyond
 //!   [`LeaseConfig::max_skew`] (default 5 s) opening is refused and a

@@ -1,6 +1,6 @@
-//! Where the shard comes from: an explicit setting, [`IDUTIL_SHARD`](env::SHARD), or the
-//! number that ends the host name; with a lease engine, a lease instead
-//! ([`lease`](crate::lease)).
+//! Where the shard comes from: an explicit setting,
+//! [`IDUTIL_SHARD`](env::SHARD), or the number that ends the host name;
+//! with a lease engine, a lease instead ([`lease`](crate::lease)).
 //!
 //! [`resolve_shard`] applies the rule and [`shard_from_hostname`] reads a
 //! host name; generators call them when they open, and
