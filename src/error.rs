@@ -122,8 +122,8 @@ pub enum Error {
         /// Where the shard came from.
         source: ShardSource,
     },
-    /// An environment variable (`IDUTIL_SHARD`, `IDUTIL_STATE_DIR`, ...) holds
-    /// a value that cannot be used.
+    /// An environment variable (`IDUTIL_SHARD`, `IDUTIL_STATE_DIR`, ...;
+    /// [`env`](crate::env) lists them) holds a value that cannot be used.
     #[non_exhaustive]
     InvalidEnv {
         /// The variable's name.
@@ -241,8 +241,8 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// An ID space name that is not 1 to 64 characters of
-    /// `A-Z a-z 0-9 . _ -`.
+    /// An ID space name that
+    /// [`check_id_space`](crate::host_lock::check_id_space) refuses.
     #[non_exhaustive]
     InvalidIdSpace {
         /// The name, as given.
