@@ -341,6 +341,7 @@ pub enum Error {
     /// state file with its parent, so it issues nothing from it. Open a
     /// generator on another shard in the child (for
     /// [`IdUtil`](crate::IdUtil), [`IdUtil::init_with`](crate::IdUtil::init_with)).
+    /// [`Generator`](crate::Generator#fork), *`fork()`*, has the rule.
     #[non_exhaustive]
     Forked {
         /// The parent's shard.
