@@ -69,8 +69,8 @@
 //!               value: /tmp/idutil   # the container's own /tmp (sticky): the lease carries the marks
 //! ```
 //!
-//! Size the shard range to the largest number of replicas plus those that
-//! may be dead but still leased (one TTL, 10 s by default).
+//! Size the shard range as [*The TTL trade-off*](#the-ttl-trade-off)
+//! says: replicas that may be dead but still leased count too.
 //!
 //! # What every engine promises
 //!
