@@ -122,8 +122,8 @@ pub enum Error {
         /// Where the shard came from.
         source: ShardSource,
     },
-    /// An environment variable (`IDUTIL_SHARD`, `IDUTIL_STATE_DIR`, ...) holds
-    /// a value that cannot be used.
+    /// An environment variable (`IDUTIL_SHARD`, `IDUTIL_STATE_DIR`, ...;
+    /// [`env`](crate::env) lists them) holds a value that cannot be used.
     #[non_exhaustive]
     InvalidEnv {
         /// The variable's name.
@@ -196,7 +196,9 @@ pub enum Error {
         /// The configured cap, in seconds.
         max_lead: u64,
     },
-    /// Another generator (in this process or another) holds the shard.
+    /// Another generator (in this process or another) holds the shard's
+    /// lock file in the state directory ([`state`](crate::state), *The two
+    /// files of a shard*).
     #[non_exhaustive]
     Locked {
         /// The shard.
@@ -208,8 +210,9 @@ pub enum Error {
     },
     /// A process on this host holds the shard in the same ID space,
     /// whatever its state directory (Linux; see
-    /// [`host_lock`](crate::host_lock)): another generator, or, when it runs as another user,
-    /// possibly a process that took the name to block the shard.
+    /// [`host_lock`](crate::host_lock)): another generator, or, when it runs
+    /// as another user, possibly a process that took the name to block the
+    /// shard.
     #[non_exhaustive]
     HostLocked {
         /// The shard.
@@ -238,8 +241,8 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// An ID space name that is not 1 to 64 characters of
-    /// `A-Z a-z 0-9 . _ -`.
+    /// An ID space name that
+    /// [`check_id_space`](crate::host_lock::check_id_space) refuses.
     #[non_exhaustive]
     InvalidIdSpace {
         /// The name, as given.
@@ -256,7 +259,9 @@ pub enum Error {
     },
     /// A state directory or file that cannot be trusted: a symbolic link,
     /// not a regular file, too large, owned by another user, or writable by
-    /// group or others. The message says how to fix it.
+    /// group or others. The message says how to fix it. The checks:
+    /// [`state`](crate::state), *Security: the directory is a trust
+    /// boundary*.
     #[non_exhaustive]
     Untrusted {
         /// The directory or file.
@@ -265,9 +270,10 @@ pub enum Error {
         reason: String,
     },
     /// The platform's default state directory (`$XDG_STATE_HOME/idutil` or
-    /// `~/.local/state/idutil`, used because `IDUTIL_STATE_DIR` is not set)
-    /// cannot be created or used: `source` says why. The message says to
-    /// set `IDUTIL_STATE_DIR`.
+    /// `~/.local/state/idutil`, used because
+    /// [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR) is not set) cannot be
+    /// created or used: `source` says why. The message says to set
+    /// `IDUTIL_STATE_DIR`.
     #[non_exhaustive]
     DefaultStateDir {
         /// The default state directory.
@@ -277,7 +283,8 @@ pub enum Error {
     },
     /// The state directory or the shard's lock file was deleted or replaced
     /// while the generator held it. The generator stopped issuing for good
-    /// and writes nothing more; every later call returns this error.
+    /// and writes nothing more; every later call returns this error
+    /// ([`state`](crate::state), *Older copies and deleted files*).
     #[non_exhaustive]
     StateReplaced {
         /// The shard.
@@ -334,6 +341,7 @@ pub enum Error {
     /// state file with its parent, so it issues nothing from it. Open a
     /// generator on another shard in the child (for
     /// [`IdUtil`](crate::IdUtil), [`IdUtil::init_with`](crate::IdUtil::init_with)).
+    /// [`Generator`](crate::Generator#fork), *`fork()`*, has the rule.
     #[non_exhaustive]
     Forked {
         /// The parent's shard.

@@ -17,8 +17,8 @@ static SHUT_DOWN: AtomicBool = AtomicBool::new(false);
 static REOPENED: OnceLock<Generator> = OnceLock::new();
 
 /// The one-line API: IDs from a process-wide [`Generator`], created on first
-/// use from the environment (`IDUTIL_SHARD` or the host name,
-/// `IDUTIL_STATE_DIR` or the platform's state directory).
+/// use from the environment (its shard, state directory, ID space and
+/// lease: [`env`](crate::env) lists the variables).
 ///
 /// ```
 /// # idutil::IdUtil::init_ephemeral()?; // a doctest: see "In tests" below
@@ -147,8 +147,8 @@ impl IdUtil {
     }
 
     /// Makes the process-wide generator an ephemeral one
-    /// ([`Builder::ephemeral`]), for tests and doctests: see *In tests*
-    /// above. Calling it again is harmless.
+    /// ([`Builder::ephemeral`]), for tests and doctests: see
+    /// [*In tests*](IdUtil#in-tests). Calling it again is harmless.
     ///
     /// # Errors
     ///

@@ -24,8 +24,8 @@
 //! # ID spaces
 //!
 //! The lock is per ID space ([`Builder::id_space`](crate::Builder::id_space),
-//! [`env::ID_SPACE`](crate::env::ID_SPACE), `idutil --id-space NAME`; 1 to
-//! 64 characters of `A-Z a-z 0-9 . _ -`; default `default`), so that
+//! [`env::ID_SPACE`](crate::env::ID_SPACE), `idutil --id-space NAME`;
+//! names as [`check_id_space`] allows; default `default`), so that
 //! independent ID spaces, such as two apps with separate databases on one
 //! host, can use the same shard numbers. **Generators whose IDs go into the
 //! same table must share an ID space**: in two spaces, the same shard
@@ -86,12 +86,13 @@ pub fn check_id_space(name: &str) -> std::result::Result<(), &'static str> {
     Ok(())
 }
 
-/// The ID space from `explicit`, else `IDUTIL_ID_SPACE`, else `default`.
+/// The ID space from `explicit`, else
+/// [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE), else [`DEFAULT_ID_SPACE`].
 ///
 /// # Errors
 ///
 /// [`Error::InvalidIdSpace`] for a bad explicit name,
-/// [`Error::InvalidEnv`] for a bad `IDUTIL_ID_SPACE`.
+/// [`Error::InvalidEnv`] for a bad [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE).
 pub fn resolve_id_space(explicit: Option<&str>) -> Result<String> {
     if let Some(name) = explicit {
         check_id_space(name).map_err(|reason| Error::InvalidIdSpace {

@@ -106,13 +106,9 @@
 //!
 //! # In tests
 //!
-//! An application's tests and doctests run in many processes at once,
-//! while on a host only one generator holds a shard. So tests that reach
-//! `IdUtil` call [`IdUtil::init_ephemeral`] first (in a doctest, as a
-//! hidden `# ` line, as this crate's own examples do): each process gets a
-//! generator of its own in a temporary directory and an ID space of its
-//! own. Its IDs are unique within the process only; nothing it issues may
-//! reach a shared database.
+//! Tests and doctests that reach `IdUtil` call [`IdUtil::init_ephemeral`]
+//! first (in a doctest, as a hidden `# ` line); why, and what its IDs
+//! promise, is [`IdUtil`'s *In tests*](IdUtil#in-tests).
 //!
 //! ```
 //! # fn main() -> Result<(), idutil::Error> {

@@ -21,11 +21,14 @@ use crate::lease::LeaseConfig;
 
 /// Configures and opens a [`Generator`].
 ///
-/// Every setting has a default: the shard from `IDUTIL_SHARD` or the host
-/// name, the state directory from `IDUTIL_STATE_DIR` or the platform's
-/// state directory, the ID space from `IDUTIL_ID_SPACE` or `default`, the
-/// layout from `IDUTIL_LAYOUT` or [`Layout::DEFAULT`], the [`SystemClock`],
-/// a reservation window of 5 seconds and no lead cap.
+/// Every setting has a default: the shard from
+/// [`IDUTIL_SHARD`](crate::env::SHARD) or the host name, the state
+/// directory from [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR) or the
+/// platform's state directory, the ID space from
+/// [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE) or `default`, the layout from
+/// [`IDUTIL_LAYOUT`](crate::env::LAYOUT) or [`Layout::DEFAULT`], the
+/// [`SystemClock`], a reservation window of 5 seconds ([`DEFAULT_WINDOW`])
+/// and no lead cap.
 #[derive(Clone, Debug)]
 pub struct Builder<C: Clock = SystemClock> {
     pub(super) shard: Option<u32>,
@@ -113,16 +116,12 @@ impl<C: Clock> Builder<C> {
         self
     }
 
-    /// Names the ID space instead of `IDUTIL_ID_SPACE` (default
-    /// `default`): 1 to 64 characters of `A-Z a-z 0-9 . _ -`, checked by
-    /// [`open`](Builder::open).
-    ///
-    /// On a host, one generator at a time may hold a shard of an ID space,
-    /// whatever its state directory. Generators whose IDs go into the same
-    /// table must share an ID space (the default puts every generator on a
-    /// host in one); independent ID spaces, such as two apps with separate
-    /// databases, may use the same shard numbers. See
-    /// [`host_lock`](crate::host_lock).
+    /// Names the ID space instead of
+    /// [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE) (default `default`),
+    /// checked by [`open`](Builder::open) against
+    /// [`check_id_space`](crate::host_lock::check_id_space). What an ID
+    /// space is, and which generators must share one:
+    /// [`host_lock`](crate::host_lock), *ID spaces*.
     pub fn id_space(mut self, name: impl Into<String>) -> Self {
         self.id_space = Some(name.into());
         self

@@ -118,9 +118,9 @@ fn start<C: Clock>(
     start = durable.resume(&layout, start, &mut file);
     let start_sec = layout.counter_second(start);
     if start_sec > usable_last && start_sec <= layout.last_unix_second() {
-        // Refused before the reservation is written (see the crate
-        // docs, *A clock far ahead*). Past the very end, the generator
-        // opens and answers `EndOfRange`, as it always has.
+        // Refused before the reservation is written (see `Generator`, *A
+        // clock outside the layout's range, or far ahead*). Past the very
+        // end, the generator opens and answers `EndOfRange`, as it always has.
         return Err(Error::EndMarginReached {
             shard,
             from: usable_last + 1,

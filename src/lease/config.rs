@@ -100,8 +100,10 @@ impl LeaseConfig {
         }
     }
 
-    /// A lease from the store named by `IDUTIL_LEASE_URL` (or, when that is
-    /// not set, its older name `IDUTIL_REDIS_URL`), if it is set.
+    /// A lease from the store named by
+    /// [`IDUTIL_LEASE_URL`](crate::env::LEASE_URL) (or, when that is not
+    /// set, its older name [`IDUTIL_REDIS_URL`](crate::env::REDIS_URL)), if
+    /// it is set.
     ///
     /// # Errors
     ///

@@ -69,8 +69,8 @@
 //!               value: /tmp/idutil   # the container's own /tmp (sticky): the lease carries the marks
 //! ```
 //!
-//! Size the shard range to the largest number of replicas plus those that
-//! may be dead but still leased (one TTL, 10 s by default).
+//! Size the shard range as [*The TTL trade-off*](#the-ttl-trade-off)
+//! says: replicas that may be dead but still leased count too.
 //!
 //! # What every engine promises
 //!
@@ -87,7 +87,7 @@
 //!   holder's. The next holder resumes after the mark, or right after the
 //!   exact last ID that a clean close records beside it. The mark is kept
 //!   after release and **never lowered**: a renewal that finds it below
-//!   what this holder raised fences the holder for good.
+//!   what this holder raised stops the holder for good.
 //! - **A record is read strictly**: every field parsed and checked against
 //!   the layout; a field that does not pass is never taken for an absent
 //!   one ([`LeaseError::InvalidRecord`]). Opening skips such a shard, and a
@@ -99,10 +99,11 @@
 //!   it, counted on this host's monotonic clock from the *send* time of the
 //!   last successful one, issuing stops ([`LeaseError::Fenced`]) until a
 //!   renewal succeeds. The store expires the lease only after the full TTL.
-//! - **A lost record fences for good.** A record that is gone, rewritten,
-//!   below the holder's mark or held by another holder stops the generator
-//!   for good ([`LeaseError::Lost`], [`LeaseError::RecordLost`]): it never
-//!   re-creates the record or takes the shard back.
+//! - **A lost record stops the holder for good.** A record that is gone,
+//!   rewritten, below the holder's mark or held by another holder stops
+//!   the generator for good ([`LeaseError::Lost`],
+//!   [`LeaseError::RecordLost`]): it never re-creates the record or takes
+//!   the shard back.
 //! - **The host's clock is compared with the store's** at acquisition and
 //!   at every renewal, where the store tells its time: beyond
 //!   [`LeaseConfig::max_skew`] (default 5 s) opening is refused and a

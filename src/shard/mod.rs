@@ -1,6 +1,6 @@
-//! Where the shard comes from: an explicit setting, `IDUTIL_SHARD`, or the
-//! number that ends the host name; with a lease engine, a lease instead
-//! ([`lease`](crate::lease)).
+//! Where the shard comes from: an explicit setting,
+//! [`IDUTIL_SHARD`](env::SHARD), or the number that ends the host name;
+//! with a lease engine, a lease instead ([`lease`](crate::lease)).
 //!
 //! [`resolve_shard`] applies the rule and [`shard_from_hostname`] reads a
 //! host name; generators call them when they open, and
@@ -82,7 +82,7 @@ use crate::layout::Layout;
 pub enum ShardSource {
     /// Set in code or with `--shard`.
     Explicit,
-    /// From the `IDUTIL_SHARD` environment variable.
+    /// From the [`IDUTIL_SHARD`](env::SHARD) environment variable.
     Env,
     /// From the number that ends this host name (`web-7`, `db3`).
     Hostname(String),
@@ -192,7 +192,7 @@ impl HostnameProblem {
 /// # Errors
 ///
 /// [`Error::ShardOutOfRange`] if the shard does not fit the layout,
-/// [`Error::InvalidEnv`] if `IDUTIL_SHARD` is not a number,
+/// [`Error::InvalidEnv`] if [`IDUTIL_SHARD`](env::SHARD) is not a number,
 /// [`Error::Hostname`] if the host name cannot be read,
 /// [`Error::UnusableHostname`] if it cannot choose a shard.
 pub fn resolve_shard(explicit: Option<u32>, layout: &Layout) -> Result<(u32, ShardSource)> {

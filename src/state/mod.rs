@@ -24,7 +24,8 @@
 //!   into it, so a second generator for the shard, in this process or
 //!   another, gets [`Error::Locked`](crate::Error::Locked) naming the
 //!   holder's pid. Below the pid, a line `state` once the shard has had a
-//!   state file here, and a line `high_water N` (see *Older copies* below).
+//!   state file here, and a line `high_water N` (see
+//!   [*Older copies and deleted files*](#older-copies-and-deleted-files)).
 //! - `shard-N.state`: the layout, the persistent **clock id** (bumped when
 //!   the clock went back across a restart), the highest wall-clock second
 //!   seen, and per clock value a **high-water second**: no ID with a later

@@ -6,19 +6,9 @@ use super::format::StateFile;
 impl StateFile {
     /// Checks the values against the file's layout and against each other,
     /// so that nothing read from a file can make a generator resume early or
-    /// make its arithmetic overflow:
-    ///
-    /// - every second (`seen_max`, `seen_last_run`, each high-water mark,
-    ///   `last`'s second) lies within the layout's range, from its epoch to
-    ///   its last second; `last`'s sequence and the shard fit the layout;
-    /// - `high_water` has a mark for the current clock value, and that mark
-    ///   is at or above `seen_last_run` and `last`'s second;
-    /// - `seen_last_run` is at most `seen_max`, and the highest mark is at
-    ///   or above `seen_max`;
-    /// - `clock_id` can still be bumped through every clock value.
-    ///
-    /// Repeated or out-of-range clock values in `high_water` are refused
-    /// when parsing.
+    /// make its arithmetic overflow. The rules are those of the
+    /// [`state`](crate::state) module, *The state file*; repeated or
+    /// out-of-range clock values in `high_water` are refused when parsing.
     pub(crate) fn check(&self) -> std::result::Result<(), String> {
         let layout = &self.layout;
         let in_range = |what: &str, second: u64| {

@@ -65,14 +65,8 @@ fn check_ancestors(dir: &Path) -> Result<()> {
 
 /// Whether write access for the group `gid` leaves a file or directory to
 /// this process alone: `gid` is the process's effective (primary) group.
-///
-/// sshd's `StrictModes` accepts a group-writable `~/.ssh` only when the
-/// group has exactly one member, the owner (a user private group), which it
-/// learns from `/etc/group`. A Kubernetes `fsGroup` has no entry there, yet
-/// kubelet makes every file of the volume group-writable by it on each
-/// mount; so idutil trusts the group that the process runs with and no
-/// other. Supplementary groups are not trusted: they are how other users'
-/// groups reach a process.
+/// Why that group and no other: the [`state`](crate::state) module,
+/// *Security: the directory is a trust boundary*.
 fn group_write_is_ours(gid: u32) -> bool {
     gid == rustix::process::getegid().as_raw()
 }

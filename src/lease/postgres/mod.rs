@@ -11,7 +11,8 @@
 //! # Ok::<(), idutil::Error>(())
 //! ```
 //!
-//! Or without code: `IDUTIL_LEASE_URL=postgres://...` (which
+//! Or without code: `IDUTIL_LEASE_URL=postgres://...`
+//! ([`env::LEASE_URL`](crate::env::LEASE_URL), which
 //! [`IdUtil`](crate::IdUtil) reads), `idutil --lease postgres://... next`.
 //!
 //! # The table

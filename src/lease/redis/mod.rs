@@ -27,7 +27,8 @@
 //!
 //! # Keys
 //!
-//! Two keys per shard live under the key prefix (`idutil` by default):
+//! Two keys per shard live under the ID space's name
+//! ([`LeaseConfig::prefix`], `idutil` by default):
 //!
 //! - `{prefix}:lease:{shard}`: the lease, a string holding the holder's
 //!   token (`host:pid:nanos:n`), with a TTL. Taken with `SET NX`, renewed and
