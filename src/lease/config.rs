@@ -140,6 +140,12 @@ impl LeaseConfig {
     /// Redis key prefix, the `space` column of PostgreSQL's table. Fleets
     /// that share a store but not an ID space (or not a layout) use
     /// different names.
+    ///
+    /// This is the ID space's name *in the store*, which every host of the
+    /// fleet shares. A leased generator also has a host-side ID space
+    /// ([`Builder::id_space`](crate::Builder::id_space), default
+    /// `default`), which only scopes its per-host lock
+    /// ([`host_lock`](crate::host_lock)); the two names need not match.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
