@@ -106,20 +106,18 @@
 //!   the shard back.
 //! - **The host's clock is compared with the store's** at acquisition and
 //!   at every renewal, where the store tells its time: beyond
-//!   [`LeaseConfig::max_skew`] (default 5 s) opening is refused and a
-//!   running holder stops issuing ([`LeaseError::ClockSkew`]) until the
-//!   clocks agree again. A generator whose clock has read further ahead of
-//!   the store's than that never raises the mark to it, so one bad clock
-//!   cannot push a shard into the future (to 2136, say) for the whole
-//!   fleet.
+//!   [`LeaseConfig::max_skew`] opening is refused and a running holder
+//!   stops issuing ([`LeaseError::ClockSkew`]) until the clocks agree
+//!   again. A generator whose clock has read further ahead of the store's
+//!   than that never raises the mark to it, so one bad clock cannot push a
+//!   shard into the future (to 2136, say) for the whole fleet.
 //!
 //! # The TTL trade-off
 //!
-//! A short TTL ([`LeaseConfig::ttl`], default 10 s) frees a crashed
-//! holder's shard sooner, but a store outage or network stall longer than
-//! three quarters of it stops issuing, and renewals are more frequent. A
-//! long TTL rides out longer stalls but keeps a dead holder's shard for
-//! longer. Size the shard range to the largest fleet plus the instances
+//! A short TTL ([`LeaseConfig::ttl`]) frees a crashed holder's shard
+//! sooner, but a store outage or network stall longer than three quarters
+//! of it stops issuing, and renewals are more frequent. A long TTL rides
+//! out longer stalls but keeps a dead holder's shard for longer. Size the shard range to the largest fleet plus the instances
 //! that may be dead but still leased.
 //!
 //! # When the store fails
