@@ -117,8 +117,9 @@
 //! A short TTL ([`LeaseConfig::ttl`]) frees a crashed holder's shard
 //! sooner, but a store outage or network stall longer than three quarters
 //! of it stops issuing, and renewals are more frequent. A long TTL rides
-//! out longer stalls but keeps a dead holder's shard for longer. Size the shard range to the largest fleet plus the instances
-//! that may be dead but still leased.
+//! out longer stalls but keeps a dead holder's shard for longer. Size the
+//! shard range to the largest fleet plus the instances that may be dead
+//! but still leased.
 //!
 //! # When the store fails
 //!
