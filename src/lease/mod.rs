@@ -132,8 +132,8 @@
 //! - All shards leased: opening fails; dead holders' shards come free
 //!   within one TTL.
 //! - An empty or blank URL (`IDUTIL_LEASE_URL=" "`, `--lease ''`) is an
-//!   error ([`Error::InvalidEnv`](crate::Error::InvalidEnv); exit status 2), never a lease silently
-//!   turned off.
+//!   error ([`Error::InvalidEnv`](crate::Error::InvalidEnv); exit status
+//!   2), never a lease silently turned off.
 //! - One ID space is one layout: a shard recorded under another layout is
 //!   refused ([`LeaseError::LayoutMismatch`]); fleets that share a store
 //!   use different ID spaces ([`LeaseConfig::prefix`]). Shards given to

@@ -13,10 +13,10 @@
 //!
 //! # The two files of a shard
 //!
-//! The state directory ([`state_dir`]: [`Builder::state_dir`](crate::Builder::state_dir),
-//! else [`env::STATE_DIR`](crate::env::STATE_DIR), else
-//! `$XDG_STATE_HOME/idutil` or `~/.local/state/idutil`) holds two files per
-//! shard:
+//! The state directory ([`state_dir`]:
+//! [`Builder::state_dir`](crate::Builder::state_dir), else
+//! [`env::STATE_DIR`](crate::env::STATE_DIR), else `$XDG_STATE_HOME/idutil`
+//! or `~/.local/state/idutil`) holds two files per shard:
 //!
 //! - `shard-N.lock`: never renamed or removed, because a lock on a file
 //!   that gets replaced protects nothing. A generator holds an exclusive
