@@ -32,17 +32,7 @@ fn command_leases_from_postgres_with_a_chosen_layout() {
         }
         cmd.output().unwrap()
     };
-    let ids = |out: &std::process::Output| -> Vec<u64> {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| l.parse().unwrap())
-            .collect()
-    };
+    let ids = harness::printed_ids;
     let first = ids(&run(
         &["--lease", &url, "--layout", WIDE, "next", "-n", "3"],
         &[],

@@ -162,6 +162,18 @@ fn driven_one(
     (hosts.remove(0), holders.remove(0), drivers.remove(0))
 }
 
+/// Waits until every driver has issued `more` IDs beyond what it had
+/// issued when called.
+fn wait_for_each_to_issue(drivers: &[Driver], more: usize, what: &str, within: Duration) {
+    let issued: Vec<usize> = drivers.iter().map(Driver::issued).collect();
+    wait_until(what, within, || {
+        drivers
+            .iter()
+            .zip(&issued)
+            .all(|(d, before)| d.issued() > before + more)
+    });
+}
+
 /// Waits until `f` holds, or panics after `within`.
 fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;

@@ -11,7 +11,10 @@ use idutil::lease::LeaseConfig;
 use idutil_harness::proxy::{Blackhole, Proxy};
 use idutil_harness::state_dir;
 
-use crate::{driven, driven_one, leased, open_when_free, server, wait_until, Driver, Ids};
+use crate::{
+    driven, driven_one, leased, open_when_free, server, wait_for_each_to_issue, wait_until, Driver,
+    Ids,
+};
 
 /// The server is killed (`pg_ctl stop -m immediate`) under live holders
 /// and started again: they stop issuing past their marks while it is down
@@ -42,16 +45,11 @@ fn server_killed_restarted_and_connections_terminated_under_live_holders() {
         })
     });
     pg.restart();
-    let issued: Vec<usize> = drivers.iter().map(Driver::issued).collect();
-    wait_until(
+    wait_for_each_to_issue(
+        &drivers,
+        1000,
         "issuing again after the restart",
         Duration::from_secs(20),
-        || {
-            drivers
-                .iter()
-                .zip(&issued)
-                .all(|(d, before)| d.issued() > before + 1000)
-        },
     );
 
     let killed = pg.psql(
@@ -59,16 +57,11 @@ fn server_killed_restarted_and_connections_terminated_under_live_holders() {
          WHERE application_name = 'idutil-lease'",
     );
     assert!(killed.parse::<u32>().unwrap() >= 2, "{killed}");
-    let issued: Vec<usize> = drivers.iter().map(Driver::issued).collect();
-    wait_until(
+    wait_for_each_to_issue(
+        &drivers,
+        3000,
         "issuing after the connections were killed",
         Duration::from_secs(20),
-        || {
-            drivers
-                .iter()
-                .zip(&issued)
-                .all(|(d, before)| d.issued() > before + 3000)
-        },
     );
     stop.store(true, Ordering::Relaxed);
     let mut all = Ids::default();

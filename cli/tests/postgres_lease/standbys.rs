@@ -9,7 +9,10 @@ use idutil::lease::LeaseConfig;
 use idutil_harness::proxy::Proxy;
 use idutil_harness::state_dir;
 
-use crate::{driven, driven_one, leased, open_when_free, server, wait_until, Driver, Ids};
+use crate::{
+    driven, driven_one, leased, open_when_free, server, wait_for_each_to_issue, wait_until, Driver,
+    Ids,
+};
 
 /// A primary with a synchronous streaming standby; holders reach them
 /// through a two-host URL (`target_session_attrs=read-write`). The primary
@@ -36,16 +39,11 @@ fn failover_to_a_synchronous_standby_issues_nothing_twice() {
     });
     primary.kill_immediate();
     standby.promote();
-    let issued: Vec<usize> = drivers.iter().map(Driver::issued).collect();
-    wait_until(
+    wait_for_each_to_issue(
+        &drivers,
+        3000,
         "issuing on the promoted standby",
         Duration::from_secs(30),
-        || {
-            drivers
-                .iter()
-                .zip(&issued)
-                .all(|(d, before)| d.issued() > before + 3000)
-        },
     );
     stop.store(true, Ordering::Relaxed);
     let mut all = Ids::default();

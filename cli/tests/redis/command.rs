@@ -37,17 +37,7 @@ fn command_leases_and_shows_the_lease() {
         }
         cmd.output().unwrap()
     };
-    let ids = |out: &std::process::Output| -> Vec<u64> {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| l.parse().unwrap())
-            .collect()
-    };
+    let ids = harness::printed_ids;
     let url = redis.url();
     let first = ids(&run(&["--redis", &url, "next", "-n", "3"], false));
     let second = ids(&run(&["next", "-n", "3"], true));

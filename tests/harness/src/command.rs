@@ -165,6 +165,20 @@ pub fn next(shard: u32, dir: &Path, n: u64) -> Vec<u64> {
     ids
 }
 
+/// The IDs a finished command printed, one per line; panics with its
+/// stderr unless it succeeded.
+pub fn printed_ids(out: &Output) -> Vec<u64> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
+}
+
 /// `idutil next -n N` running, its stdout and stderr piped.
 pub fn spawn_next(shard: u32, dir: &Path, n: u64) -> Child {
     idutil(shard, dir)
