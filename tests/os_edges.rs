@@ -22,6 +22,27 @@ const T: u64 = 1_700_000_000;
 /// How many calls the forked child makes on its parent's generators.
 const CHILD_CALLS: u64 = 200_000;
 
+/// Runs the entry point `entry` in a child process with `dir` as its
+/// state directory, within a minute, and returns what it printed; panics
+/// with both streams unless it succeeded.
+fn child_report(entry: &str, dir: &tempfile::TempDir) -> String {
+    let out = harness::output_within(
+        &mut harness::child::child_command(
+            entry,
+            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+        ),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Runs the `fork` entry point in a child process and checks its report:
 /// every ID it and its forked child printed is unique, the forked child
 /// got `Error::Forked` from every call on its parent's generators (at
@@ -30,20 +51,7 @@ const CHILD_CALLS: u64 = 200_000;
 #[test]
 fn a_forked_child_never_issues_its_parents_ids() {
     let dir = harness::state_dir();
-    let out = harness::output_within(
-        &mut harness::child::child_command(
-            "child_fork",
-            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
-        ),
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = child_report("child_fork", &dir);
     let lines: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix('@')).collect();
     let field = |key: &str| -> Vec<&str> {
         lines
@@ -206,20 +214,7 @@ fn emit(text: &str) {
 #[test]
 fn a_failed_reservation_write_answers_every_waiting_thread() {
     let dir = harness::state_dir();
-    let out = harness::output_within(
-        &mut harness::child::child_command(
-            "child_failed_write",
-            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
-        ),
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = child_report("child_failed_write", &dir);
     let answers: Vec<&str> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("@answer "))
