@@ -29,12 +29,10 @@ pub const ID_SPACE: &str = "IDUTIL_ID_SPACE";
 pub const LAYOUT: &str = "IDUTIL_LAYOUT";
 
 /// The store to lease the shard from (`postgres://...`, `redis://...`),
-/// read by [`LeaseConfig::from_env`](crate::lease::LeaseConfig::from_env).
-#[cfg(feature = "lease")]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres-lease", feature = "redis"))))]
+/// read by `lease::LeaseConfig::from_env` (features `postgres-lease`,
+/// `redis`). A build without a lease engine refuses to open a generator
+/// while it is set, rather than silently not leasing.
 pub const LEASE_URL: &str = "IDUTIL_LEASE_URL";
 
 /// Older name of [`LEASE_URL`], still read when that one is not set.
-#[cfg(feature = "lease")]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres-lease", feature = "redis"))))]
 pub const REDIS_URL: &str = "IDUTIL_REDIS_URL";

@@ -54,7 +54,7 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
     }
     // A lease that was asked for is never silently turned off.
     #[cfg(not(feature = "lease"))]
-    for var in ["IDUTIL_LEASE_URL", "IDUTIL_REDIS_URL"] {
+    for var in [crate::env::LEASE_URL, crate::env::REDIS_URL] {
         if req.ephemeral {
             break;
         }
