@@ -71,11 +71,7 @@ fn ids_round_trip_through_postgresql() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    let expected: Vec<Id> = sorted
-        .iter()
-        .copied()
-        .filter(|id| (T0 + 1..=T0 + 3).contains(&id.unix_seconds()))
-        .collect();
+    let expected = harness::issued_between(&sorted, T0 + 1, T0 + 3);
     assert_eq!(found.len(), 3 * 2 * 40);
     assert_eq!(found, expected);
 

@@ -65,11 +65,7 @@ fn ids_round_trip_through_a_sqlite_file() {
         "SELECT id FROM records WHERE id BETWEEN ?1 AND ?2 ORDER BY id",
         &[&from, &to],
     );
-    let expected: Vec<Id> = sorted
-        .iter()
-        .copied()
-        .filter(|id| (T0 + 1..=T0 + 3).contains(&id.unix_seconds()))
-        .collect();
+    let expected = harness::issued_between(&sorted, T0 + 1, T0 + 3);
     assert_eq!(found.len(), 3 * 2 * 40);
     assert_eq!(found, expected);
 

@@ -38,17 +38,6 @@ fn at(unix: u64) -> std::time::SystemTime {
     UNIX_EPOCH + Duration::from_secs(unix)
 }
 
-/// Every `Id` issued from second `from` to second `to`, both included.
-fn issued_between(ids: &[Id], from: u64, to: u64) -> Vec<Id> {
-    let mut expected: Vec<Id> = ids
-        .iter()
-        .copied()
-        .filter(|id| (from..=to).contains(&id.unix_seconds()))
-        .collect();
-    expected.sort();
-    expected
-}
-
 /// The same checks on any pool, written once for both databases (sqlx's
 /// traits make a generic function heavier to read than this).
 macro_rules! exercise {
@@ -99,7 +88,7 @@ macro_rules! exercise {
                 .fetch_all(pool)
                 .await
                 .unwrap();
-        let expected = issued_between(&ids, T0 + 1, T0 + 3);
+        let expected = harness::issued_between(&ids, T0 + 1, T0 + 3);
         assert_eq!(expected.len(), 2 * 3 * 40, "both shards, three seconds");
         assert_eq!(found, expected);
         // A single second.
@@ -110,7 +99,7 @@ macro_rules! exercise {
                 .fetch_all(pool)
                 .await
                 .unwrap();
-        assert_eq!(found, issued_between(&ids, T0 + 4, T0 + 4));
+        assert_eq!(found, harness::issued_between(&ids, T0 + 4, T0 + 4));
         assert_eq!(found.len(), 80);
 
         // Stored as a plain integer: the database sees the same number.

@@ -43,4 +43,6 @@ pub use ids::{
 pub use ledger::Ledger;
 pub use rng::Rng;
 pub use skip::{faketime, skipped, tool, Faketime};
-pub use space::{builder, ids_from_shards, on_disk, space_for, state_dir, state_file, wall_now};
+pub use space::{
+    builder, ids_from_shards, issued_between, on_disk, space_for, state_dir, state_file, wall_now,
+};

@@ -75,3 +75,15 @@ pub fn wall_now() -> u64 {
         .expect("clock after 1970")
         .as_secs()
 }
+
+/// Every `Id` issued from second `from` to second `to` (Unix seconds), both
+/// included, sorted.
+pub fn issued_between(ids: &[Id], from: u64, to: u64) -> Vec<Id> {
+    let mut expected: Vec<Id> = ids
+        .iter()
+        .copied()
+        .filter(|id| (from..=to).contains(&id.unix_seconds()))
+        .collect();
+    expected.sort();
+    expected
+}
