@@ -225,6 +225,29 @@ pub enum Error {
         uid: Option<u32>,
         /// The per-host lock file.
         lock_file: PathBuf,
+        /// The state directory the holders use, when it is another one
+        /// than [`dir`](Error::HostLocked::dir) and the lock file says.
+        held_dir: Option<PathBuf>,
+        /// The state directory of the generator that was refused, when it
+        /// asked to share the shard.
+        dir: Option<PathBuf>,
+    },
+    /// A process sharing the shard held its short lock (the claim file's,
+    /// see [`state`](crate::state#processes-sharing-a-shard)) for longer
+    /// than a generator waits: stopped (`SIGSTOP`, a debugger), or stuck on
+    /// a disk that does not answer. Nothing was issued by the call; a later
+    /// one tries again.
+    #[non_exhaustive]
+    MemberStalled {
+        /// The shard.
+        shard: u32,
+        /// The state directory.
+        dir: PathBuf,
+        /// The pid of the process holding the lock, when the system tells
+        /// (`/proc/locks`).
+        pid: Option<u32>,
+        /// How long this generator waited.
+        waited: std::time::Duration,
     },
     /// The shard's per-host lock file cannot be used: another user's file
     /// this user may not open, a symbolic link, or not a regular file.
@@ -392,7 +415,7 @@ impl Error {
     /// The file or directory involved, if any.
     pub fn path(&self) -> Option<&Path> {
         match self {
-            Error::Locked { dir, .. } => Some(dir),
+            Error::Locked { dir, .. } | Error::MemberStalled { dir, .. } => Some(dir),
             Error::DefaultStateDir { source, .. } => source.path(),
             Error::Io { path, .. }
             | Error::BadState { path, .. }
@@ -423,6 +446,7 @@ impl Error {
             | Error::HostLocked { shard, .. }
             | Error::HostLockUnusable { shard, .. }
             | Error::StateReplaced { shard, .. }
+            | Error::MemberStalled { shard, .. }
             | Error::EndMarginReached { shard, .. }
             | Error::Forked { shard } => Some(*shard),
             #[cfg(feature = "lease")]

@@ -149,6 +149,14 @@ pub(crate) struct HostLock {
     _held: linux::Held,
 }
 
+/// The state directory a shared hold is for: its `(device, inode)`, and
+/// its path for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DirIdentity {
+    pub(crate) id: (u64, u64),
+    pub(crate) path: std::path::PathBuf,
+}
+
 #[cfg(target_os = "linux")]
 impl HostLock {
     /// Takes the shard of `id_space` for this process.
@@ -161,7 +169,22 @@ impl HostLock {
     /// file); [`Error::Io`] if the lock directory or file cannot be read.
     pub(crate) fn acquire(id_space: &str, shard: u32) -> Result<HostLock> {
         Ok(HostLock {
-            _held: linux::acquire(id_space, shard)?,
+            _held: linux::acquire(id_space, shard, None)?,
+        })
+    }
+
+    /// Joins the processes of this host that hold the shard of `id_space`
+    /// with the state directory `dir`: a shared hold, refused
+    /// ([`Error::HostLocked`], naming the other directory) while processes
+    /// hold the shard with another state directory or exclusively, even
+    /// when the file they hold was removed from the lock directory.
+    ///
+    /// # Errors
+    ///
+    /// As [`HostLock::acquire`].
+    pub(crate) fn join(id_space: &str, shard: u32, dir: &DirIdentity) -> Result<HostLock> {
+        Ok(HostLock {
+            _held: linux::acquire(id_space, shard, Some(dir))?,
         })
     }
 }
@@ -171,6 +194,25 @@ impl HostLock {
     /// No per-host lock outside Linux: only the state directory's applies.
     pub(crate) fn acquire(_id_space: &str, _shard: u32) -> Result<HostLock> {
         Ok(HostLock {})
+    }
+
+    /// No per-host lock outside Linux: only the state directory's applies.
+    pub(crate) fn join(_id_space: &str, _shard: u32, _dir: &DirIdentity) -> Result<HostLock> {
+        Ok(HostLock {})
+    }
+}
+
+/// The pid holding a `flock` on `file`, from `/proc/locks` (Linux only).
+pub(crate) fn flock_holder(file: &std::fs::File) -> Option<u32> {
+    #[cfg(target_os = "linux")]
+    {
+        let st = rustix::fs::fstat(file).ok()?;
+        linux::flock_holder(&st)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
     }
 }
 
@@ -199,7 +241,7 @@ mod linux {
     use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
     use rustix::io::Errno;
 
-    use super::{lock_name, HostHolder, LOCK_DIRS};
+    use super::{lock_name, DirIdentity, HostHolder, LOCK_DIRS};
     use crate::error::{Error, Result};
 
     /// A held per-host lock: the open lock file (closing it releases the
@@ -211,10 +253,17 @@ mod linux {
         dir: OwnedFd,
         name: String,
         ours: bool,
+        /// A shared hold, one of the members of a state directory.
+        shared: bool,
     }
 
     impl Drop for Held {
         fn drop(&mut self) {
+            // The last member takes the lock exclusively (a failed attempt
+            // drops the shared hold, which is being let go anyway).
+            if self.shared && fs2::FileExt::try_lock_exclusive(&self._file).is_err() {
+                return;
+            }
             // Removed while still locked: a taker that opened this file
             // before the removal finds, after locking it, that the path
             // names another file or none, and starts over.
@@ -251,11 +300,14 @@ mod linux {
     /// Opens the lock file without following a symbolic link and without
     /// blocking on a FIFO: read-write if this user may, else read-only (a
     /// `flock` needs no more). `None` if there is no such file.
-    fn open_existing(dir: &OwnedFd, name: &str) -> std::result::Result<Option<File>, Errno> {
+    fn open_existing(
+        dir: &OwnedFd,
+        name: &str,
+    ) -> std::result::Result<Option<(File, bool)>, Errno> {
         let base = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         for access in [OFlags::RDWR, OFlags::RDONLY] {
             match rfs::openat(dir, name, access | base, Mode::empty()) {
-                Ok(fd) => return Ok(Some(File::from(fd))),
+                Ok(fd) => return Ok(Some((File::from(fd), access == OFlags::RDWR))),
                 Err(Errno::NOENT) => return Ok(None),
                 Err(Errno::ACCESS) if access == OFlags::RDWR => continue,
                 Err(e) => return Err(e),
@@ -268,7 +320,11 @@ mod linux {
         (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
     }
 
-    pub(super) fn acquire(id_space: &str, shard: u32) -> Result<Held> {
+    pub(super) fn acquire(
+        id_space: &str,
+        shard: u32,
+        shared: Option<&DirIdentity>,
+    ) -> Result<Held> {
         let (dir_path, dir) = lock_dir()?;
         let name = lock_name(id_space, shard);
         let path = dir_path.join(&name);
@@ -280,13 +336,14 @@ mod linux {
         };
         let euid = rustix::process::geteuid().as_raw();
         // A few rounds: a file removed by its last holder between our open
-        // and our lock, or a lock held for an instant by a child between
+        // and our lock, a lock held for an instant by a child between
         // fork and exec (it holds a copy of every descriptor until exec
-        // closes it), is not a holder.
+        // closes it), or by a member writing the file before it shares
+        // it, is not a holder.
         let mut last_err = None;
         for _ in 0..20 {
-            let (file, ours) = match open_existing(&dir, &name) {
-                Ok(Some(file)) => (file, false),
+            let (file, ours, writable) = match open_existing(&dir, &name) {
+                Ok(Some((file, writable))) => (file, false, writable),
                 Ok(None) => {
                     let flags = OFlags::RDWR
                         | OFlags::CREATE
@@ -299,7 +356,7 @@ mod linux {
                             // generator of another user takes it read-only.
                             rfs::fchmod(&fd, Mode::from_raw_mode(0o644))
                                 .map_err(|e| Error::io("set the mode of", &path, e.into()))?;
-                            (File::from(fd), true)
+                            (File::from(fd), true, true)
                         }
                         Err(Errno::EXIST) => continue,
                         Err(e) => return Err(Error::io("create", &path, e.into())),
@@ -326,30 +383,81 @@ mod linux {
                     owner_of(&dir, &name)
                 )));
             }
-            match fs2::FileExt::try_lock_exclusive(&file) {
-                Ok(()) => {}
+            let sole = match fs2::FileExt::try_lock_exclusive(&file) {
+                Ok(()) => true,
                 Err(e) if e.kind() == fs2::lock_contended_error().kind() => {
-                    last_err = Some(e);
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                    continue;
+                    match (shared, fs2::FileExt::try_lock_shared(&file)) {
+                        (Some(_), Ok(())) => false,
+                        (_, Err(e)) if e.kind() != fs2::lock_contended_error().kind() => {
+                            return Err(Error::io("lock", &path, e))
+                        }
+                        _ => {
+                            last_err = Some(e);
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                            continue;
+                        }
+                    }
                 }
                 Err(e) => return Err(Error::io("lock", &path, e)),
-            }
+            };
             // Still the file at the path? Its last holder may have removed
             // it after we opened it; then a new one may be locked by now.
             match rfs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(now) if same_file(&now, &st) => {
-                    let ours = ours || st.st_uid == euid;
-                    return Ok(Held {
+                Ok(now) if same_file(&now, &st) => {}
+                Ok(_) | Err(Errno::NOENT) => continue,
+                Err(e) => return Err(Error::io("examine", &path, e.into())),
+            }
+            let ours = ours || st.st_uid == euid;
+            macro_rules! held {
+                ($shared:expr) => {
+                    Held {
                         _file: file,
                         dir,
                         name,
                         ours,
-                    });
-                }
-                Ok(_) | Err(Errno::NOENT) => continue,
-                Err(e) => return Err(Error::io("examine", &path, e.into())),
+                        shared: $shared,
+                    }
+                };
             }
+            let Some(identity) = shared else {
+                return Ok(held!(false));
+            };
+            let refused = |pid: Option<u32>, held_dir: Option<PathBuf>| Error::HostLocked {
+                shard,
+                id_space: id_space.to_string(),
+                pid,
+                uid: pid.and_then(uid_of).filter(|&u| u != euid),
+                lock_file: path.clone(),
+                held_dir,
+                dir: Some(identity.path.clone()),
+            };
+            if !sole {
+                // Members hold it: theirs must be our state directory.
+                return match read_identity(&file) {
+                    Some((id, _)) if id == identity.id => Ok(held!(true)),
+                    other => Err(refused(
+                        flock_holder(&st),
+                        other.map(|(_, held_dir)| held_dir),
+                    )),
+                };
+            }
+            // Alone on this file. A generator may still hold an older file
+            // of this name that was removed under it.
+            if let Some((pid, held_dir)) = orphaned_holder(&dir_path, &name, &st) {
+                if held_dir.as_ref().map(|(id, _)| *id) != Some(identity.id) {
+                    return Err(refused(Some(pid), held_dir.map(|(_, p)| p)));
+                }
+            }
+            if !writable {
+                // Another user's file this user may not write: it cannot
+                // say which state directory holds the shard, so it is held
+                // exclusively, as a generator of another kind would.
+                return Ok(held!(false));
+            }
+            write_identity(&file, identity).map_err(|e| Error::io("write", &path, e))?;
+            // Shared from here on: the members of this directory may join.
+            fs2::FileExt::try_lock_shared(&file).map_err(|e| Error::io("lock", &path, e))?;
+            return Ok(held!(true));
         }
         if last_err.is_none() {
             return Err(Error::io(
@@ -368,7 +476,93 @@ mod linux {
             pid,
             uid: uid.filter(|&u| u != euid),
             lock_file: path,
+            held_dir: None,
+            dir: shared.map(|d| d.path.clone()),
         })
+    }
+
+    /// Records in the per-host lock file which state directory holds the
+    /// shard: `dir DEV INO PATH` (the path for messages only).
+    fn write_identity(file: &File, dir: &DirIdentity) -> io::Result<()> {
+        use std::os::unix::fs::FileExt as _;
+        let shown = dir.path.to_string_lossy().replace(['\n', '\r'], "?");
+        let text = format!("dir {} {} {shown}\n", dir.id.0, dir.id.1);
+        file.write_all_at(text.as_bytes(), 0)?;
+        file.set_len(text.len() as u64)
+    }
+
+    /// The state directory a per-host lock file names, if it names one.
+    fn read_identity(file: &File) -> Option<((u64, u64), PathBuf)> {
+        use std::os::unix::fs::FileExt as _;
+        let mut bytes = vec![0; 4200];
+        let n = file.read_at(&mut bytes, 0).ok()?;
+        let text = std::str::from_utf8(&bytes[..n]).ok()?;
+        let line = text.strip_suffix('\n')?;
+        let mut parts = line.splitn(4, ' ');
+        let (Some("dir"), Some(dev), Some(ino), Some(shown)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        Some(((dev.parse().ok()?, ino.parse().ok()?), PathBuf::from(shown)))
+    }
+
+    /// A process that holds a `flock` on a removed file of this name (in
+    /// `/proc/<pid>/fd`, "NAME (deleted)"), other than `st`: a generator
+    /// whose lock file was removed under it. Its pid, and the state
+    /// directory its file names where this user may read it.
+    #[allow(clippy::type_complexity)]
+    fn orphaned_holder(
+        dir: &Path,
+        name: &str,
+        st: &rfs::Stat,
+    ) -> Option<(u32, Option<((u64, u64), PathBuf)>)> {
+        use std::io::Read as _;
+        let mut text = String::new();
+        File::open("/proc/locks")
+            .ok()?
+            .take(1 << 20)
+            .read_to_string(&mut text)
+            .ok()?;
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        let dev = st.st_dev as u64;
+        let device = format!(
+            "{:02x}:{:02x}:",
+            rustix::fs::major(dev),
+            rustix::fs::minor(dev)
+        );
+        let this = format!("{device}{}", st.st_ino);
+        let gone = format!("{} (deleted)", dir.join(name).display());
+        let mut pids: Vec<u32> = text
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let at = fields.iter().position(|f| *f == "FLOCK")?;
+                let (pid, file) = (fields.get(at + 3)?, fields.get(at + 4)?);
+                (file.starts_with(&device) && *file != this)
+                    .then(|| pid.parse().ok())
+                    .flatten()
+            })
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        for pid in pids {
+            let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+                continue;
+            };
+            for fd in fds.flatten() {
+                let Ok(target) = std::fs::read_link(fd.path()) else {
+                    continue;
+                };
+                if target.as_os_str() != std::ffi::OsStr::new(&gone) {
+                    continue;
+                }
+                // This process's own generators are found the same way.
+                let held = File::open(fd.path()).ok().and_then(|f| read_identity(&f));
+                return Some((pid, held));
+            }
+        }
+        None
     }
 
     /// `", which belongs to uid N"` for the entry `name` in `dir`, or
@@ -390,7 +584,7 @@ mod linux {
 
     /// Reads `/proc/locks` (a few lines per lock on the host; capped) for
     /// the `FLOCK` on the file `st` describes.
-    fn flock_holder(st: &rfs::Stat) -> Option<u32> {
+    pub(super) fn flock_holder(st: &rfs::Stat) -> Option<u32> {
         use std::io::Read as _;
         let mut text = String::new();
         File::open("/proc/locks")
@@ -429,7 +623,7 @@ mod linux {
         };
         let name = lock_name(id_space, shard);
         let file = match open_existing(&dir, &name) {
-            Ok(Some(file)) => file,
+            Ok(Some((file, _))) => file,
             Ok(None) => return HostHolder::None,
             Err(_) => return HostHolder::Unknown,
         };

@@ -9,9 +9,9 @@
 //! the lease, and counts only once both have it.
 
 mod open;
+mod shared;
 
 use std::path::Path;
-#[cfg(feature = "lease")]
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -21,6 +21,7 @@ use crate::lease::Lease;
 use crate::state::{StateFile, Store};
 
 pub(crate) use open::{open, Request, Settings};
+pub(crate) use shared::{Ask, Block};
 
 /// Called when the lease's fence goes up (`true`: the lease is not known
 /// to be held, issuing pauses) or down (`false`: issuing may go on).
@@ -30,7 +31,7 @@ pub(crate) type FenceHook = Box<dyn Fn(bool) + Send + Sync>;
 /// the only writer while the generator runs. Dropping it releases the
 /// shard's locks.
 pub(crate) struct Durable {
-    store: Store,
+    store: Arc<Store>,
     #[cfg(feature = "lease")]
     lease: Option<Arc<Lease>>,
 }
@@ -42,12 +43,15 @@ pub(crate) struct Durable {
 pub(crate) struct ShardHold {
     #[cfg(feature = "lease")]
     lease: Option<Arc<Lease>>,
+    /// A member's store, to draw blocks from; `None` for an exclusive
+    /// holder, which never draws.
+    shared: Option<Arc<Store>>,
 }
 
 impl Durable {
     fn new(store: Store) -> Durable {
         Durable {
-            store,
+            store: Arc::new(store),
             #[cfg(feature = "lease")]
             lease: None,
         }
@@ -56,7 +60,7 @@ impl Durable {
     #[cfg(feature = "lease")]
     fn leased(store: Store, lease: Lease) -> Durable {
         Durable {
-            store,
+            store: Arc::new(store),
             lease: Some(Arc::new(lease)),
         }
     }
@@ -71,9 +75,31 @@ impl Durable {
         self.store.dir()
     }
 
-    /// The state file as the last run left it, if there is one.
+    /// The state file as the last run (or, for a member that joins, the
+    /// members) left it, if there is one.
     pub(crate) fn load(&self) -> Result<Option<StateFile>> {
-        self.store.load()
+        let turn = self.store.turn()?;
+        let state = self.store.load();
+        drop(turn);
+        state
+    }
+
+    /// Whether this generator plans the restart: it holds the shard alone
+    /// (exclusively, or first of the processes that share it).
+    pub(crate) fn plans(&self) -> bool {
+        self.store.is_first()
+    }
+
+    /// Whether other processes may share the shard: the generator then
+    /// draws blocks of the counter ([`ShardHold::draw`]).
+    pub(crate) fn is_shared(&self) -> bool {
+        self.store.is_shared()
+    }
+
+    /// The first member has written its plan, starting at the counter value
+    /// `start`: other processes may join.
+    pub(crate) fn begin(&self, file: &StateFile, start: u64) -> Result<()> {
+        shared::begin(&self.store, file, start)
     }
 
     /// Where to resume: `start` (worked out from this host's state file),
@@ -102,13 +128,15 @@ impl Durable {
     ///
     /// As [`Store::save`], and a lost or untrustworthy lease.
     #[cfg_attr(not(feature = "lease"), allow(unused_variables))]
-    pub(crate) fn reserve(&self, file: &StateFile, until: u64) -> Result<()> {
-        self.store.save(file)?;
+    /// The state as written: with other processes sharing the shard, `file`
+    /// written over what they wrote.
+    pub(crate) fn reserve(&self, file: &StateFile, until: u64) -> Result<StateFile> {
+        let written = shared::save(&self.store, file)?;
         #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
-            lease.raise(until, file.seen_max)?;
+            lease.raise(until, written.seen_max)?;
         }
-        Ok(())
+        Ok(written)
     }
 
     /// Closes cleanly: writes `file`, which holds the exact last ID, and
@@ -119,8 +147,18 @@ impl Durable {
     /// # Errors
     ///
     /// As [`Store::save`].
-    pub(crate) fn close(&self, file: &StateFile) -> Result<()> {
-        let saved = self.store.save(file);
+    ///
+    /// A member of a shared shard passes its `cursor` (the first counter
+    /// value it did not issue) and last `block`, and writes the state file
+    /// only if it is the last to leave (see `shared::leave`).
+    pub(crate) fn close(
+        &self,
+        layout: &Layout,
+        file: &StateFile,
+        cursor: u64,
+        block: (u64, u64),
+    ) -> Result<()> {
+        let saved = shared::leave(&self.store, layout, file, cursor, block);
         if let Err(Error::StateReplaced { .. }) = saved {
             return saved;
         }
@@ -137,11 +175,30 @@ impl Durable {
         ShardHold {
             #[cfg(feature = "lease")]
             lease: self.lease.clone(),
+            shared: self.store.is_shared().then(|| Arc::clone(&self.store)),
         }
     }
 }
 
 impl ShardHold {
+    /// Whether the generator draws blocks from a shared counter.
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Draws a block of the shard's counter (see `shared::draw`). An
+    /// exclusive holder's block is everything from `ask.from`.
+    pub(crate) fn draw(&self, layout: &Layout, ask: Ask) -> Result<Block> {
+        match &self.shared {
+            Some(store) => shared::draw(store, layout, ask),
+            None => Ok(Block {
+                start: ask.from,
+                end: u64::MAX,
+                reserved: ask.reserved,
+            }),
+        }
+    }
+
     /// Calls `hook` whenever the lease's fence goes up (`true`) or down
     /// (`false`). Without a lease it is never called.
     #[cfg_attr(not(feature = "lease"), allow(unused_variables))]

@@ -34,8 +34,12 @@ pub(crate) struct Request<'a> {
     /// A shard leased without a record starts at this clock's second.
     #[cfg_attr(not(feature = "lease"), allow(dead_code))]
     pub(crate) time: &'a dyn Clock,
-    /// An ephemeral generator (tests): no lease from the environment.
+    /// An ephemeral generator (tests): no lease from the environment, and
+    /// a shard of its own in its scratch directory.
     pub(crate) ephemeral: bool,
+    /// How long a generator sharing its shard waits for another that holds
+    /// a lock.
+    pub(crate) member_wait: std::time::Duration,
 }
 
 /// Takes the shard (from the settings, `IDUTIL_SHARD`, the host name, or a
@@ -74,8 +78,17 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
     }
     let (shard, source) = shard::resolve_shard(req.shard, req.layout)?;
     let dir = state::state_dir(req.state_dir)?;
+    if req.ephemeral {
+        // Its own directory and ID space: nobody to share with, nothing to
+        // take on the host.
+        return Ok((Durable::new(Store::open(&dir, shard)?), shard, source));
+    }
     let id_space = host_lock::resolve_id_space(req.id_space)?;
-    let store = Store::open_for_generator(&dir, shard, &id_space)?;
+    let store = if cfg!(target_os = "linux") {
+        Store::join(&dir, shard, &id_space, req.member_wait)?
+    } else {
+        Store::open_for_generator(&dir, shard, &id_space)?
+    };
     Ok((Durable::new(store), shard, source))
 }
 

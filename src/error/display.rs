@@ -88,6 +88,8 @@ impl fmt::Display for Error {
                 id_space,
                 pid,
                 uid: None,
+                held_dir,
+                dir,
                 ..
             } => {
                 write!(
@@ -99,11 +101,21 @@ impl fmt::Display for Error {
                     Some(pid) => write!(f, " (pid {pid})")?,
                     None => write!(f, " (pid unknown)")?,
                 }
-                write!(
-                    f,
-                    ", whatever its state directory; use another shard, or another ID space \
-                     for IDs that never share a table"
-                )
+                match (held_dir, dir) {
+                    (Some(held), Some(dir)) => write!(
+                        f,
+                        " with state directory {}, not {}: the processes of a host share a \
+                         shard through one state directory; use that one, another shard, or \
+                         another ID space for IDs that never share a table",
+                        held.display(),
+                        dir.display()
+                    ),
+                    _ => write!(
+                        f,
+                        ", and not through this state directory; use another shard, or \
+                         another ID space for IDs that never share a table"
+                    ),
+                }
             }
             Error::HostLocked {
                 shard,
@@ -111,6 +123,7 @@ impl fmt::Display for Error {
                 pid,
                 uid: Some(uid),
                 lock_file,
+                ..
             } => {
                 write!(
                     f,
@@ -127,6 +140,28 @@ impl fmt::Display for Error {
                      administrator can end it and remove the file. Meanwhile use another \
                      shard, or another ID space for IDs that never share a table",
                     lock_file.display()
+                )
+            }
+            Error::MemberStalled {
+                shard,
+                dir,
+                pid,
+                waited,
+            } => {
+                write!(
+                    f,
+                    "shard {shard} in state directory {}: another process sharing it ",
+                    dir.display()
+                )?;
+                match pid {
+                    Some(pid) => write!(f, "(pid {pid}) ")?,
+                    None => write!(f, "(pid unknown) ")?,
+                }
+                write!(
+                    f,
+                    "has held its claim lock for over {} ms: it is stopped or stuck; \
+                     resume or end it, then try again",
+                    waited.as_millis()
                 )
             }
             Error::HostLockUnusable {

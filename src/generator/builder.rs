@@ -2,12 +2,13 @@
 //! `open` reads.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::open;
 use super::{
     Generator, DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN, DEFAULT_MAX_CLOCK_STEP,
-    DEFAULT_WINDOW, MAX_WINDOW,
+    DEFAULT_MEMBER_WAIT, DEFAULT_WINDOW, MAX_WINDOW,
 };
 use crate::clock::{whole_seconds, Clock, SystemClock};
 use crate::durable;
@@ -29,23 +30,44 @@ use crate::lease::LeaseConfig;
 /// [`IDUTIL_LAYOUT`](crate::env::LAYOUT) or [`Layout::DEFAULT`], the
 /// [`SystemClock`], a reservation window of 5 seconds ([`DEFAULT_WINDOW`])
 /// and no lead cap.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Builder<C: Clock = SystemClock> {
     pub(super) shard: Option<u32>,
     pub(super) state_dir: Option<PathBuf>,
     pub(super) id_space: Option<String>,
     /// `None`: `IDUTIL_LAYOUT`, else [`Layout::DEFAULT`].
     pub(super) layout: Option<Layout>,
-    /// The time source, set with [`Builder::clock`].
-    pub(super) time: C,
+    /// The time source, set with [`Builder::clock`]; shared with the
+    /// generator a child of `fork()` opens from the same settings.
+    pub(super) time: Arc<C>,
     pub(super) window: u64,
     pub(super) max_lead: Option<u64>,
     /// A throw-away generator for tests: see [`Builder::ephemeral`].
     pub(super) ephemeral: bool,
     pub(super) end_margin: u64,
     pub(super) max_step: Option<(u64, Duration)>,
+    pub(super) member_wait: Duration,
     /// The state file's companions: with the feature `redis`, the lease.
     pub(super) durable: durable::Settings,
+}
+
+impl<C: Clock> Clone for Builder<C> {
+    fn clone(&self) -> Self {
+        Builder {
+            shard: self.shard,
+            state_dir: self.state_dir.clone(),
+            id_space: self.id_space.clone(),
+            layout: self.layout,
+            time: Arc::clone(&self.time),
+            window: self.window,
+            max_lead: self.max_lead,
+            ephemeral: self.ephemeral,
+            end_margin: self.end_margin,
+            max_step: self.max_step,
+            member_wait: self.member_wait,
+            durable: self.durable.clone(),
+        }
+    }
 }
 
 impl Default for Builder<SystemClock> {
@@ -62,12 +84,13 @@ impl Builder<SystemClock> {
             state_dir: None,
             id_space: None,
             layout: None,
-            time: SystemClock,
+            time: Arc::new(SystemClock),
             window: DEFAULT_WINDOW.as_secs(),
             max_lead: None,
             ephemeral: false,
             end_margin: DEFAULT_END_MARGIN.as_secs(),
             max_step: Some((DEFAULT_MAX_CLOCK_STEP.as_secs(), DEFAULT_CLOCK_STEP_CONFIRM)),
+            member_wait: DEFAULT_MEMBER_WAIT,
             durable: durable::Settings::default(),
         }
     }
@@ -141,12 +164,13 @@ impl<C: Clock> Builder<C> {
             state_dir: self.state_dir,
             id_space: self.id_space,
             layout: self.layout,
-            time: clock,
+            time: Arc::new(clock),
             window: self.window,
             max_lead: self.max_lead,
             ephemeral: self.ephemeral,
             end_margin: self.end_margin,
             max_step: self.max_step,
+            member_wait: self.member_wait,
             durable: self.durable,
         }
     }
@@ -236,6 +260,17 @@ impl<C: Clock> Builder<C> {
         if let Some((_, c)) = &mut self.max_step {
             *c = confirm;
         }
+        self
+    }
+
+    /// How long the generator waits for another process sharing its shard
+    /// that holds the shard's short lock, when drawing a block or writing
+    /// the state file (default five seconds, [`DEFAULT_MEMBER_WAIT`]): past
+    /// it the call returns [`Error::MemberStalled`] naming that process,
+    /// and opening returns [`Error::Locked`]. See [`Generator`], *Processes
+    /// sharing a shard*.
+    pub fn member_wait(mut self, wait: Duration) -> Self {
+        self.member_wait = wait;
         self
     }
 

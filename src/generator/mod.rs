@@ -43,6 +43,11 @@ pub const DEFAULT_MAX_CLOCK_STEP: Duration = Duration::from_secs(86_400);
 /// The default time a larger forward step must hold before a running
 /// generator follows it (see [`Builder::clock_step_confirm`]).
 pub const DEFAULT_CLOCK_STEP_CONFIRM: Duration = Duration::from_secs(300);
+/// How long a generator that shares its shard with other processes waits
+/// for one that holds the shard's short lock (see [`Builder::member_wait`]).
+pub const DEFAULT_MEMBER_WAIT: Duration = Duration::from_secs(5);
+/// The fewest counter values a process sharing a shard draws at once.
+const MIN_BLOCK: u64 = 256;
 /// How often a call waiting on the lead cap looks at the clock again.
 const LEAD_POLL: Duration = Duration::from_millis(5);
 /// How much issuing, at the recent rate, a reservation covers beyond the
@@ -200,6 +205,26 @@ pub struct Generator<C: Clock = SystemClock> {
     extender: Mutex<Option<JoinHandle<Result<()>>>>,
     /// Whether it is ephemeral ([`Builder::ephemeral`]).
     ephemeral: bool,
+    /// The settings it was opened with: a child of `fork()` opens its own
+    /// generator from them.
+    recipe: Builder<C>,
+    /// In a child of `fork()`, the generator it opened (see *`fork()`*).
+    child: ForkChild<C>,
+}
+
+/// The generator a child of `fork()` opened in place of its parent's copy,
+/// once per process: tagged with the fork count it was opened at, so that
+/// a grandchild opens one of its own again.
+struct ForkChild<C: Clock> {
+    opened: Mutex<Option<(u64, Arc<Generator<C>>)>>,
+}
+
+impl<C: Clock> Default for ForkChild<C> {
+    fn default() -> Self {
+        ForkChild {
+            opened: Mutex::new(None),
+        }
+    }
 }
 
 impl Generator<SystemClock> {
@@ -228,7 +253,11 @@ impl<C: Clock> Generator<C> {
     /// process created by `fork()` after the generator opened.
     #[inline]
     pub fn next_id(&self) -> Result<Id> {
-        self.inner.take(1, true).map(|v| self.inner.id(v))
+        match self.inner.take(1, true) {
+            Ok(v) => Ok(self.inner.id(v)),
+            Err(Error::Forked { .. }) => self.in_child()?.next_id(),
+            Err(e) => Err(e),
+        }
     }
 
     /// Like [`next_id`](Generator::next_id), but never waits for the clock:
@@ -242,7 +271,11 @@ impl<C: Clock> Generator<C> {
     /// As [`next_id`](Generator::next_id), plus [`Error::LeadCapReached`].
     #[inline]
     pub fn next_id_nowait(&self) -> Result<Id> {
-        self.inner.take(1, false).map(|v| self.inner.id(v))
+        match self.inner.take(1, false) {
+            Ok(v) => Ok(self.inner.id(v)),
+            Err(Error::Forked { .. }) => self.in_child()?.next_id_nowait(),
+            Err(e) => Err(e),
+        }
     }
 
     /// Reserves `n` consecutive IDs at once: one atomic step however large
@@ -285,7 +318,14 @@ impl<C: Clock> Generator<C> {
                 return Err(Error::BatchTooLarge { n, max });
             }
         }
-        let first = if n == 0 { 0 } else { self.inner.take(n, wait)? };
+        let first = match n {
+            0 => 0,
+            _ => match self.inner.take(n, wait) {
+                Ok(first) => first,
+                Err(Error::Forked { .. }) => return self.in_child()?.batch(n, wait),
+                Err(e) => return Err(e),
+            },
+        };
         Ok(IdBatch::new(
             first,
             n,
@@ -298,14 +338,45 @@ impl<C: Clock> Generator<C> {
     /// wall-clock second it has seen: how far it has borrowed. A clock
     /// rollback does not count.
     pub fn lead(&self) -> u64 {
-        self.inner.lead()
+        match self.opened_in_child() {
+            Some(child) => child.lead(),
+            None => self.inner.lead(),
+        }
     }
 
     /// Whether this process is a child, created by `fork()`, of the
-    /// process that opened the generator: then it issues nothing
-    /// ([`Error::Forked`]).
+    /// process that opened the generator: then it issues from a generator
+    /// of its own (see *`fork()`*).
     pub fn forked(&self) -> bool {
         self.inner.forked()
+    }
+
+    /// In a child of `fork()`, the generator the child opened from the
+    /// same settings, opening it on first use.
+    #[cold]
+    fn in_child(&self) -> Result<Arc<Generator<C>>> {
+        let forks = crate::fork::current();
+        let mut opened = crate::sync::lock(&self.child.opened);
+        if let Some((at, child)) = &*opened {
+            if *at == forks {
+                return Ok(Arc::clone(child));
+            }
+        }
+        let child = Arc::new(self.recipe.clone().open()?);
+        *opened = Some((forks, Arc::clone(&child)));
+        Ok(child)
+    }
+
+    /// The generator this process opened after a `fork()`, if it did.
+    fn opened_in_child(&self) -> Option<Arc<Generator<C>>> {
+        if !self.inner.forked() {
+            return None;
+        }
+        let opened = crate::sync::lock(&self.child.opened);
+        match &*opened {
+            Some((at, child)) if *at == crate::fork::current() => Some(Arc::clone(child)),
+            _ => None,
+        }
     }
 
     /// The shard.
@@ -353,7 +424,10 @@ impl<C: Clock> Generator<C> {
     /// The highest second (Unix seconds) durably reserved: no ID is issued
     /// past it until the state file says so.
     pub fn reserved_until(&self) -> u64 {
-        self.inner.reserved()
+        match self.opened_in_child() {
+            Some(child) => child.reserved_until(),
+            None => self.inner.reserved(),
+        }
     }
 
     /// Stops issuing, records the exact last ID in the state file and
@@ -381,7 +455,11 @@ impl<C: Clock> Generator<C> {
                 // ever, detaching it would free what the parent's copy owns.
                 std::mem::forget(extender.take());
             }
-            return Ok(());
+            // The child's own generator closes as any other.
+            return match self.opened_in_child() {
+                Some(child) => child.close(),
+                None => Ok(()),
+            };
         }
         let Some(handle) = crate::sync::lock(&self.extender).take() else {
             return Ok(());

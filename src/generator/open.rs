@@ -14,10 +14,11 @@ use crate::durable::{self, Durable};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::shard::ShardSource;
-use crate::state::{self, Remedy};
+use crate::state::{self, Remedy, StateFile};
 
 /// What [`Builder::open`] does.
 pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
+    let recipe = b.clone();
     let ephemeral = b.ephemeral;
     // An ephemeral generator reads nothing from the environment.
     let layout = match b.layout {
@@ -34,7 +35,7 @@ pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
         (
             Some(b.shard.unwrap_or(0)),
             Some(state::scratch_dir()?),
-            Some(format!("ephemeral-{}", std::process::id())),
+            None,
         )
     } else {
         (b.shard, b.state_dir.clone(), b.id_space.clone())
@@ -45,10 +46,11 @@ pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
         state_dir: state_dir.as_deref(),
         id_space: id_space.as_deref(),
         layout: &layout,
-        time: &b.time,
+        time: &*b.time,
         ephemeral,
+        member_wait: b.member_wait,
     })?;
-    start(b, layout, durable, shard, source)
+    start(b, recipe, layout, durable, shard, source)
 }
 
 /// The end margin a generator keeps: at most half the layout's range, so
@@ -74,6 +76,7 @@ fn check_clock(layout: &Layout, now_unix: u64, usable_last: u64) -> Result<()> {
 /// window and starts the reservation thread.
 fn start<C: Clock>(
     b: Builder<C>,
+    recipe: Builder<C>,
     layout: Layout,
     durable: Durable,
     shard: u32,
@@ -86,6 +89,66 @@ fn start<C: Clock>(
     // The clock moved since `open` looked: still nothing written.
     check_clock(&layout, now_unix, usable_last)?;
     let prev = durable.load()?;
+    if let Some(prev) = &prev {
+        state::check_layout(durable.path(), prev, &layout)?;
+    }
+    let (file, start, reserved) = if durable.plans() {
+        plan_restart(&b, &layout, &durable, prev, shard, source.clone(), now_unix)?
+    } else {
+        join(&layout, &durable, prev, now_unix)?
+    };
+    let inner = Inner::new(Start {
+        time: b.time,
+        layout,
+        shard,
+        shard_source: source,
+        file,
+        counter: start,
+        now: now_unix,
+        reserved,
+        usable_last,
+        end_margin,
+        window: b.window,
+        max_lead: b.max_lead,
+        max_step: b.max_step,
+        hold: durable.hold(),
+        path: durable.path().to_path_buf(),
+        dir: durable.dir().to_path_buf(),
+        forks,
+    });
+    let worker = Arc::clone(&inner);
+    let extender = thread::Builder::new()
+        .name(format!("idutil-shard-{shard}"))
+        .spawn(move || worker.extend_until_closed(durable))
+        .map_err(|e| {
+            inner.give_up_unissued();
+            Error::io("start the reservation thread for", inner.path(), e)
+        })?;
+    Ok(Generator {
+        inner,
+        extender: Mutex::new(Some(extender)),
+        ephemeral: b.ephemeral,
+        recipe,
+        child: Default::default(),
+    })
+}
+
+/// Where a generator that holds the shard alone, or first of the processes
+/// sharing it, starts: the restart planned from the state file and the
+/// clock, the first window reserved. The state as written, the first
+/// counter value and the second reserved.
+fn plan_restart<C: Clock>(
+    b: &Builder<C>,
+    layout: &Layout,
+    durable: &Durable,
+    prev: Option<StateFile>,
+    shard: u32,
+    source: ShardSource,
+    now_unix: u64,
+) -> Result<(StateFile, u64, u64)> {
+    let layout = *layout;
+    let end_margin = effective_margin(&layout, b.end_margin);
+    let usable_last = layout.last_unix_second() - end_margin;
     if prev.is_none() && !b.ephemeral && source != ShardSource::Lease {
         log::warn!(
             "shard {shard} has no state file in {}, so it starts afresh at the clock: \
@@ -94,9 +157,6 @@ fn start<C: Clock>(
              it may issue the same IDs again",
             durable.dir().display()
         );
-    }
-    if let Some(prev) = &prev {
-        state::check_layout(durable.path(), prev, &layout)?;
     }
     let Plan {
         mut file,
@@ -138,38 +198,41 @@ fn start<C: Clock>(
     let mark = file.high_water.get(&value).copied().unwrap_or(0);
     file.high_water.insert(value, mark.max(reserved));
     cover_seen(&mut file);
-    durable.reserve(&file, reserved)?;
 
-    let inner = Inner::new(Start {
-        time: b.time,
-        layout,
-        shard,
-        shard_source: source,
-        file,
-        counter: start,
-        now: now_unix,
-        reserved,
-        usable_last,
-        end_margin,
-        window: b.window,
-        max_lead: b.max_lead,
-        max_step: b.max_step,
-        hold: durable.hold(),
-        path: durable.path().to_path_buf(),
-        dir: durable.dir().to_path_buf(),
-        forks,
-    });
-    let worker = Arc::clone(&inner);
-    let extender = thread::Builder::new()
-        .name(format!("idutil-shard-{shard}"))
-        .spawn(move || worker.extend_until_closed(durable))
-        .map_err(|e| {
-            inner.give_up_unissued();
-            Error::io("start the reservation thread for", inner.path(), e)
-        })?;
-    Ok(Generator {
-        inner,
-        extender: Mutex::new(Some(extender)),
-        ephemeral: b.ephemeral,
-    })
+    let file = if durable.is_shared() {
+        // Written as planned, not over the last run's file.
+        durable.begin(&file, start)?;
+        file
+    } else {
+        durable.reserve(&file, reserved)?
+    };
+    Ok((file, start, reserved))
+}
+
+/// Where a generator that joins the processes sharing its shard starts:
+/// the state as they left it, the clock's second (its first call draws a
+/// block from the shard's counter, after everything handed out), and the
+/// second they reserved.
+fn join(
+    layout: &Layout,
+    durable: &Durable,
+    prev: Option<StateFile>,
+    now_unix: u64,
+) -> Result<(StateFile, u64, u64)> {
+    let Some(mut file) = prev else {
+        // The member that let this one in writes its state first.
+        return Err(Error::io(
+            "join the generators sharing",
+            durable.path(),
+            std::io::Error::other("the shard has no state file yet; try again"),
+        ));
+    };
+    file.seen_max = file.seen_max.max(now_unix);
+    file.seen_last_run = file.seen_last_run.max(now_unix);
+    let reserved = file
+        .high_water
+        .get(&file.clock_value())
+        .copied()
+        .unwrap_or(0);
+    Ok((file, layout.counter_at(now_unix), reserved))
 }

@@ -151,16 +151,9 @@ pub(super) fn missing_state(path: &Path, shard: u32) -> Error {
     )
 }
 
-/// Opens the shard's lock file in the directory (creating it, 0600, if
-/// there is none), checks it and takes its exclusive lock: the file, held
-/// open for the lock, and its `(device, inode)`. [`Error::Locked`], with
-/// the holder's pid where legible, if another process holds it.
-pub(super) fn lock_shard(
-    dir_fd: &OwnedFd,
-    dir: &Path,
-    lock_path: &Path,
-    shard: u32,
-) -> Result<(File, (u64, u64))> {
+/// Opens the shard's lock file (creating it, 0600, if there is none) and
+/// checks it: the file and its `(device, inode)`.
+fn open_lock_file(dir_fd: &OwnedFd, lock_path: &Path, shard: u32) -> Result<(File, (u64, u64))> {
     let lock_name = lock_name(shard);
     let lock = match open_in(
         dir_fd,
@@ -195,6 +188,20 @@ pub(super) fn lock_shard(
     };
     check_file(&lock, lock_path)?;
     let lock_id = file_id(&lock).map_err(|e| Error::io("examine", lock_path, e))?;
+    Ok((lock, lock_id))
+}
+
+/// Opens the shard's lock file in the directory (creating it, 0600, if
+/// there is none), checks it and takes its exclusive lock: the file, held
+/// open for the lock, and its `(device, inode)`. [`Error::Locked`], with
+/// the holder's pid where legible, if another process holds it.
+pub(super) fn lock_shard(
+    dir_fd: &OwnedFd,
+    dir: &Path,
+    lock_path: &Path,
+    shard: u32,
+) -> Result<(File, (u64, u64))> {
+    let (lock, lock_id) = open_lock_file(dir_fd, lock_path, shard)?;
     if let Err(e) = try_lock_exclusive(&lock) {
         if e.kind() == fs2::lock_contended_error().kind() {
             return Err(Error::Locked {
@@ -218,5 +225,51 @@ pub(super) fn is_held(file: &File) -> io::Result<bool> {
         }
         Err(e) if e.kind() == fs2::lock_contended_error().kind() => Ok(true),
         Err(e) => Err(e),
+    }
+}
+
+/// Opens the shard's lock file as [`lock_shard`] does and joins the
+/// generators that hold it: exclusively when none does (the `bool` is
+/// then `true`: the caller plans the restart, then shares the lock), else
+/// shared. A generator holding it exclusively (one planning, for an
+/// instant; a leased generator or a recovery, for longer) is waited for at
+/// most `wait`, then [`Error::Locked`].
+pub(super) fn join_shard(
+    dir_fd: &OwnedFd,
+    dir: &Path,
+    lock_path: &Path,
+    shard: u32,
+    wait: std::time::Duration,
+) -> Result<(File, (u64, u64), bool)> {
+    let (lock, lock_id) = open_lock_file(dir_fd, lock_path, shard)?;
+    let deadline = std::time::Instant::now() + wait;
+    let mut attempt = 0u32;
+    loop {
+        match fs2::FileExt::try_lock_exclusive(&lock) {
+            Ok(()) => return Ok((lock, lock_id, true)),
+            Err(e) if e.kind() != fs2::lock_contended_error().kind() => {
+                return Err(Error::io("lock", lock_path, e))
+            }
+            Err(_) => {}
+        }
+        match fs2::FileExt::try_lock_shared(&lock) {
+            Ok(()) => return Ok((lock, lock_id, false)),
+            Err(e) if e.kind() != fs2::lock_contended_error().kind() => {
+                return Err(Error::io("lock", lock_path, e))
+            }
+            Err(_) => {}
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return Err(Error::Locked {
+                shard,
+                dir: dir.to_path_buf(),
+                pid: crate::host_lock::flock_holder(&lock)
+                    .or_else(|| read_lock_file(&lock).ok().and_then(|note| note.pid)),
+            });
+        }
+        let pause = std::time::Duration::from_micros(50u64 << attempt.min(6));
+        std::thread::sleep(pause.min(deadline - now));
+        attempt += 1;
     }
 }

@@ -248,6 +248,7 @@
 //!   `shard-N.state.bad` are replaced by renaming a new file over them,
 //!   which replaces a symbolic link itself, never its target.
 
+mod claim;
 mod format;
 mod inspect;
 mod lock_file;
@@ -262,6 +263,7 @@ mod store;
 mod tests;
 mod trust;
 
+pub(crate) use claim::Claims;
 pub(crate) use format::check_layout;
 #[doc(hidden)]
 pub use format::checksum;

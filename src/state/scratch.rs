@@ -21,10 +21,19 @@ const PREFIX: &str = "idutil-ephemeral-";
 /// processes that are gone are removed when it is made, so repeated test
 /// runs do not pile them up.
 pub(crate) fn scratch_dir() -> Result<PathBuf> {
-    static DIR: Mutex<Option<TempDir>> = Mutex::new(None);
+    static DIR: Mutex<Option<(u32, TempDir)>> = Mutex::new(None);
     let mut dir = crate::sync::lock(&DIR);
-    if let Some(dir) = &*dir {
-        return Ok(dir.path().to_path_buf());
+    let pid = std::process::id();
+    match dir.take() {
+        Some((owner, made)) if owner == pid => {
+            let path = made.path().to_path_buf();
+            *dir = Some((owner, made));
+            return Ok(path);
+        }
+        // A child of `fork()`: the directory is its parent's, which
+        // removes it; the child makes one of its own.
+        Some((_, parents)) => std::mem::forget(parents),
+        None => {}
     }
     let tmp = std::env::temp_dir();
     sweep(&tmp);
@@ -33,7 +42,7 @@ pub(crate) fn scratch_dir() -> Result<PathBuf> {
         .tempdir_in(&tmp)
         .map_err(|e| Error::io("create a scratch state directory in", &tmp, e))?;
     let path = made.path().to_path_buf();
-    *dir = Some(made);
+    *dir = Some((pid, made));
     Ok(path)
 }
 

@@ -8,17 +8,20 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 
+use super::claim::{ClaimFile, Claims, Turn};
 use super::format::{parse_state, StateFile};
 use super::lock_file::{
-    check_lock_mark, lock_shard, missing_state, read_lock_file, write_lock_file, LockNote,
+    check_lock_mark, join_shard, lock_shard, missing_state, read_lock_file, write_lock_file,
+    LockNote,
 };
 use super::paths::{cleaned, lock_path, state_name, state_path};
 use super::trust::{file_id, open_dir, read_in};
 use crate::error::{Error, Result};
-use crate::host_lock::HostLock;
+use crate::host_lock::{DirIdentity, HostLock};
 
 /// A locked shard in a state directory: the exclusive right to read and
 /// replace its state file, for as long as the value lives.
@@ -43,6 +46,14 @@ pub(crate) struct Store {
     note: Mutex<LockNote>,
     /// The per-host hold on the shard, for generators.
     _host: Option<HostLock>,
+    /// A member's: the claim file the processes sharing the shard draw
+    /// blocks from and take turns on. `None` for an exclusive holder.
+    claim: Option<ClaimFile>,
+    /// Whether no other generator held the shard in this directory when
+    /// this one opened: it plans the restart.
+    first: bool,
+    /// How long a member waits for another that holds a lock.
+    wait: Duration,
 }
 
 impl Store {
@@ -53,6 +64,128 @@ impl Store {
         let mut store = Store::open(dir, shard)?;
         store._host = Some(host);
         Ok(store)
+    }
+
+    /// Joins the generators that share `shard` of `id_space` through `dir`
+    /// (see [*Processes sharing a shard*](super#processes-sharing-a-shard)):
+    /// takes the per-host lock shared, then the shard's lock file shared,
+    /// or exclusively for a moment when no other generator holds it
+    /// ([`Store::is_first`]: the opener plans the restart, then calls
+    /// [`Store::share`]). Waits at most `wait` for a member that holds a
+    /// lock.
+    pub(crate) fn join(dir: &Path, shard: u32, id_space: &str, wait: Duration) -> Result<Store> {
+        let dir = &cleaned(dir)?;
+        let dir_fd = open_dir(dir, true)?.ok_or_else(|| {
+            Error::io(
+                "open the state directory",
+                dir,
+                io::ErrorKind::NotFound.into(),
+            )
+        })?;
+        let dir_id = file_id(&dir_fd).map_err(|e| Error::io("examine", dir, e))?;
+        let host = HostLock::join(
+            id_space,
+            shard,
+            &DirIdentity {
+                id: dir_id,
+                path: dir.to_path_buf(),
+            },
+        )?;
+        let lock_path = lock_path(dir, shard);
+        let (lock, lock_id, first) = join_shard(&dir_fd, dir, &lock_path, shard, wait)?;
+        let claim = ClaimFile::open(&dir_fd, dir, shard)?;
+        let turn = claim.turn(wait)?;
+        if first {
+            remove_stale_temporaries(&dir_fd, shard);
+        }
+        let note =
+            read_lock_file(&lock).map_err(|e| Error::io("read the lock file", &lock_path, e))?;
+        if let Ok(mark) = note.mark {
+            let _ = write_lock_file(&lock, note.had_state, mark);
+        }
+        drop(turn);
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            path: state_path(dir, shard),
+            lock_path,
+            shard,
+            dir_fd,
+            dir_id,
+            lock,
+            lock_id,
+            note: Mutex::new(note),
+            _host: Some(host),
+            claim: Some(claim),
+            first,
+            wait,
+        })
+    }
+
+    /// Whether this generator opened with no other holding the shard in
+    /// this directory (always, for an exclusive holder).
+    pub(crate) fn is_first(&self) -> bool {
+        self.first
+    }
+
+    /// Whether this generator shares the shard with other processes.
+    pub(crate) fn is_shared(&self) -> bool {
+        self.claim.is_some()
+    }
+
+    /// The first member has planned the restart and written it: from now
+    /// on others may join.
+    pub(crate) fn share(&self) -> Result<()> {
+        if self.claim.is_some() && self.first {
+            fs2::FileExt::try_lock_shared(&self.lock)
+                .map_err(|e| Error::io("share the lock of", &self.lock_path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Whether this member is the last one holding the shard: it then
+    /// holds the shard's lock file exclusively (a failed attempt lets go of
+    /// its shared hold, so call it only when closing). Always, for an
+    /// exclusive holder.
+    pub(crate) fn is_last(&self) -> bool {
+        self.claim.is_none() || fs2::FileExt::try_lock_exclusive(&self.lock).is_ok()
+    }
+
+    /// Takes the shard's short lock, which members hold while they draw a
+    /// block or write the state file: `None` for an exclusive holder,
+    /// which needs none.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MemberStalled`] when another member holds it longer than
+    /// this generator waits.
+    pub(crate) fn turn(&self) -> Result<Option<Turn<'_>>> {
+        match &self.claim {
+            Some(claim) => {
+                let turn = claim.turn(self.wait)?;
+                // What other members wrote since.
+                let note = read_lock_file(&self.lock)
+                    .map_err(|e| Error::io("read the lock file", &self.lock_path, e))?;
+                *crate::sync::lock(&self.note) = note;
+                Ok(Some(turn))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// What the claim file says, read during a turn.
+    pub(crate) fn claims(&self, turn: &Turn<'_>) -> Result<Claims> {
+        match &self.claim {
+            Some(claim) => claim.read(turn),
+            None => Ok(Claims::default()),
+        }
+    }
+
+    /// Writes the claim file during a turn.
+    pub(crate) fn set_claims(&self, turn: &Turn<'_>, claims: &Claims) -> Result<()> {
+        match &self.claim {
+            Some(claim) => claim.write(turn, claims),
+            None => Ok(()),
+        }
     }
 
     /// Creates the directory if needed (mode 0700), checks it, and takes
@@ -88,7 +221,23 @@ impl Store {
             lock_id,
             note: Mutex::new(note),
             _host: None,
+            claim: None,
+            first: true,
+            wait: Duration::ZERO,
         })
+        .inspect(|store| store.forget_claims())
+    }
+
+    /// An exclusive holder (a leased generator, a recovery) changes the
+    /// shard without drawing from the claim file: what it says is no
+    /// longer true, so it is emptied, and the next members start after
+    /// the state file.
+    fn forget_claims(&self) {
+        let name = format!("shard-{}.claim", self.shard);
+        let path = self.dir.join(&name);
+        if let Ok(Some(file)) = super::trust::open_in(&self.dir_fd, &path, &name, OFlags::RDWR) {
+            let _ = file.set_len(0);
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {

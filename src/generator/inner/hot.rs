@@ -2,12 +2,13 @@
 //! the clock (`tick`) and falls back to the slow path at the limit
 //! (`slow`).
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::thread;
 use std::time::Instant;
 
 use super::{Cold, Inner, CLOCK_OUT, CLOSED, FLAGS, PAUSED};
 use crate::clock::Clock;
+use crate::durable::Ask;
 use crate::error::{Error, Result};
 use crate::generator::LEAD_POLL;
 
@@ -46,11 +47,11 @@ impl<C: Clock> Inner<C> {
         loop {
             // Flags, in the high bits, put `last` past any limit.
             let last = cur + (n - 1);
-            if last >= self.hot.limit.load(Relaxed) {
+            if last >= self.hot.limit.load(Acquire) {
                 // Without the flags: another thread may clear them before
                 // the slow path looks, and a flag read as a second is past
                 // the end of the range.
-                self.slow(self.hot.layout.counter_second(last & !FLAGS), wait)?;
+                self.slow(last & !FLAGS, n, wait)?;
                 cur = self.cursor.0.load(Relaxed);
                 continue;
             }
@@ -134,10 +135,13 @@ impl<C: Clock> Inner<C> {
         self.publish_limit(&cold, 0);
     }
 
-    /// The hot path found `second` above the limit: raise the limit, wait,
+    /// The hot path found the counter value `last` (the last of `n` it
+    /// wants) at or above the limit: raise the limit, draw a block, wait,
     /// or say why not. `Ok` means "try again".
     #[cold]
-    fn slow(&self, second: u64, wait: bool) -> Result<()> {
+    fn slow(&self, last: u64, n: u64, wait: bool) -> Result<()> {
+        let layout = self.hot.layout;
+        let mut second = layout.counter_second(last);
         let mut cold = self.lock();
         loop {
             let flags = self.cursor.0.load(Relaxed) & FLAGS;
@@ -198,6 +202,35 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 continue;
+            }
+            if last >= cold.block.1 || self.cursor.0.load(Relaxed) & !FLAGS < cold.block.0 {
+                // Another process shares the shard: draw the next block.
+                let from = self.cursor.0.load(Relaxed) & !FLAGS;
+                let size = self.block_size(&mut cold);
+                let ask = Ask {
+                    from,
+                    size,
+                    min: n,
+                    clock_id: self.clock_id,
+                    reserved: cold.reserved,
+                };
+                let block = self.hold.draw(&layout, ask)?;
+                cold.reserved = cold.reserved.max(block.reserved.min(self.hot.usable_last));
+                if block.start == block.end {
+                    // The mark leaves no room: reserve past what the
+                    // block needs, then draw again.
+                    second = layout.counter_second(block.start.saturating_add(n - 1));
+                    if second <= cold.reserved {
+                        // Reserved meanwhile by another process.
+                        continue;
+                    }
+                    self.request(&mut cold, second);
+                    continue;
+                }
+                cold.block = (block.start, block.end);
+                self.cursor.0.fetch_max(block.start, Relaxed);
+                self.publish_limit(&cold, 0);
+                return Ok(());
             }
             if second > cold.trigger {
                 self.request(&mut cold, second);

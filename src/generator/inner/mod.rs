@@ -60,7 +60,7 @@ struct Hot<C> {
     /// The clock reading last acted on (Unix seconds).
     last_now: AtomicU64,
     /// The time source (a [`Clock`]).
-    time: C,
+    time: Arc<C>,
     layout: Layout,
     base: u64,
     /// The last second (Unix seconds, as every second outside a counter)
@@ -156,12 +156,16 @@ struct Cold {
     closing: bool,
     /// The state as last written, the template for the next write.
     file: StateFile,
+    /// The counter values this generator may issue, `start..end`: with
+    /// other processes sharing the shard, the block it drew last (empty
+    /// until the first draw); alone on it, everything (`0..u64::MAX`).
+    block: (u64, u64),
 }
 
 /// What opening worked out, from which a generator starts: see
 /// [`Inner::new`]. Seconds are Unix seconds.
 pub(in crate::generator) struct Start<C> {
-    pub(in crate::generator) time: C,
+    pub(in crate::generator) time: Arc<C>,
     pub(in crate::generator) layout: Layout,
     pub(in crate::generator) shard: u32,
     pub(in crate::generator) shard_source: ShardSource,
@@ -190,6 +194,11 @@ impl<C: Clock> Inner<C> {
     pub(in crate::generator) fn new(s: Start<C>) -> Arc<Inner<C>> {
         let clock_value = s.file.clock_value();
         let start_second = s.layout.counter_second(s.counter);
+        let block = if s.hold.is_shared() {
+            (0, 0)
+        } else {
+            (0, u64::MAX)
+        };
         let inner = Arc::new(Inner {
             cursor: Padded(AtomicU64::new(s.counter)),
             hot: Padded(Hot {
@@ -236,6 +245,7 @@ impl<C: Clock> Inner<C> {
                 replaced: None,
                 closing: false,
                 file: s.file,
+                block,
             })),
             changed: Condvar::new(),
         });

@@ -2,7 +2,7 @@
 //! limit the hot path may run to (`publish_limit`), and the thread that
 //! writes each reservation and the clean close (`extend_until_closed`).
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use crate::clock::Clock;
 use crate::durable::Durable;
 use crate::error::{Error, Result};
 use crate::generator::plan::cover_seen;
-use crate::generator::{HEADROOM, MAX_HEADROOM, MIN_RATE_SPAN};
+use crate::generator::{HEADROOM, MAX_HEADROOM, MIN_BLOCK, MIN_RATE_SPAN};
 
 /// The longest a generator whose state was replaced keeps its shard after
 /// it stopped, so that closing it never waits for long: what a generator
@@ -43,6 +43,22 @@ impl<C: Clock> Inner<C> {
     /// way it is at most twice what was really issued in the last two
     /// headrooms.
     fn headroom(&self, cold: &mut Cold) -> u64 {
+        self.recent_issuing(cold)
+            .div_ceil(u64::from(self.hot.layout.max_sequence()) + 1)
+            .min(MAX_HEADROOM.as_secs())
+    }
+
+    /// How many counter values a process sharing its shard draws at once:
+    /// what it issues in [`HEADROOM`] at its recent rate, at least
+    /// [`MIN_BLOCK`]. A busy process draws large blocks, seldom; a quiet one
+    /// small ones, so that its IDs stay close to the clock.
+    pub(super) fn block_size(&self, cold: &mut Cold) -> u64 {
+        self.recent_issuing(cold).max(MIN_BLOCK)
+    }
+
+    /// Counter values issued in [`HEADROOM`] at the recent rate (see
+    /// [`headroom`](Inner::headroom)).
+    fn recent_issuing(&self, cold: &mut Cold) -> u64 {
         let now = Instant::now();
         let cursor = self.cursor.0.load(Relaxed) & !FLAGS;
         let issued = cursor.saturating_sub(cold.rate_from);
@@ -67,8 +83,6 @@ impl<C: Clock> Inner<C> {
             cold.recent.max(early)
         };
         units
-            .div_ceil(u64::from(self.hot.layout.max_sequence()) + 1)
-            .min(MAX_HEADROOM.as_secs())
     }
 
     /// Recomputes the hot path's limit from the cold state, letting
@@ -93,10 +107,13 @@ impl<C: Clock> Inner<C> {
             limit = limit.min(cold.seen_max.saturating_add(max_lead));
         }
         // `limit` is within the layout's range (at most `usable_last`, at
-        // least the epoch), so its next second's counter is exact.
-        self.hot
-            .limit
-            .store(self.hot.layout.counter_at(limit + 1), Relaxed);
+        // least the epoch), so its next second's counter is exact. Never
+        // past the block this generator drew. Released after the cursor
+        // moved into a new block: a call that reads this limit then finds
+        // the cursor there (`take` acquires it), never behind it in the
+        // values of another process.
+        let limit = self.hot.layout.counter_at(limit + 1).min(cold.block.1);
+        self.hot.limit.store(limit, Release);
     }
 
     /// The reservation thread: the only writer of the state file while the
@@ -130,9 +147,16 @@ impl<C: Clock> Inner<C> {
             let saved = durable.reserve(&file, target);
             cold = self.lock();
             match saved {
-                Ok(()) => {
-                    cold.reserved = cold.reserved.max(target);
-                    cold.file = file;
+                Ok(written) => {
+                    // With other processes on the shard, what they wrote
+                    // too: their marks and clock readings.
+                    let mark = written.high_water.get(&self.clock_value).copied();
+                    cold.reserved = cold
+                        .reserved
+                        .max(target)
+                        .max(mark.unwrap_or(0).min(self.hot.usable_last));
+                    cold.seen_max = cold.seen_max.max(written.seen_max);
+                    cold.file = written;
                     let at = layout.counter_second(self.cursor.0.load(Relaxed) & !FLAGS);
                     cold.trigger = if at > cold.seen_max {
                         // Borrowing: ask again once half the room is used,
@@ -178,8 +202,9 @@ impl<C: Clock> Inner<C> {
             *mark = (*mark).max(second);
         }
         cover_seen(&mut file);
+        let block = cold.block;
         drop(cold);
-        let saved = durable.close(&file);
+        let saved = durable.close(&layout, &file, next, block);
         if let Err(e @ Error::StateReplaced { .. }) = saved {
             let e = self.stop_replaced(e);
             self.outwait_reservation();

@@ -1,0 +1,199 @@
+//! A shard shared by the processes of a host (see the `state` module,
+//! *Processes sharing a shard*): what a member does during its turn on the
+//! claim file. Drawing a block of the shard's counter, writing the state
+//! file over what the other members wrote, and leaving.
+
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::state::{Claims, StateFile, Store};
+
+/// A block drawn from the shard's counter: `start..end`, counter values
+/// no other member was or will be given. Empty (`start == end`) when the
+/// durable mark leaves no room for `min` values: reserve further, then
+/// draw again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Block {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// The highest second reserved for this clock id, as the members left
+    /// it in the claim file (at least the `reserved` asked with).
+    pub(crate) reserved: u64,
+}
+
+/// What a member asks a draw for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask {
+    /// The first counter value the block may start at: the member's cursor.
+    pub(crate) from: u64,
+    /// How many values it would like.
+    pub(crate) size: u64,
+    /// How many it needs at least (a batch is taken in one step).
+    pub(crate) min: u64,
+    /// The members' clock id, and the highest second the member knows to
+    /// be reserved for it.
+    pub(crate) clock_id: u64,
+    pub(crate) reserved: u64,
+}
+
+/// Draws a block during a turn on the claim file.
+pub(crate) fn draw(store: &Store, layout: &Layout, ask: Ask) -> Result<Block> {
+    let Some(turn) = store.turn()? else {
+        return Ok(Block {
+            start: ask.from,
+            end: u64::MAX,
+            reserved: ask.reserved,
+        });
+    };
+    let mut claims = store.claims(&turn)?;
+    let reserved = match claims.reserved {
+        Some((id, second)) if id == ask.clock_id => second.max(ask.reserved),
+        _ => ask.reserved,
+    }
+    .min(layout.last_unix_second());
+    let limit = layout.counter_at(reserved.saturating_add(1));
+    // Without a claim this boot can vouch for, nothing below the mark.
+    let next = claims.next.unwrap_or(limit);
+    let start = next.max(ask.from);
+    let end = start.saturating_add(ask.size.max(ask.min)).min(limit);
+    if end.saturating_sub(start) < ask.min.max(1) {
+        return Ok(Block {
+            start,
+            end: start,
+            reserved,
+        });
+    }
+    claims.next = Some(end);
+    store.set_claims(&turn, &claims)?;
+    Ok(Block {
+        start,
+        end,
+        reserved,
+    })
+}
+
+/// The first member writes its plan, `file` (whose mark it reserves),
+/// starts the counter at `start`, and lets the others join.
+pub(crate) fn begin(store: &Store, file: &StateFile, start: u64) -> Result<()> {
+    let Some(turn) = store.turn()? else {
+        return store.save(file);
+    };
+    store.save(file)?;
+    let claims = Claims {
+        next: Some(start),
+        reserved: mark(file).map(|m| (file.clock_id, m)),
+    };
+    store.set_claims(&turn, &claims)?;
+    drop(turn);
+    store.share()
+}
+
+/// Writes `ours` over what the other members wrote since (marks and clock
+/// readings only ever go up), during a turn, and tells the others the new
+/// mark: the state as written.
+pub(crate) fn save(store: &Store, ours: &StateFile) -> Result<StateFile> {
+    let Some(turn) = store.turn()? else {
+        store.save(ours)?;
+        return Ok(ours.clone());
+    };
+    let merged = match store.load()? {
+        Some(disk) => merge(store, disk, ours)?,
+        None => ours.clone(),
+    };
+    store.save(&merged)?;
+    let mut claims = store.claims(&turn)?;
+    claims.reserved = mark(&merged).map(|m| (merged.clock_id, m));
+    store.set_claims(&turn, &claims)?;
+    Ok(merged)
+}
+
+/// Leaves the shard cleanly. `ours` holds this member's exact last ID,
+/// `cursor` is the first counter value it did not issue and `block` its
+/// last block. Gives back what is left of the block when nobody drew
+/// after it; the last member to leave writes the state file with the last
+/// ID any member may have issued, so that the next run continues right
+/// after it. Other members leave the state file as it is.
+pub(crate) fn leave(
+    store: &Store,
+    layout: &Layout,
+    ours: &StateFile,
+    cursor: u64,
+    block: (u64, u64),
+) -> Result<()> {
+    let Some(turn) = store.turn()? else {
+        return store.save(ours);
+    };
+    let mut claims = store.claims(&turn)?;
+    if claims.next == Some(block.1) && block.0 < block.1 {
+        claims.next = Some(cursor.clamp(block.0, block.1));
+        store.set_claims(&turn, &claims)?;
+    }
+    if !store.is_last() {
+        return Ok(());
+    }
+    let Some(disk) = store.load()? else {
+        return store.save(ours);
+    };
+    let mut merged = merge(store, disk, ours)?;
+    // Every value below the claim may have been issued, by any member;
+    // none at or above it was. Without a claim to trust, the next run
+    // starts after the mark, as after a crash.
+    merged.last = match claims.next.and_then(|next| next.checked_sub(1)) {
+        Some(last) if last >= layout.counter_at(layout.epoch()) => {
+            let theirs = (layout.counter_second(last), layout.counter_sequence(last));
+            Some(match ours.last {
+                Some(mine) => mine.max(theirs),
+                None => theirs,
+            })
+        }
+        _ => None,
+    };
+    if let Some((second, _)) = merged.last {
+        let mark = merged
+            .high_water
+            .entry(merged.clock_value())
+            .or_insert(second);
+        *mark = (*mark).max(second);
+    }
+    store.save(&merged)
+}
+
+/// The current clock value's mark.
+fn mark(file: &StateFile) -> Option<u64> {
+    file.high_water.get(&file.clock_value()).copied()
+}
+
+/// `disk` with `ours` written over it: each mark and clock reading the
+/// higher of the two, no exact last ID (members are issuing), and the
+/// seconds issued far ahead kept until a member has passed them.
+fn merge(store: &Store, disk: StateFile, ours: &StateFile) -> Result<StateFile> {
+    if disk.clock_id != ours.clock_id || disk.layout != ours.layout {
+        return Err(Error::StateReplaced {
+            shard: ours.shard,
+            reason: format!(
+                "the state file {} was restarted by another generator (clock id {} where \
+                 this one runs on {})",
+                store.path().display(),
+                disk.clock_id,
+                ours.clock_id
+            ),
+        });
+    }
+    let mut merged = disk;
+    for (value, mark) in &ours.high_water {
+        let entry = merged.high_water.entry(*value).or_insert(*mark);
+        *entry = (*entry).max(*mark);
+    }
+    merged.seen_max = merged.seen_max.max(ours.seen_max);
+    merged.seen_last_run = merged.seen_last_run.max(ours.seen_last_run);
+    merged.last = None;
+    if ours.skip.is_none() {
+        if let Some((_, last)) = merged.skip {
+            // A member passed the seconds issued far ahead once its mark
+            // went beyond them.
+            if mark(&merged).is_some_and(|m| m > last) {
+                merged.skip = None;
+            }
+        }
+    }
+    Ok(merged)
+}

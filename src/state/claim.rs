@@ -1,0 +1,222 @@
+//! The shard's claim file, `shard-N.claim`: the counter the processes
+//! sharing a shard draw their blocks from, and the short lock they take
+//! turns under (see [*Processes sharing a shard*](super#processes-sharing-a-shard)).
+//!
+//! The file is never renamed or removed, and written in place: a few dozen
+//! bytes under its own exclusive `flock`. It is not synced: it only has to
+//! be right while the host stays up, and it names the boot it was written
+//! in, so that after a restart of the host nobody trusts it and the first
+//! generator starts after the state file's durable mark instead.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{self as rfs, Mode, OFlags};
+
+use super::trust::{check_file, open_in};
+use crate::error::{Error, Result};
+
+/// What the claim file says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Claims {
+    /// The first counter value no member was given: blocks are drawn
+    /// from here. `None` when the file does not say it for this boot (a
+    /// new file, one from before the host restarted, a garbled one): then
+    /// nothing below the state file's mark may be handed out.
+    pub(crate) next: Option<u64>,
+    /// The durable mark (Unix seconds) of the members' clock id, as the
+    /// last member to write the state file left it: `(clock_id, second)`.
+    /// A member reads the others' reservations here without reading the
+    /// state file. Never above what the state file holds.
+    pub(crate) reserved: Option<(u64, u64)>,
+}
+
+/// The claim file, held open.
+#[derive(Debug)]
+pub(crate) struct ClaimFile {
+    file: File,
+    path: PathBuf,
+    shard: u32,
+    dir: PathBuf,
+}
+
+/// The claim file's lock, held: released when dropped.
+pub(crate) struct Turn<'a> {
+    claim: &'a ClaimFile,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let _ = fs2::FileExt::unlock(&self.claim.file);
+    }
+}
+
+/// How long a member waits between attempts at a lock another member
+/// holds: short at first (a draw holds it for microseconds, a write of the
+/// state file for a few milliseconds), then longer.
+fn pause(attempt: u32) -> Duration {
+    Duration::from_micros(20u64 << attempt.min(7))
+}
+
+impl ClaimFile {
+    /// Opens (creating, 0600) and checks the shard's claim file.
+    pub(crate) fn open(dir_fd: &OwnedFd, dir: &Path, shard: u32) -> Result<ClaimFile> {
+        let name = format!("shard-{shard}.claim");
+        let path = dir.join(&name);
+        let flags = OFlags::RDWR | OFlags::CREATE;
+        let file = open_in(dir_fd, &path, &name, flags)?
+            .ok_or_else(|| Error::io("create", &path, io::ErrorKind::NotFound.into()))?;
+        check_file(&file, &path)?;
+        rfs::fchmod(&file, Mode::from_raw_mode(0o600))
+            .map_err(|e| Error::io("set the mode of", &path, e.into()))?;
+        Ok(ClaimFile {
+            file,
+            path,
+            shard,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Takes the claim lock, waiting at most `wait` for the member that
+    /// holds it: past that, [`Error::MemberStalled`] naming it.
+    pub(crate) fn turn(&self, wait: Duration) -> Result<Turn<'_>> {
+        let deadline = Instant::now() + wait;
+        let mut attempt = 0;
+        loop {
+            match fs2::FileExt::try_lock_exclusive(&self.file) {
+                Ok(()) => return Ok(Turn { claim: self }),
+                Err(e) if e.kind() == fs2::lock_contended_error().kind() => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("lock", &self.path, e)),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::MemberStalled {
+                    shard: self.shard,
+                    dir: self.dir.clone(),
+                    pid: crate::host_lock::flock_holder(&self.file),
+                    waited: wait,
+                });
+            }
+            std::thread::sleep(pause(attempt).min(deadline - now));
+            attempt += 1;
+        }
+    }
+
+    /// Reads the file. A read that fails is an error, never "nothing
+    /// claimed".
+    pub(crate) fn read(&self, _turn: &Turn<'_>) -> Result<Claims> {
+        let mut bytes = [0u8; 256];
+        let mut n = 0;
+        while n < bytes.len() {
+            match self.file.read_at(&mut bytes[n..], n as u64) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("read", &self.path, e)),
+            }
+        }
+        Ok(parse(
+            &String::from_utf8_lossy(&bytes[..n]),
+            boot_id().as_deref(),
+        ))
+    }
+
+    /// Writes `claims`, with this process's pid (advice for messages) and
+    /// the current boot.
+    pub(crate) fn write(&self, _turn: &Turn<'_>, claims: &Claims) -> Result<()> {
+        let text = render(claims, std::process::id(), boot_id().as_deref());
+        self.file
+            .write_all_at(text.as_bytes(), 0)
+            .and_then(|()| self.file.set_len(text.len() as u64))
+            .map_err(|e| Error::io("write", &self.path, e))
+    }
+}
+
+/// The kernel's id of the current boot: `None` where it cannot be read,
+/// and then no claim is trusted.
+fn boot_id() -> Option<String> {
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let id = text.trim();
+        (!id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_graphic()))
+            .then(|| id.to_string())
+    })
+    .clone()
+}
+
+fn render(claims: &Claims, pid: u32, boot: Option<&str>) -> String {
+    let mut text = format!("{pid}\n");
+    if let Some(boot) = boot {
+        text.push_str(&format!("boot {boot}\n"));
+        if let Some(next) = claims.next {
+            text.push_str(&format!("next {next}\n"));
+        }
+        if let Some((clock_id, second)) = claims.reserved {
+            text.push_str(&format!("reserved {clock_id} {second}\n"));
+        }
+    }
+    text
+}
+
+/// Reads the file's text strictly: a line that does not parse, or a file
+/// from another boot, says nothing.
+fn parse(text: &str, boot: Option<&str>) -> Claims {
+    let mut claims = Claims::default();
+    let mut same_boot = false;
+    let number = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    for line in text.lines().skip(1) {
+        let mut words = line.split(' ');
+        match (words.next(), words.next(), words.next(), words.next()) {
+            (Some("boot"), Some(id), None, None) => same_boot = boot == Some(id),
+            (Some("next"), Some(n), None, None) => match number(n) {
+                Some(n) => claims.next = Some(n),
+                None => return Claims::default(),
+            },
+            (Some("reserved"), Some(c), Some(s), None) => match (number(c), number(s)) {
+                (Some(c), Some(s)) => claims.reserved = Some((c, s)),
+                _ => return Claims::default(),
+            },
+            _ => return Claims::default(),
+        }
+    }
+    if same_boot {
+        claims
+    } else {
+        Claims::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_round_trip_within_a_boot_only() {
+        let claims = Claims {
+            next: Some(123_456_789),
+            reserved: Some((2, 1_763_751_239)),
+        };
+        let text = render(&claims, 42, Some("b-1"));
+        assert_eq!(parse(&text, Some("b-1")), claims);
+        // Another boot, no boot id, or a garbled line: nothing is trusted.
+        assert_eq!(parse(&text, Some("b-2")), Claims::default());
+        assert_eq!(parse(&text, None), Claims::default());
+        for bad in ["next 12x", "next -1", "reserved 1", "next 1 2", "junk"] {
+            let garbled = format!("{text}{bad}\n");
+            assert_eq!(parse(&garbled, Some("b-1")), Claims::default(), "{bad}");
+        }
+        assert_eq!(parse("", Some("b-1")), Claims::default());
+        let none = render(&Claims::default(), 1, Some("b-1"));
+        assert_eq!(parse(&none, Some("b-1")), Claims::default());
+    }
+}
