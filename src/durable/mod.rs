@@ -12,7 +12,7 @@ mod open;
 mod shared;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -44,8 +44,9 @@ pub(crate) struct ShardHold {
     #[cfg(feature = "lease")]
     lease: Option<Arc<Lease>>,
     /// A member's store, to draw blocks from; `None` for an exclusive
-    /// holder, which never draws.
-    shared: Option<Arc<Store>>,
+    /// holder, which never draws. Owned by the reservation thread: gone,
+    /// with the shard's locks, once the generator closed.
+    shared: Option<Weak<Store>>,
 }
 
 impl Durable {
@@ -175,7 +176,7 @@ impl Durable {
         ShardHold {
             #[cfg(feature = "lease")]
             lease: self.lease.clone(),
-            shared: self.store.is_shared().then(|| Arc::clone(&self.store)),
+            shared: self.store.is_shared().then(|| Arc::downgrade(&self.store)),
         }
     }
 }
@@ -190,7 +191,10 @@ impl ShardHold {
     /// exclusive holder's block is everything from `ask.from`.
     pub(crate) fn draw(&self, layout: &Layout, ask: Ask) -> Result<Block> {
         match &self.shared {
-            Some(store) => shared::draw(store, layout, ask),
+            Some(store) => match store.upgrade() {
+                Some(store) => shared::draw(&store, layout, ask),
+                None => Err(Error::Closed),
+            },
             None => Ok(Block {
                 start: ask.from,
                 end: u64::MAX,

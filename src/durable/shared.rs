@@ -51,8 +51,13 @@ pub(crate) fn draw(store: &Store, layout: &Layout, ask: Ask) -> Result<Block> {
     }
     .min(layout.last_unix_second());
     let limit = layout.counter_at(reserved.saturating_add(1));
-    // Without a claim this boot can vouch for, nothing below the mark.
+    // Without a claim this boot can vouch for, nothing below the mark: it
+    // counts as handed out.
     let next = claims.next.unwrap_or(limit);
+    if claims.next.is_none() {
+        claims.next = Some(next);
+        store.set_claims(&turn, &claims)?;
+    }
     let start = next.max(ask.from);
     let end = start.saturating_add(ask.size.max(ask.min)).min(limit);
     if end.saturating_sub(start) < ask.min.max(1) {
@@ -95,12 +100,24 @@ pub(crate) fn save(store: &Store, ours: &StateFile) -> Result<StateFile> {
         store.save(ours)?;
         return Ok(ours.clone());
     };
-    let merged = match store.load()? {
-        Some(disk) => merge(store, disk, ours)?,
-        None => ours.clone(),
+    let mut claims = store.claims(&turn)?;
+    let merged = match store.load() {
+        Ok(Some(disk)) => merge(store, disk, ours)?,
+        // Gone, damaged or replaced under the members: as a generator
+        // alone does, the members write what they know, the mark the
+        // others last wrote included.
+        Ok(None) | Err(_) => {
+            let mut ours = ours.clone();
+            if let Some((id, second)) = claims.reserved {
+                if id == ours.clock_id {
+                    let mark = ours.high_water.entry(ours.clock_value()).or_insert(second);
+                    *mark = (*mark).max(second);
+                }
+            }
+            ours
+        }
     };
     store.save(&merged)?;
-    let mut claims = store.claims(&turn)?;
     claims.reserved = mark(&merged).map(|m| (merged.clock_id, m));
     store.set_claims(&turn, &claims)?;
     Ok(merged)

@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{self as rfs, Mode, OFlags};
@@ -42,11 +43,17 @@ pub(crate) struct ClaimFile {
     path: PathBuf,
     shard: u32,
     dir: PathBuf,
+    /// The threads of this generator (its calls and its reservation
+    /// thread) take turns here first: a `flock` belongs to the open file,
+    /// so it keeps other processes and generators out, not the other
+    /// threads that use the same file.
+    threads: Mutex<()>,
 }
 
 /// The claim file's lock, held: released when dropped.
 pub(crate) struct Turn<'a> {
     claim: &'a ClaimFile,
+    _thread: MutexGuard<'a, ()>,
 }
 
 impl Drop for Turn<'_> {
@@ -78,6 +85,7 @@ impl ClaimFile {
             path,
             shard,
             dir: dir.to_path_buf(),
+            threads: Mutex::new(()),
         })
     }
 
@@ -87,11 +95,24 @@ impl ClaimFile {
         let deadline = Instant::now() + wait;
         let mut attempt = 0;
         loop {
-            match fs2::FileExt::try_lock_exclusive(&self.file) {
-                Ok(()) => return Ok(Turn { claim: self }),
-                Err(e) if e.kind() == fs2::lock_contended_error().kind() => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::io("lock", &self.path, e)),
+            let thread = match self.threads.try_lock() {
+                Ok(guard) => Some(guard),
+                // Nothing under this lock is left half-done by a panic.
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            if let Some(thread) = thread {
+                match fs2::FileExt::try_lock_exclusive(&self.file) {
+                    Ok(()) => {
+                        return Ok(Turn {
+                            claim: self,
+                            _thread: thread,
+                        })
+                    }
+                    Err(e) if e.kind() == fs2::lock_contended_error().kind() => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(Error::io("lock", &self.path, e)),
+                }
             }
             let now = Instant::now();
             if now >= deadline {

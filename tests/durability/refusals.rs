@@ -11,73 +11,66 @@ use idutil_harness::{on_disk, Damage, Ledger};
 use crate::{issue, open_at, open_layout_at, CLOCKED, T};
 
 #[test]
-fn a_second_generator_for_a_shard_in_one_process_is_refused() {
+fn generators_for_a_shard_in_one_process_share_it_and_another_directory_is_refused() {
     let dir = harness::state_dir();
-    let first = Generator::builder()
-        .id_space(harness::space_for(dir.path()))
-        .shard(5)
-        .state_dir(dir.path())
-        .open()
-        .unwrap();
-    let a = first.next_id().unwrap();
-
-    // In the same ID space the per-host lock refuses it first.
-    let err = Generator::builder()
-        .id_space(harness::space_for(dir.path()))
-        .shard(5)
-        .state_dir(dir.path())
-        .open()
-        .expect_err("the shard is taken on this host");
-    assert!(
-        matches!(&err, Error::HostLocked { shard: 5, pid: Some(p), .. } if *p == std::process::id()),
-        "{err:?}"
-    );
-    // In another ID space, the directory's lock does.
-    let err = Generator::builder()
-        .id_space(format!("{}-other", harness::space_for(dir.path())))
-        .shard(5)
-        .state_dir(dir.path())
-        .open()
-        .expect_err("the shard is taken in the directory");
-    match &err {
-        Error::Locked {
-            shard, dir: d, pid, ..
-        } => {
-            assert_eq!(*shard, 5);
-            assert_eq!(d, dir.path());
-            assert_eq!(*pid, Some(std::process::id()));
+    let open = |space: String, dir: &Path| {
+        Generator::builder()
+            .id_space(space)
+            .shard(5)
+            .state_dir(dir)
+            .open()
+    };
+    let space = harness::space_for(dir.path());
+    let first = open(space.clone(), dir.path()).unwrap();
+    // In the same ID space and directory a second generator shares the
+    // shard; in another ID space, the directory's files are shared all
+    // the same. Each issues in increasing order, and none repeats another.
+    let second = open(space.clone(), dir.path()).expect("the shard is shared");
+    let third = open(format!("{space}-other"), dir.path()).expect("shared across spaces");
+    let mut all = Vec::new();
+    for g in [&first, &second, &third] {
+        let ids: Vec<u64> = (0..2_000).map(|_| g.next_id().unwrap().as_u64()).collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "increasing within a generator"
+        );
+        all.extend(ids);
+    }
+    // Interleaved too.
+    for _ in 0..500 {
+        for g in [&first, &second, &third] {
+            all.push(g.next_id().unwrap().as_u64());
         }
-        other => panic!("expected Error::Locked, got {other:?}"),
+    }
+    harness::assert_unique_set(&all);
+
+    // Another state directory for the shard in the same ID space is refused,
+    // naming both directories and the holder.
+    let elsewhere = harness::state_dir();
+    let err = open(space.clone(), elsewhere.path()).expect_err("one directory per shard");
+    match &err {
+        Error::HostLocked {
+            shard: 5,
+            pid: Some(p),
+            ..
+        } => assert_eq!(*p, std::process::id()),
+        other => panic!("expected Error::HostLocked, got {other:?}"),
     }
     let msg = err.to_string();
-    assert!(msg.contains("shard 5"), "{msg}");
     assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
     assert!(
-        msg.contains(&format!("pid {}", std::process::id())),
+        msg.contains(&elsewhere.path().display().to_string()),
         "{msg}"
     );
 
-    // Another shard in the same directory is independent.
-    let other = Generator::builder()
-        .id_space(harness::space_for(dir.path()))
-        .shard(6)
-        .state_dir(dir.path())
-        .open()
-        .unwrap();
-    let c = other.next_id().unwrap();
-
-    // The first still works; once it is closed the shard is free again.
-    let b = first.next_id().unwrap();
-    first.close().unwrap();
-    let again = Generator::builder()
-        .id_space(harness::space_for(dir.path()))
-        .shard(5)
-        .state_dir(dir.path())
-        .open()
-        .unwrap();
-    let d = again.next_id().unwrap();
-    assert!(a < b && b < d);
-    harness::assert_unique_set(&[a, b, c, d].map(Id::as_u64));
+    // Once every member closed, the shard is free again, and continues
+    // after everything any of them issued.
+    let max = *all.iter().max().unwrap();
+    for g in [first, second, third] {
+        g.close().unwrap();
+    }
+    let again = open(space, dir.path()).unwrap();
+    assert!(again.next_id().unwrap().as_u64() > max);
 }
 
 /// Issues from shard `shard` in `dir` on the system clock: `n` IDs in one
