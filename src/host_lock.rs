@@ -600,14 +600,21 @@ mod linux {
             rustix::fs::minor(dev),
             st.st_ino
         );
-        text.lines().find_map(|line| {
+        // Another process's lock first: this one may hold it too.
+        let me = std::process::id();
+        let mut holders = text.lines().filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
             // "1: FLOCK ADVISORY WRITE 1234 00:1a:5678 0 EOF"; a blocked
             // waiter's line has "->" after the number.
             let at = fields.iter().position(|f| *f == "FLOCK")?;
             let (pid, file) = (fields.get(at + 3)?, fields.get(at + 4)?);
-            (*file == want).then(|| pid.parse().ok()).flatten()
-        })
+            (*file == want).then(|| pid.parse::<u32>().ok()).flatten()
+        });
+        let first = holders.next()?;
+        if first != me {
+            return Some(first);
+        }
+        holders.find(|&pid| pid != me).or(Some(first))
     }
 
     /// A process's real uid, from `/proc/<pid>/status`.

@@ -321,7 +321,7 @@ fn bad_input_exits_with_a_one_line_reason() {
 }
 
 #[test]
-fn a_shard_in_use_is_a_runtime_error_naming_the_holder() {
+fn a_shard_in_use_from_another_state_directory_is_a_runtime_error_naming_the_holder() {
     let dir = tempfile::tempdir().unwrap();
     let holder = idutil::Generator::builder()
         .id_space(harness::space_for(dir.path()))
@@ -329,7 +329,14 @@ fn a_shard_in_use_is_a_runtime_error_naming_the_holder() {
         .state_dir(dir.path())
         .open()
         .unwrap();
+    // The same state directory shares the shard with the holder.
     let out = run(idutil(dir.path()).args(["next", "-n", "5"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Another one, in the same ID space, is refused.
+    let other = tempfile::tempdir().unwrap();
+    let out = run(idutil(dir.path())
+        .env("IDUTIL_STATE_DIR", other.path())
+        .args(["next", "-n", "5"]));
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(out.stdout.is_empty());
@@ -339,9 +346,16 @@ fn a_shard_in_use_is_a_runtime_error_naming_the_holder() {
         stderr.contains("in use") && stderr.contains(&format!("pid {pid}")),
         "{stderr}"
     );
+    assert!(
+        stderr.contains(&dir.path().display().to_string())
+            && stderr.contains(&other.path().display().to_string()),
+        "{stderr}"
+    );
     holder.close().unwrap();
-    // Released: the command works again.
-    let out = run(idutil(dir.path()).args(["next", "-n", "5"]));
+    // Released: the command works there too.
+    let out = run(idutil(dir.path())
+        .env("IDUTIL_STATE_DIR", other.path())
+        .args(["next", "-n", "5"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
