@@ -634,7 +634,9 @@ mod linux {
             Ok(None) => return HostHolder::None,
             Err(_) => return HostHolder::Unknown,
         };
-        match fs2::FileExt::try_lock_shared(&file) {
+        // Exclusively, for an instant: the members of a state directory
+        // hold it shared. A generator opening meanwhile tries again.
+        match fs2::FileExt::try_lock_exclusive(&file) {
             Ok(()) => {
                 let _ = fs2::FileExt::unlock(&file);
                 HostHolder::None

@@ -62,11 +62,7 @@ fn a_forked_child_never_issues_its_parents_ids() {
             .collect()
     };
     assert_eq!(field("unexpected"), Vec::<&str>::new(), "{stdout}");
-    assert_eq!(
-        field("child-global"),
-        [CHILD_CALLS.to_string()],
-        "{stdout}"
-    );
+    assert_eq!(field("child-global"), [CHILD_CALLS.to_string()], "{stdout}");
     assert_eq!(field("child-explicit"), ["12"], "{stdout}");
     assert_eq!(field("child-closed"), ["ok"], "{stdout}");
     assert_eq!(field("grandchild-status"), ["0"], "{stdout}");

@@ -90,7 +90,7 @@ pub(super) fn peek(dir: &Path, shard: u32) -> Result<Peek> {
                 read_lock_file(&f).map_err(|e| Error::io("read the lock file", &lock_path, e))?;
             match is_held(&f) {
                 Ok(false) => (None, note),
-                Ok(true) => (Some(note.pid), note),
+                Ok(true) => (Some(crate::host_lock::flock_holder(&f).or(note.pid)), note),
                 Err(e) => return Err(Error::io("test the lock on", &lock_path, e)),
             }
         }

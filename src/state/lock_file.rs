@@ -207,7 +207,8 @@ pub(super) fn lock_shard(
             return Err(Error::Locked {
                 shard,
                 dir: dir.to_path_buf(),
-                pid: read_lock_file(&lock).ok().and_then(|note| note.pid),
+                pid: crate::host_lock::flock_holder(&lock)
+                    .or_else(|| read_lock_file(&lock).ok().and_then(|note| note.pid)),
             });
         }
         return Err(Error::io("lock", lock_path, e));
@@ -215,10 +216,11 @@ pub(super) fn lock_shard(
     Ok((lock, lock_id))
 }
 
-/// Whether some process holds the lock, learnt by taking a shared lock
-/// for an instant (see [`try_lock_exclusive`]).
+/// Whether some process holds the lock, shared or exclusive, learnt by
+/// taking it exclusively for an instant: a generator opening meanwhile
+/// waits that instant and tries again, never mistaking it for a member.
 pub(super) fn is_held(file: &File) -> io::Result<bool> {
-    match fs2::FileExt::try_lock_shared(file) {
+    match fs2::FileExt::try_lock_exclusive(file) {
         Ok(()) => {
             let _ = fs2::FileExt::unlock(file);
             Ok(false)

@@ -157,11 +157,16 @@ impl Store {
     /// # Errors
     ///
     /// [`Error::MemberStalled`] when another member holds it longer than
-    /// this generator waits.
+    /// this generator waits; [`Error::StateReplaced`] when the directory or
+    /// the lock file is no longer the one this member opened.
     pub(crate) fn turn(&self) -> Result<Option<Turn<'_>>> {
         match &self.claim {
             Some(claim) => {
                 let turn = claim.turn(self.wait)?;
+                // A member whose directory or lock file was replaced is no
+                // longer one: another generator may have started the shard
+                // again, and its claims are not this one's to draw from.
+                self.check_ground()?;
                 // What other members wrote since.
                 let note = read_lock_file(&self.lock)
                     .map_err(|e| Error::io("read the lock file", &self.lock_path, e))?;
