@@ -240,6 +240,7 @@ impl IdUtil {
                 None => Some(g),
                 Some(builder) => {
                     let generator = builder.open()?;
+                    crate::exit::install();
                     return Ok(REOPENED.get_or_init(|| generator));
                 }
             },
@@ -256,6 +257,24 @@ impl IdUtil {
             };
         }
         let generator = builder.unwrap_or_default().open()?;
+        crate::exit::install();
         Ok(GLOBAL.get_or_init(|| generator))
+    }
+}
+
+/// Closes the process-wide generator as the process exits (see
+/// [`exit`](crate::exit)): the one this process opened, never a parent's
+/// copy after `fork()`. Skipped if another thread is opening it just then.
+pub(crate) fn close_at_exit() {
+    let Ok(_guard) = INIT.try_lock() else {
+        return;
+    };
+    let generator = match (GLOBAL.get(), REOPENED.get()) {
+        (_, Some(reopened)) if !reopened.forked() => reopened,
+        (Some(global), _) => global,
+        (None, _) => return,
+    };
+    if let Err(e) = generator.close() {
+        log::warn!("closing the process-wide generator at exit: {e}");
     }
 }

@@ -153,6 +153,7 @@ mod clock;
 mod durable;
 pub mod env;
 mod error;
+mod exit;
 mod external;
 mod fork;
 mod generator;

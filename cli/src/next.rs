@@ -1,14 +1,13 @@
 //! `idutil next`: issuing IDs, and stopping cleanly on a signal.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicI32, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering::SeqCst};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
 
 use idutil::Generator;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 
 use crate::args::Common;
 use crate::report::{one_line, say};
@@ -30,6 +29,14 @@ const ISSUING: u8 = 0;
 const WRITING: u8 = 1;
 /// A run warns when it ends further than this ahead of the wall clock.
 const LEAD_WARNING: u64 = 60;
+/// How often the signal thread looks for a caught signal. The handler
+/// only stores the signal's number: no pipe or socket is written in it or
+/// read after it, so no failing system call can lose a signal, hang the
+/// end of a run or panic.
+const SIGNAL_POLL: Duration = Duration::from_millis(20);
+
+/// The number of the last signal caught (0: none).
+static CAUGHT: AtomicUsize = AtomicUsize::new(0);
 
 /// `next` was stopped by a signal after saving its state.
 #[derive(Debug)]
@@ -91,53 +98,76 @@ pub(crate) fn next(
         builder = builder.lease(lease);
     }
     // Caught from before the generator opens: a signal during the opening
-    // waits in `signals` and stops the run before its first ID, with a
+    // waits in `CAUGHT` and stops the run before its first ID, with a
     // clean close.
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
-    let generator = builder.open()?;
+    let mut handlers = Vec::new();
+    for sig in [SIGTERM, SIGINT, SIGHUP] {
+        let value = usize::try_from(sig).unwrap_or(usize::MAX);
+        handlers.push(signal_hook::flag::register_usize(sig, &CAUGHT, value)?);
+    }
+    let generator = builder.open();
+    let generator = match generator {
+        Ok(generator) => generator,
+        Err(e) => {
+            unregister(handlers);
+            return Err(e.into());
+        }
+    };
     let signal = AtomicI32::new(0);
-    let signals_handle = signals.handle();
     let (done, finished) = mpsc::channel::<()>();
     // What the main thread is doing, for the message of a stop that had
     // to wait: issuing (which may wait on the disk) or writing the output.
     let phase = AtomicU8::new(ISSUING);
     let issued = thread::scope(|scope| {
-        let (signals, signal, generator, phase) = (&mut signals, &signal, &generator, &phase);
+        let (signal, generator, phase) = (&signal, &generator, &phase);
         let watcher = thread::Builder::new()
             .name("idutil-signals".into())
-            .spawn_scoped(scope, move || {
-                if let Some(sig) = signals.forever().next() {
-                    signal.store(sig, SeqCst);
-                    if finished.recv_timeout(STOP_GRACE) == Err(RecvTimeoutError::Timeout) {
-                        // Still stuck: every ID taken so far counts as
-                        // issued, and the output may end mid-line.
-                        let waiting_on = match phase.load(SeqCst) {
-                            ISSUING => "waiting for the state file to be written (a slow disk)",
-                            _ => "stuck writing the output, which may end in a cut line",
-                        };
-                        let saved = generator.close();
-                        say!(
-                            "idutil: stopped by {} while {waiting_on}; every ID taken is saved \
-                             as issued, and the next run continues after them",
-                            Interrupted(sig).name()
-                        );
-                        if let Err(e) = saved {
-                            say!("idutil: error: {}", one_line(&e.to_string()));
-                        }
-                        std::process::exit(i32::from(Interrupted(sig).exit_status()));
-                    }
+            .spawn_scoped(scope, move || loop {
+                match finished.recv_timeout(SIGNAL_POLL) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    // The run ended.
+                    _ => return,
                 }
+                let Ok(sig) = i32::try_from(CAUGHT.load(SeqCst)) else {
+                    continue;
+                };
+                if sig == 0 {
+                    continue;
+                }
+                signal.store(sig, SeqCst);
+                if finished.recv_timeout(STOP_GRACE) == Err(RecvTimeoutError::Timeout) {
+                    // Still stuck: every ID taken so far counts as
+                    // issued, and the output may end mid-line.
+                    let waiting_on = match phase.load(SeqCst) {
+                        ISSUING => "waiting for the state file to be written (a slow disk)",
+                        _ => "stuck writing the output, which may end in a cut line",
+                    };
+                    let saved = generator.close();
+                    say!(
+                        "idutil: stopped by {} while {waiting_on}; every ID taken is saved \
+                         as issued, and the next run continues after them",
+                        Interrupted(sig).name()
+                    );
+                    if let Err(e) = saved {
+                        say!("idutil: error: {}", one_line(&e.to_string()));
+                    }
+                    std::process::exit(i32::from(Interrupted(sig).exit_status()));
+                }
+                return;
             });
         if let Err(e) = watcher {
             // Without the thread a signal could not stop the run cleanly.
-            signals_handle.close();
             return Err(format!("cannot start a thread to catch signals: {e}").into());
+        }
+        // A signal caught while the generator opened stops the run at once.
+        if let Ok(sig @ 1..) = i32::try_from(CAUGHT.load(SeqCst)) {
+            signal.store(sig, SeqCst);
         }
         let issued = issue(generator, n, json, signal, phase, out).and_then(|()| Ok(out.flush()?));
         let _ = done.send(());
-        signals_handle.close();
         issued
     });
+    unregister(handlers);
     let lead = generator.lead();
     let closed = generator.close();
     issued?;
@@ -154,6 +184,13 @@ pub(crate) fn next(
     match signal.load(SeqCst) {
         0 => Ok(()),
         sig => Err(Interrupted(sig).into()),
+    }
+}
+
+/// Puts the signals' default actions back.
+fn unregister(handlers: Vec<signal_hook::SigId>) {
+    for id in handlers {
+        signal_hook::low_level::unregister(id);
     }
 }
 

@@ -5,6 +5,7 @@ use idutil_harness as harness;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use idutil_harness::Ledger;
 
@@ -270,4 +271,75 @@ fn a_signal_during_a_slow_reservation_write_says_what_it_waited_on() {
     assert!(!ids.is_empty());
     ledger.record(&ids);
     ledger.record_after_all(&harness::next(6, dir.path(), 1000));
+}
+
+/// Every system call a block draw makes on the shard's claim file fails
+/// once, in turn, with each of EIO, ENOSPC, EINTR, EAGAIN and ENOLCK, at
+/// the first and at a later draw: each run exits 0 or 1 (never a panic,
+/// never a hang), no ID repeats across all of them, and the next run is
+/// healthy and starts after every one.
+#[test]
+fn every_system_call_of_a_block_draw_failing_once_costs_no_duplicate_hang_or_panic() {
+    let dir = harness::state_dir();
+    let mut ledger = Ledger::new();
+    ledger.record(&harness::next(3, dir.path(), 10));
+    let claim = dir.path().join("shard-3.claim");
+    assert!(claim.is_file());
+    let mut failed_runs = 0;
+    for syscall in ["flock", "pread64", "pwrite64", "ftruncate"] {
+        for errno in ["EIO", "ENOSPC", "EINTR", "EAGAIN", "ENOLCK"] {
+            for when in [1, 3] {
+                let mut plain = harness::idutil(3, dir.path());
+                // Enough IDs for several draws as the rate grows.
+                plain.args(["next", "-n", "20000"]);
+                let Some(mut faulty) = with_fault(syscall, errno, &claim, &plain) else {
+                    return;
+                };
+                // One failure only, at the `when`-th call.
+                let args: Vec<_> = faulty.get_args().map(|a| a.to_owned()).collect();
+                let mut once = Command::new(faulty.get_program());
+                for arg in args {
+                    match arg.to_str() {
+                        Some(a) if a.starts_with("-einject=") => {
+                            once.arg(format!("{a}:when={when}"))
+                        }
+                        _ => once.arg(arg),
+                    };
+                }
+                for (k, v) in faulty.get_envs() {
+                    match v {
+                        Some(v) => once.env(k, v),
+                        None => once.env_remove(k),
+                    };
+                }
+                faulty = once;
+                let what = format!("{syscall} failing with {errno} at call {when}");
+                let out = harness::output_within(&mut faulty, Duration::from_secs(60));
+                let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+                let code = out.status.code();
+                assert!(
+                    code == Some(0) || code == Some(1),
+                    "{what}: exit {code:?}: {stderr}"
+                );
+                assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+                let ids = harness::parse_complete_ids(&String::from_utf8_lossy(&out.stdout));
+                if code == Some(0) {
+                    assert_eq!(ids.len(), 20000, "{what}");
+                } else {
+                    failed_runs += 1;
+                    let reasons = stderr
+                        .lines()
+                        .filter(|l| l.starts_with("idutil: error:"))
+                        .count();
+                    assert_eq!(reasons, 1, "{what}: {stderr}");
+                }
+                assert!(ids.windows(2).all(|w| w[0] < w[1]), "{what}");
+                ledger.record(&ids);
+            }
+        }
+    }
+    // The faults were real: some runs met them as errors.
+    assert!(failed_runs > 0, "no injected failure surfaced");
+    ledger.assert_unique();
+    ledger.record_after_all(&harness::next(3, dir.path(), 1000));
 }

@@ -13,6 +13,7 @@ mod damage;
 mod holders;
 mod kills;
 mod restarts;
+mod sharing;
 
 /// Environment for a child on `shard` in `dir`.
 fn child_env(shard: u32, dir: &Path) -> Vec<(&'static str, String)> {
