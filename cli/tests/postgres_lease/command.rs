@@ -25,7 +25,6 @@ fn command_leases_from_postgres_with_a_chosen_layout() {
             .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
             .env_remove("IDUTIL_SHARD")
             .env_remove("IDUTIL_LEASE_URL")
-            .env_remove("IDUTIL_REDIS_URL")
             .env_remove("IDUTIL_LAYOUT");
         for (k, v) in envs {
             cmd.env(k, v);

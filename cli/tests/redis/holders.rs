@@ -224,7 +224,7 @@ fn holder_killed_with_sigkill_is_not_reused() {
         .id_space(harness::space_for(host_b.path()))
         .state_dir(host_b.path())
         .clock(ManualClock::new(wall_now() - 30))
-        .redis_lease(config);
+        .lease(config);
     let err = builder.clone().open().unwrap_err();
     assert!(
         is_no_free_shard(&err),

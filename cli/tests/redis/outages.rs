@@ -124,7 +124,7 @@ fn holder_cut_off_from_redis_stops_before_takeover() {
         .id_space(harness::space_for(host_b.path()))
         .state_dir(host_b.path())
         .clock(ManualClock::new(wall_now() - 30))
-        .redis_lease(LeaseConfig::new(redis.url()).ttl(ttl).shards(6..=6));
+        .lease(LeaseConfig::new(redis.url()).ttl(ttl).shards(6..=6));
     let (b, b_at) = open_when_free(&b_builder, ttl * 3);
     assert!(fenced_at < b_at);
     let last_a_issue = a_ids.iter().map(|(_, at)| *at).max().unwrap();

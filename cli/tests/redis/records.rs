@@ -49,7 +49,7 @@ fn garbled_record_is_skipped_or_refused_and_stays_as_it_is() {
             let mut b = Generator::builder()
                 .id_space(harness::space_for(host.path()))
                 .state_dir(host.path())
-                .redis_lease(config.ttl(Duration::from_secs(1)));
+                .lease(config.ttl(Duration::from_secs(1)));
             if let Some(shard) = only {
                 b = b.shard(shard);
             }
@@ -115,12 +115,12 @@ fn garbled_record_is_skipped_or_refused_and_stays_as_it_is() {
             let bin = env!("CARGO_BIN_EXE_idutil");
             let run = |args: &[&str]| {
                 Command::new(bin)
-                    .args(["--redis", &redis.url()])
+                    .args(["--lease", &redis.url()])
                     .args(args)
                     .env("IDUTIL_STATE_DIR", host.path())
                     .env("IDUTIL_ID_SPACE", harness::space_for(host.path()))
                     .env_remove("IDUTIL_SHARD")
-                    .env_remove("IDUTIL_REDIS_URL")
+                    .env_remove("IDUTIL_LEASE_URL")
                     .output()
                     .unwrap()
             };
