@@ -129,18 +129,14 @@ fn child_fork() {
         // after a while whatever happens.
         // SAFETY: `alarm` only arms a timer; its SIGALRM, left at the
         // default action, ends this child.
-        unsafe {
-            libc::alarm(30)
-        };
+        unsafe { libc::alarm(30) };
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             forked_child(&dir, &explicit)
         }))
         .map_or(3, |()| 0);
         // SAFETY: `_exit` ends the process at once, without running
         // destructors or `atexit` handlers that the parent's copy owns.
-        unsafe {
-            libc::_exit(code)
-        };
+        unsafe { libc::_exit(code) };
     }
     // The parent goes on issuing from both generators meanwhile.
     let mut text = String::new();
@@ -289,9 +285,7 @@ fn child_failed_write() {
     // SAFETY: `SIG_IGN` installs no handler code, so nothing runs in a
     // signal context; ignoring SIGXFSZ makes a write past the limit fail
     // with EFBIG instead of killing the process.
-    unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN)
-    };
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     limit(0);
     // Far past the reservation: every call needs the next write.
     clock.set(T + 100);
