@@ -117,13 +117,16 @@ fn holder_cut_off_from_redis_stops_before_takeover() {
     // the heal issued an ID (measured by when the call was made, so a
     // loaded machine that reads the answers late cannot fail this).
     let expiry = cut_at + ttl;
-    let late: Vec<_> = a_ids
+    let late: Vec<Instant> = a_ids
         .iter()
-        .filter(|(_, asked)| *asked >= expiry && *asked < healed_at)
+        .map(|(_, asked)| *asked)
+        .filter(|asked| *asked >= expiry && *asked < healed_at)
         .collect();
     assert!(
         late.is_empty(),
-        "A issued past the TTL while cut off: {late:?}"
+        "A issued {} IDs past the TTL while cut off, the first asked for {:?} after the cut",
+        late.len(),
+        late.first().map(|at| *at - cut_at)
     );
 
     // Round 2: cut off again; another holder takes the shard as soon as
