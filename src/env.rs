@@ -33,6 +33,3 @@ pub const LAYOUT: &str = "IDUTIL_LAYOUT";
 /// `redis`). A build without a lease engine refuses to open a generator
 /// while it is set, rather than silently not leasing.
 pub const LEASE_URL: &str = "IDUTIL_LEASE_URL";
-
-/// Older name of [`LEASE_URL`], still read when that one is not set.
-pub const REDIS_URL: &str = "IDUTIL_REDIS_URL";

@@ -6,6 +6,7 @@ mod display;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::shard::{HostnameProblem, ShardSource};
 use crate::state::Remedy;
@@ -97,7 +98,11 @@ impl std::error::Error for IdError {}
 /// them. [`Error::path`] and [`Error::shard`] give the file and shard
 /// involved, and [`Error::RecoveryRefused`] what would let a recovery go
 /// ahead, for callers that want to react rather than print.
-#[derive(Debug)]
+///
+/// It is `Clone`: an I/O error is shared ([`Arc`]), so every call that
+/// waited on the same failed reservation gets the same error, variant and
+/// source included.
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// A value that is not an ID, passed on with `?` from code that parses
@@ -134,7 +139,7 @@ pub enum Error {
         reason: &'static str,
     },
     /// The host name could not be read.
-    Hostname(io::Error),
+    Hostname(Arc<io::Error>),
     /// The host name cannot choose the shard: its number is beyond the
     /// layout's shard range, or its ending looks random (a container id, a
     /// Kubernetes Deployment pod) so that hosts named like it would
@@ -322,8 +327,8 @@ pub enum Error {
         action: &'static str,
         /// The file or directory involved.
         path: PathBuf,
-        /// The underlying error.
-        source: io::Error,
+        /// The underlying error, also [`source`](std::error::Error::source)'s.
+        source: Arc<io::Error>,
     },
     /// The state file exists but cannot be trusted: unreadable, truncated,
     /// corrupt, from an unknown version, or written for another layout or
@@ -455,45 +460,11 @@ impl Error {
         }
     }
 
-    /// The same error for another caller that waited on the same failed
-    /// write: the variant, path and message are kept; an I/O error's
-    /// source becomes one of the same kind and message (an `io::Error` is
-    /// not `Clone`).
-    pub(crate) fn for_another_caller(&self, state_path: &Path) -> Error {
-        let copy = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
-        match self {
-            Error::Io {
-                action,
-                path,
-                source,
-            } => Error::Io {
-                action,
-                path: path.clone(),
-                source: copy(source),
-            },
-            Error::StateReplaced { shard, reason } => Error::StateReplaced {
-                shard: *shard,
-                reason: reason.clone(),
-            },
-            Error::Untrusted { path, reason } => Error::Untrusted {
-                path: path.clone(),
-                reason: reason.clone(),
-            },
-            #[cfg(feature = "redis")]
-            Error::Lease(e) => Error::Lease(e.clone()),
-            other => Error::io(
-                "reserve seconds in",
-                state_path,
-                io::Error::other(other.to_string()),
-            ),
-        }
-    }
-
     pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> Error {
         Error::Io {
             action,
             path: path.to_path_buf(),
-            source,
+            source: Arc::new(source),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use harness::{child_var, Ledger};
 use idutil::state;
-use idutil::{Error, Generator, IdUtil, ManualClock};
+use idutil::{Generator, IdUtil, ManualClock};
 
 /// A fixed wall-clock second for manual-clock tests (2023-11-14).
 const T: u64 = 1_700_000_000;
@@ -115,26 +115,26 @@ fn child_fork() {
     print_ids(&mut text, 1000, &|| explicit.next_id().unwrap().as_u64());
     emit(&text);
 
-    // SAFETY (test): the child only calls the library, formats and writes
-    // its report, and leaves with `_exit`.
-    #[allow(unsafe_code)]
+    // SAFETY: in a process with threads, the child of `fork` may rely only
+    // on what the copy keeps consistent. It calls the library (whose
+    // behaviour after `fork` is what this test checks; its `pthread_atfork`
+    // handlers run around the call), formats and writes its report, and
+    // leaves with `_exit`, never returning into the test harness.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
         // The forked child: a stuck call would hang it, so it is killed
         // after a while whatever happens.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::alarm(30)
-        };
+        // SAFETY: `alarm` only arms a timer; its SIGALRM, left at the
+        // default action, ends this child.
+        unsafe { libc::alarm(30) };
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             forked_child(&dir, &explicit)
         }))
         .map_or(3, |()| 0);
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::_exit(code)
-        };
+        // SAFETY: `_exit` ends the process at once, without running
+        // destructors or `atexit` handlers that the parent's copy owns.
+        unsafe { libc::_exit(code) };
     }
     // The parent goes on issuing from both generators meanwhile.
     let mut text = String::new();
@@ -142,7 +142,8 @@ fn child_fork() {
     print_ids(&mut text, 1000, &|| explicit.next_id().unwrap().as_u64());
     emit(&text);
     let mut status = 0;
-    #[allow(unsafe_code)]
+    // SAFETY: `status` is a valid, writable `c_int` for the call, and
+    // `pid` is this process's own child.
     let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
     assert_eq!(waited, pid);
     let code = if libc::WIFEXITED(status) {
@@ -281,16 +282,15 @@ fn child_failed_write() {
             rlim_cur: bytes,
             rlim_max: libc::RLIM_INFINITY,
         };
-        #[allow(unsafe_code)]
+        // SAFETY: `limit` is a valid `rlimit` that outlives the call,
+        // which only reads it.
         let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) };
         assert_eq!(rc, 0, "setrlimit");
     };
-    // SAFETY (test): ignoring SIGXFSZ makes a write past the limit fail
+    // SAFETY: `SIG_IGN` installs no handler code, so nothing runs in a
+    // signal context; ignoring SIGXFSZ makes a write past the limit fail
     // with EFBIG instead of killing the process.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN)
-    };
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     limit(0);
     // Far past the reservation: every call needs the next write.
     clock.set(T + 100);

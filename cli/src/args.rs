@@ -69,29 +69,13 @@ pub(crate) struct Common {
         value_parser = parse_lease_url
     )]
     lease: Option<String>,
-    /// Older name of --lease
-    #[cfg(feature = "lease")]
-    #[arg(
-        long,
-        global = true,
-        value_name = "URL",
-        env = idutil::env::REDIS_URL,
-        hide_env_values = true,
-        value_parser = parse_lease_url,
-        conflicts_with = "lease"
-    )]
-    redis: Option<String>,
 }
 
 impl Common {
-    /// The lease settings, when `--lease`, `--redis`, `IDUTIL_LEASE_URL` or
-    /// `IDUTIL_REDIS_URL` is given.
+    /// The lease settings, when `--lease` or `IDUTIL_LEASE_URL` is given.
     #[cfg(feature = "lease")]
     pub(crate) fn lease(&self) -> Option<idutil::lease::LeaseConfig> {
-        self.lease
-            .as_deref()
-            .or(self.redis.as_deref())
-            .map(idutil::lease::LeaseConfig::new)
+        self.lease.as_deref().map(idutil::lease::LeaseConfig::new)
     }
 
     /// The layout: `--layout`, `IDUTIL_LAYOUT`, or the default.

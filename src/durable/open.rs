@@ -58,23 +58,18 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
     }
     // A lease that was asked for is never silently turned off.
     #[cfg(not(feature = "lease"))]
-    for var in [crate::env::LEASE_URL, crate::env::REDIS_URL] {
-        if req.ephemeral {
-            break;
-        }
-        if let Some(url) = std::env::var_os(var) {
-            return Err(Error::InvalidEnv {
-                var,
-                // A URL may hold a password.
-                value: if url.is_empty() {
-                    String::new()
-                } else {
-                    "***".into()
-                },
-                reason: "set, but this build of idutil has no lease engine (features \
-                         `postgres-lease`, `redis`); unset it, or build with one",
-            });
-        }
+    if let Some(url) = std::env::var_os(crate::env::LEASE_URL).filter(|_| !req.ephemeral) {
+        return Err(Error::InvalidEnv {
+            var: crate::env::LEASE_URL,
+            // A URL may hold a password.
+            value: if url.is_empty() {
+                String::new()
+            } else {
+                "***".into()
+            },
+            reason: "set, but this build of idutil has no lease engine (features \
+                     `postgres-lease`, `redis`); unset it, or build with one",
+        });
     }
     let (shard, source) = shard::resolve_shard(req.shard, req.layout)?;
     let dir = state::state_dir(req.state_dir)?;

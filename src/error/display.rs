@@ -250,7 +250,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Id(e) => std::error::Error::source(e),
-            Error::Hostname(e) | Error::Io { source: e, .. } => Some(e),
+            Error::Hostname(e) | Error::Io { source: e, .. } => Some(&**e),
             // Its message includes the inner error's; skip to that one's cause.
             Error::DefaultStateDir { source, .. } => std::error::Error::source(&**source),
             #[cfg(feature = "lease")]

@@ -308,16 +308,11 @@ impl<C: Clock> Builder<C> {
     /// feature `postgres-lease`, Redis with feature `redis`) instead of
     /// taking it from `IDUTIL_SHARD` or the host name. An explicit
     /// [`shard`](crate::Builder::shard) narrows the lease to that one shard.
-    /// Without this call, `IDUTIL_LEASE_URL` (or `IDUTIL_REDIS_URL`) turns
+    /// Without this call, `IDUTIL_LEASE_URL` turns
     /// the lease on when it is set (set but empty or blank, opening fails
     /// with [`Error::InvalidEnv`]). See [`lease`](crate::lease).
     pub fn lease(mut self, config: LeaseConfig) -> Self {
         self.durable.lease = Some(config);
         self
-    }
-
-    /// The same as [`lease`](crate::Builder::lease), under its older name.
-    pub fn redis_lease(self, config: LeaseConfig) -> Self {
-        self.lease(config)
     }
 }

@@ -101,9 +101,7 @@ impl LeaseConfig {
     }
 
     /// A lease from the store named by
-    /// [`IDUTIL_LEASE_URL`](crate::env::LEASE_URL) (or, when that is not
-    /// set, its older name [`IDUTIL_REDIS_URL`](crate::env::REDIS_URL)), if
-    /// it is set.
+    /// [`IDUTIL_LEASE_URL`](crate::env::LEASE_URL), if it is set.
     ///
     /// # Errors
     ///
@@ -111,12 +109,9 @@ impl LeaseConfig {
     /// UTF-8: a lease that was meant to be on is never silently turned off
     /// (the shard would then come from `IDUTIL_SHARD` or the host name).
     pub fn from_env() -> Result<Option<Self>> {
-        let (var, raw) = match std::env::var_os(crate::env::LEASE_URL) {
-            Some(raw) => (crate::env::LEASE_URL, raw),
-            None => match std::env::var_os(crate::env::REDIS_URL) {
-                Some(raw) => (crate::env::REDIS_URL, raw),
-                None => return Ok(None),
-            },
+        let var = crate::env::LEASE_URL;
+        let Some(raw) = std::env::var_os(var) else {
+            return Ok(None);
         };
         let invalid = |reason| Error::InvalidEnv {
             var,

@@ -203,7 +203,7 @@ pub fn resolve_shard(explicit: Option<u32>, layout: &Layout) -> Result<(u32, Sha
         let shard = parse_env(value)?;
         return in_range(shard, layout, ShardSource::Env);
     }
-    let host = hostname::get().map_err(Error::Hostname)?;
+    let host = hostname::get().map_err(|e| Error::Hostname(e.into()))?;
     let host = host.to_string_lossy().into_owned();
     match shard_from_hostname(&host, layout)? {
         Some(shard) => Ok((shard, ShardSource::Hostname(host))),

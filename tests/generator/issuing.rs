@@ -227,6 +227,13 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
     };
     assert!(matches!(err, Error::Io { .. }), "{err}");
     assert!(err.to_string().contains("state"), "{err}");
+    // The caller waited on the reservation thread's write: it gets that
+    // write's own I/O error as the source, the system's error number
+    // included, not a copy of its text.
+    let source = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .unwrap_or_else(|| panic!("no I/O source: {err:?}"));
+    assert!(source.raw_os_error().is_some(), "{source:?}");
     assert!(
         issued.iter().all(|id| id.unix_seconds() <= reserved),
         "nothing past the durable mark {reserved}"

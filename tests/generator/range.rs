@@ -1,7 +1,7 @@
 //! The end of the layout's range, and clocks outside it.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -120,9 +120,15 @@ fn a_clock_flickering_out_of_the_layout_while_threads_issue_is_never_the_end_of_
     let clock = ManualClock::new(T);
     let g = Arc::new(open(&dir, 25, &clock));
     let stop = Arc::new(AtomicBool::new(false));
+    // Per thread: IDs issued, and calls refused for the clock.
+    let counts: Arc<Vec<[AtomicU64; 2]>> = Arc::new(
+        (0..4)
+            .map(|_| [AtomicU64::new(0), AtomicU64::new(0)])
+            .collect(),
+    );
     let threads: Vec<_> = (0..4)
         .map(|t| {
-            let (g, stop) = (Arc::clone(&g), Arc::clone(&stop));
+            let (g, stop, counts) = (Arc::clone(&g), Arc::clone(&stop), Arc::clone(&counts));
             thread::spawn(move || {
                 let mut last = None;
                 while !stop.load(Relaxed) {
@@ -135,17 +141,33 @@ fn a_clock_flickering_out_of_the_layout_while_threads_issue_is_never_the_end_of_
                         Ok(id) => {
                             assert!(Some(id) > last, "{id:?} after {last:?}");
                             last = Some(id);
+                            counts[t][0].fetch_add(1, Relaxed);
                         }
-                        Err(Error::ClockOutOfRange { .. }) => {}
+                        Err(Error::ClockOutOfRange { .. }) => {
+                            counts[t][1].fetch_add(1, Relaxed);
+                        }
                         Err(e) => panic!("with the clock flickering: {e:?}"),
                     }
                 }
             })
         })
         .collect();
+    // At least 1.5 s of flickering, and until every thread has both issued
+    // IDs and been refused for the clock, however slow the machine.
     let started = Instant::now();
     let mut second = T;
-    while started.elapsed() < Duration::from_millis(1500) {
+    let enough = || {
+        counts
+            .iter()
+            .all(|c| c.iter().all(|n| n.load(Relaxed) >= 10))
+    };
+    while (started.elapsed() < Duration::from_millis(1500) || !enough())
+        && !threads.iter().any(thread::JoinHandle::is_finished)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "issued and refused per thread: {counts:?}"
+        );
         clock.set(Layout::DEFAULT.epoch() - 1);
         thread::sleep(Duration::from_micros(50));
         second += 1;

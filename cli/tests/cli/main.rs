@@ -26,7 +26,7 @@ fn idutil(state_dir: &Path) -> Command {
     cmd.env("IDUTIL_STATE_DIR", state_dir)
         .env("IDUTIL_ID_SPACE", harness::space_for(state_dir))
         .env("IDUTIL_SHARD", "1")
-        .env_remove("IDUTIL_REDIS_URL")
+        .env_remove("IDUTIL_LEASE_URL")
         .env_remove("RUST_BACKTRACE")
         .stdin(Stdio::null());
     cmd

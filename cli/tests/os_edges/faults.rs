@@ -3,6 +3,7 @@
 use idutil_harness as harness;
 
 use std::fs;
+use std::io::BufRead as _;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -143,11 +144,22 @@ fn output_that_cannot_be_written_is_an_error_exit_never_a_silent_loss_or_a_panic
         r.stderr
     );
     assert!(!dir.exists(), "nothing is created");
-    let r = idutil_redirected(1, &dir, "next -n 100", ">/dev/full").expect_code(1, "stdout full");
-    assert!(r.stderr.contains("cannot write the output"), "{}", r.stderr);
-    // Issued, though not printed: the next run continues after them.
     let mut ledger = Ledger::new();
     ledger.record(&harness::next(1, &dir, 10));
+    let r = idutil_redirected(1, &dir, "next -n 100", ">/dev/full").expect_code(1, "stdout full");
+    assert!(r.stderr.contains("cannot write the output"), "{}", r.stderr);
+    // Issued, though not printed: recorded as the shard's last ID, and the
+    // next run continues after them.
+    let last = harness::state_json(1, &dir)["state"]["last_issued"]["id"]
+        .as_u64()
+        .expect("a last ID");
+    assert!(
+        last > ledger.ids().iter().copied().max().unwrap(),
+        "the run whose output was full issued nothing"
+    );
+    let after = harness::next(1, &dir, 10);
+    assert!(after[0] > last, "{} after {last}", after[0]);
+    ledger.record_after_all(&after);
     // A usage error and a runtime error with stderr unwritable.
     idutil_redirected(1, &dir, "next --no-such-flag", "2>/dev/full").expect_code(2, "usage");
     idutil_redirected(1, &dir, "next -n 5", "2>&- >/dev/null").expect_code(0, "stderr closed");
@@ -155,6 +167,16 @@ fn output_that_cannot_be_written_is_an_error_exit_never_a_silent_loss_or_a_panic
     let file = parent.path().join("a-file");
     std::fs::write(&file, b"").unwrap();
     idutil_redirected(2, &file, "next", "2>/dev/full").expect_code(1, "not a directory");
+}
+
+/// A child process killed (and reaped) when dropped, as a test that fails
+/// midway must not leave it running.
+struct Killed(std::process::Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// No thread can be started (`prlimit --nproc`, as another user, since
@@ -223,11 +245,18 @@ fn a_signal_during_a_slow_reservation_write_says_what_it_waited_on() {
         .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut stdout = child.stdout.take().unwrap();
+    let mut child = Killed(cmd.spawn().unwrap());
+    let child = &mut child.0;
+    let stdout = child.stdout.take().unwrap();
+    // Every line printed, and how many so far.
+    let printed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = printed.clone();
     let reader = std::thread::spawn(move || {
         let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        let mut lines = std::io::BufReader::new(stdout);
+        while lines.read_line(&mut text).is_ok_and(|n| n > 0) {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         text
     });
     // The command itself: strace's child running the binary.
@@ -252,11 +281,26 @@ fn a_signal_during_a_slow_reservation_write_says_what_it_waited_on() {
         assert!(std::time::Instant::now() < deadline, "the command started");
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    // Long enough to use the first window and wait on the next write.
-    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // Until the first window is used and the command waits on the next
+    // write: it printed IDs, then nothing for a second (of the write's 10).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = (0, std::time::Instant::now());
+    loop {
+        let now = printed.load(std::sync::atomic::Ordering::Relaxed);
+        if now != seen.0 {
+            seen = (now, std::time::Instant::now());
+        } else if now > 0 && seen.1.elapsed() >= std::time::Duration::from_secs(1) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never waited on a write ({now} IDs printed)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let pid = rustix::process::Pid::from_raw(pid.parse().unwrap()).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    let status = harness::wait_within(&mut child, std::time::Duration::from_secs(60));
+    let status = harness::wait_within(child, std::time::Duration::from_secs(60));
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.code(), Some(128 + 15), "{stderr}");

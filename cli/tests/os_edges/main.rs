@@ -15,7 +15,7 @@ mod faults;
 mod other_user;
 
 /// `setpriv` to run a command as `nobody`, or `None` after a loud skip
-/// (without `setpriv`, which fails under CI, or without root).
+/// (without `setpriv` or without root; under `CI=true`, a failure).
 fn as_nobody() -> Option<Command> {
     let setpriv = harness::tool("setpriv", "util-linux", "another local user")?;
     if !rustix::process::geteuid().is_root() {

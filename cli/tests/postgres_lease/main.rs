@@ -27,6 +27,7 @@ mod fleet;
 mod outages;
 mod rows;
 mod standbys;
+mod waiters;
 
 /// 1,024 shards of 2,048 IDs a second.
 const WIDE: &str = "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800";
@@ -98,17 +99,25 @@ fn open_when_free(builder: &idutil::Builder, within: Duration) -> Generator {
 struct Driver {
     ids: Arc<Mutex<Vec<u64>>>,
     errors: Arc<Mutex<Vec<String>>>,
+    /// When the last call that issued was made: a call made after a
+    /// moment issued after it, however late its answer is read.
+    last_issue: Arc<Mutex<Option<Instant>>>,
     handle: Option<thread::JoinHandle<()>>,
 }
 impl Driver {
     fn start(g: Arc<Generator>, stop: Arc<AtomicBool>) -> Driver {
         let ids = Arc::new(Mutex::new(Vec::new()));
         let errors = Arc::new(Mutex::new(Vec::new()));
-        let (i, e) = (ids.clone(), errors.clone());
+        let last_issue = Arc::new(Mutex::new(None));
+        let (i, e, last) = (ids.clone(), errors.clone(), last_issue.clone());
         let handle = thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
+                let asked = Instant::now();
                 match g.next_ids(20) {
-                    Ok(batch) => i.lock().unwrap().extend(batch.map(u64::from)),
+                    Ok(batch) => {
+                        i.lock().unwrap().extend(batch.map(u64::from));
+                        *last.lock().unwrap() = Some(asked);
+                    }
                     Err(err) => e.lock().unwrap().push(err.to_string()),
                 }
                 thread::sleep(Duration::from_millis(1));
@@ -117,6 +126,7 @@ impl Driver {
         Driver {
             ids,
             errors,
+            last_issue,
             handle: Some(handle),
         }
     }

@@ -12,7 +12,7 @@ use idutil_harness::state_dir;
 
 use crate::leased;
 
-/// The command: `--redis URL` and `IDUTIL_REDIS_URL` lease the shard,
+/// The command: `--lease URL` and `IDUTIL_LEASE_URL` lease the shard,
 /// `idutil state` shows the leases, and with every shard leased `idutil
 /// next` fails with the clear error and status 1.
 #[test]
@@ -31,15 +31,15 @@ fn command_leases_and_shows_the_lease() {
             .env("IDUTIL_STATE_DIR", dir.path())
             .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
             .env_remove("IDUTIL_SHARD")
-            .env_remove("IDUTIL_REDIS_URL");
+            .env_remove("IDUTIL_LEASE_URL");
         if env_url {
-            cmd.env("IDUTIL_REDIS_URL", redis.url());
+            cmd.env("IDUTIL_LEASE_URL", redis.url());
         }
         cmd.output().unwrap()
     };
     let ids = harness::printed_ids;
     let url = redis.url();
-    let first = ids(&run(&["--redis", &url, "next", "-n", "3"], false));
+    let first = ids(&run(&["--lease", &url, "next", "-n", "3"], false));
     let second = ids(&run(&["next", "-n", "3"], true));
     assert!(first.windows(2).all(|w| w[0] < w[1]));
     assert!(
@@ -52,7 +52,7 @@ fn command_leases_and_shows_the_lease() {
     let holder = leased(&elsewhere, LeaseConfig::new(url.clone()))
         .open()
         .unwrap();
-    let out = run(&["--redis", &url, "state", "--json"], false);
+    let out = run(&["--lease", &url, "state", "--json"], false);
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let row = &doc["leases"][holder.shard() as usize];
@@ -61,7 +61,7 @@ fn command_leases_and_shows_the_lease() {
         .unwrap()
         .contains(&std::process::id().to_string()));
     assert!(row["expires_in_ms"].as_u64().unwrap() > 0);
-    let text = String::from_utf8(run(&["--redis", &url, "state"], false).stdout).unwrap();
+    let text = String::from_utf8(run(&["--lease", &url, "state"], false).stdout).unwrap();
     assert!(text.contains("1 of 32 shards leased"), "{text}");
 
     // Every shard leased: a clear error, status 1.
@@ -72,7 +72,7 @@ fn command_leases_and_shows_the_lease() {
                 .unwrap()
         })
         .collect();
-    let out = run(&["--redis", &url, "next"], false);
+    let out = run(&["--lease", &url, "next"], false);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no free shard: all 32 shards"), "{err}");
@@ -81,8 +81,8 @@ fn command_leases_and_shows_the_lease() {
 }
 
 /// An empty or blank Redis URL is a usage error, never a lease silently
-/// turned off (the shard would then come from the host name): `--redis ''`
-/// and a blank `IDUTIL_REDIS_URL` exit 2 with one line; the library's
+/// turned off (the shard would then come from the host name): `--lease ''`
+/// and a blank `IDUTIL_LEASE_URL` exit 2 with one line; the library's
 /// `LeaseConfig::from_env` and `Builder::open` return `InvalidEnv`.
 #[test]
 fn blank_redis_url_is_a_usage_error() {
@@ -94,15 +94,15 @@ fn blank_redis_url_is_a_usage_error() {
             cmd.args(args)
                 .env("IDUTIL_STATE_DIR", dir.path())
                 .env("IDUTIL_SHARD", "1")
-                .env_remove("IDUTIL_REDIS_URL");
+                .env_remove("IDUTIL_LEASE_URL");
             if let Some(v) = env {
-                cmd.env("IDUTIL_REDIS_URL", v);
+                cmd.env("IDUTIL_LEASE_URL", v);
             }
             cmd.output().unwrap()
         };
         for (args, env) in [
-            (&["--redis", "", "next"][..], None),
-            (&["--redis", "  ", "next"][..], None),
+            (&["--lease", "", "next"][..], None),
+            (&["--lease", "  ", "next"][..], None),
             (&["next"][..], Some(" ")),
             (&["next"][..], Some("")),
             (&["state"][..], Some("\t")),
@@ -114,12 +114,17 @@ fn blank_redis_url_is_a_usage_error() {
             assert_eq!(err.lines().count(), 1, "{err}");
             assert!(err.contains("lease URL is empty or blank"), "{err}");
         }
+        // `--redis`, a name from before the first release, is gone.
+        let out = run(&["--redis", "redis://127.0.0.1:1", "next"], None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("unexpected argument '--redis'"), "{err}");
     }
     let child = |value: &str| {
         let out = child::child_command(
             "env_child_process",
             &[
-                ("IDUTIL_REDIS_URL", value.to_string()),
+                ("IDUTIL_LEASE_URL", value.to_string()),
                 ("IDUTIL_STATE_DIR", dir.path().display().to_string()),
             ],
         )
@@ -140,6 +145,6 @@ fn blank_redis_url_is_a_usage_error() {
         let (from_env, open) = child(blank);
         assert_eq!(from_env, "err true", "{blank:?}");
         assert!(open.starts_with("err true: "), "{blank:?}: {open}");
-        assert!(open.contains("IDUTIL_REDIS_URL"), "{open}");
+        assert!(open.contains("IDUTIL_LEASE_URL"), "{open}");
     }
 }

@@ -9,9 +9,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use idutil::lease::LeaseConfig;
-use idutil::Generator;
+use idutil::{Generator, ManualClock};
 use idutil_harness::redis_server::{seed_records, Proxy, RedisServer};
-use idutil_harness::state_dir;
+use idutil_harness::{state_dir, wall_now};
 
 use crate::{open_when_free, record_unique};
 
@@ -25,6 +25,8 @@ struct Replicated {
     a_driver: Option<thread::JoinHandle<(Vec<u64>, Vec<String>)>>,
     stop: Arc<AtomicBool>,
     ttl: Duration,
+    /// The wall-clock second `a` opened in.
+    opened: u64,
 }
 impl Replicated {
     fn start() -> Option<Replicated> {
@@ -51,6 +53,7 @@ impl Replicated {
         seed_records(&primary, 0..=0);
         let ttl = Duration::from_secs(2);
         let host = state_dir().keep();
+        let opened = wall_now();
         let a = Arc::new(
             Generator::builder()
                 .id_space(harness::space_for(&host))
@@ -80,11 +83,14 @@ impl Replicated {
             a_driver: Some(a_driver),
             stop,
             ttl,
+            opened,
         })
     }
 
-    /// Promotes the replica and leases shard 0 from it on a new host.
-    fn promote_and_lease(&self) -> Generator {
+    /// Promotes the replica and leases shard 0 from it on a new host whose
+    /// clock stands at the second `a` opened in: only the shard's record on
+    /// the promoted replica keeps it from going back over `a`'s IDs.
+    fn promote_and_lease(&self) -> Generator<ManualClock> {
         redis::cmd("REPLICAOF")
             .arg("NO")
             .arg("ONE")
@@ -94,6 +100,7 @@ impl Replicated {
         let builder = Generator::builder()
             .id_space(harness::space_for(&host))
             .state_dir(&host)
+            .clock(ManualClock::new(self.opened))
             .lease(
                 LeaseConfig::new(self.replica.url())
                     .ttl(self.ttl)
@@ -134,6 +141,7 @@ fn replica_promoted_while_the_old_primary_lives_issues_nothing_twice() {
         "the old holder says why it stopped: {:?}",
         a_errors.first()
     );
+    assert!(!a_ids.is_empty(), "the old holder issued before the cut");
     let mut seen = HashSet::new();
     record_unique(&mut seen, a_ids, "the old holder");
     record_unique(&mut seen, b_ids, "the holder on the promoted replica");
@@ -159,6 +167,7 @@ fn stalled_replica_promoted_after_the_primary_dies_issues_nothing_twice() {
     r.primary.kill();
     let b = r.promote_and_lease();
     let b_ids: Vec<u64> = b.next_ids(100_000).unwrap().map(u64::from).collect();
+    assert!(!a_ids.is_empty(), "the old holder issued before the stall");
     let mut seen = HashSet::new();
     record_unique(&mut seen, a_ids, "the old holder");
     record_unique(&mut seen, b_ids, "the holder on the promoted replica");

@@ -30,7 +30,7 @@ fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> idutil::Builder {
     Generator::builder()
         .id_space(harness::space_for(host.path()))
         .state_dir(host.path())
-        .redis_lease(config)
+        .lease(config)
 }
 
 /// Inserts every ID into `seen`, failing on the first duplicate.
@@ -76,7 +76,7 @@ fn child_process() {
     if !child::is_child() {
         return;
     }
-    let Some((generator, rest)) = harness::lease::open_child_holder(|b, c| b.redis_lease(c)) else {
+    let Some((generator, rest)) = harness::lease::open_child_holder(|b, c| b.lease(c)) else {
         return;
     };
     let mode = rest[0].as_str();

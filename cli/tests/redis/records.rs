@@ -49,7 +49,7 @@ fn garbled_record_is_skipped_or_refused_and_stays_as_it_is() {
             let mut b = Generator::builder()
                 .id_space(harness::space_for(host.path()))
                 .state_dir(host.path())
-                .redis_lease(config.ttl(Duration::from_secs(1)));
+                .lease(config.ttl(Duration::from_secs(1)));
             if let Some(shard) = only {
                 b = b.shard(shard);
             }
@@ -115,12 +115,12 @@ fn garbled_record_is_skipped_or_refused_and_stays_as_it_is() {
             let bin = env!("CARGO_BIN_EXE_idutil");
             let run = |args: &[&str]| {
                 Command::new(bin)
-                    .args(["--redis", &redis.url()])
+                    .args(["--lease", &redis.url()])
                     .args(args)
                     .env("IDUTIL_STATE_DIR", host.path())
                     .env("IDUTIL_ID_SPACE", harness::space_for(host.path()))
                     .env_remove("IDUTIL_SHARD")
-                    .env_remove("IDUTIL_REDIS_URL")
+                    .env_remove("IDUTIL_LEASE_URL")
                     .output()
                     .unwrap()
             };
@@ -270,7 +270,7 @@ fn shard_without_record_is_held_one_ttl_then_created() {
     let Some(redis) = RedisServer::start(false) else {
         return;
     };
-    let ttl = Duration::from_secs(1);
+    let ttl = Duration::from_secs(2);
     let t = wall_now() - 100;
     let host = state_dir();
     let url = redis.url();
@@ -283,21 +283,27 @@ fn shard_without_record_is_held_one_ttl_then_created() {
         (g, Instant::now(), host)
     });
     let mut conn = redis.conn();
-    // Past the TTL of the lease as first taken: it is being renewed.
-    while started.elapsed() < ttl * 9 / 10 {
-        thread::sleep(Duration::from_millis(50));
+    // Watched until the opener returns: whenever the lease is seen held,
+    // the record is still absent until one TTL has passed since the start
+    // (before which no lease was taken), and the wait itself is seen.
+    let mut saw_waiting = false;
+    while !opener.is_finished() {
+        let holder: Option<String> = redis::cmd("GET")
+            .arg("idutil:lease:12")
+            .query(&mut conn)
+            .unwrap();
+        let record = exists(&mut conn, "idutil:mark:12");
+        if started.elapsed() < ttl {
+            assert!(!record, "the record is created only after one TTL");
+        }
+        saw_waiting |= holder.is_some() && !record;
+        thread::sleep(Duration::from_millis(10));
     }
-    let holder: Option<String> = redis::cmd("GET")
-        .arg("idutil:lease:12")
-        .query(&mut conn)
-        .unwrap();
-    let waiting = started.elapsed() < ttl;
-    let record_absent = !exists(&mut conn, "idutil:mark:12");
     let (g, opened_at, _host) = opener.join().unwrap();
-    if waiting {
-        assert!(record_absent, "the record is created only after one TTL");
-        assert!(holder.is_some(), "the lease is held while waiting");
-    }
+    assert!(
+        saw_waiting,
+        "the lease was never seen held while the record was absent"
+    );
     assert!(
         opened_at - started >= ttl,
         "opened after {:?}",
@@ -357,17 +363,17 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
         a_error.starts_with("error the lease's store lost the record of shard 5"),
         "{a_error}"
     );
+    // Its renewal comes every third of the TTL; within the TTL is what
+    // keeps it clear of B, whose lease started after the flush.
     assert!(
-        a_error_at - flushed_at < ttl / 2,
+        a_error_at - flushed_at < ttl,
         "{:?}",
         a_error_at - flushed_at
     );
-    // Just before B may create the record (one TTL after it got the lease,
-    // which was after the flush): at least one more renewal period of A has
-    // passed, and A re-created nothing.
-    thread::sleep(
-        (flushed_at + ttl - Duration::from_millis(200)).saturating_duration_since(Instant::now()),
-    );
+    // A renewal period of A after its expected error, well before B may
+    // create the record (one TTL after it got the lease, which was after
+    // the flush): A re-created nothing.
+    thread::sleep((flushed_at + ttl * 2 / 3).saturating_duration_since(Instant::now()));
     assert!(
         !exists(&mut conn, "idutil:mark:5"),
         "A re-created the record"

@@ -193,7 +193,7 @@ impl<C: Clock> Inner<C> {
                     // The next call asks again: a write that failed is not
                     // remembered as a verdict.
                     return Err(match &cold.failure {
-                        Some(e) => e.for_another_caller(&self.path),
+                        Some(e) => e.clone(),
                         None => Error::io(
                             "reserve seconds in",
                             &self.path,

@@ -142,8 +142,9 @@ struct Cold {
     /// the state file's `skip` line): nothing is reserved or issued in
     /// them, and the generator passes over them when it gets there.
     island: Option<(u64, u64)>,
-    /// The last reservation write that failed, handed to every call that
-    /// waited on it (see `failures`).
+    /// The last reservation write that failed, its error handed as it is
+    /// (a clone sharing its source) to every call that waited on it (see
+    /// `failures`).
     failure: Option<Error>,
     /// How many reservation writes have failed: a waiting call returns
     /// [`failure`](Cold::failure) once this moves, so every waiter of a

@@ -67,7 +67,7 @@ impl<C: Clock> Inner<C> {
             let scaled = u128::from(issued) * HEADROOM.as_nanos() / span.as_nanos().max(1);
             u64::try_from(scaled).unwrap_or(u64::MAX)
         };
-        let units = if elapsed >= HEADROOM {
+        if elapsed >= HEADROOM {
             // A sample much older than the headroom says nothing about the
             // last quarter second: start a new one from nothing.
             cold.recent = if elapsed < 2 * HEADROOM {
@@ -81,8 +81,7 @@ impl<C: Clock> Inner<C> {
         } else {
             let early = scale(elapsed.max(MIN_RATE_SPAN)).min(issued.saturating_mul(2));
             cold.recent.max(early)
-        };
-        units
+        }
     }
 
     /// Recomputes the hot path's limit from the cold state, letting

@@ -64,7 +64,6 @@ fn set_up(mut cmd: Command, name: &str, envs: &[(&str, String)]) -> Command {
     .env(CHILD_ENV, "1")
     .env_remove("IDUTIL_SHARD")
     .env_remove("IDUTIL_STATE_DIR")
-    .env_remove("IDUTIL_REDIS_URL")
     .env_remove("IDUTIL_LEASE_URL")
     .env_remove("IDUTIL_LAYOUT")
     .stdin(Stdio::piped())

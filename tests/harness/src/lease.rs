@@ -132,11 +132,11 @@ pub fn assert_a_moment_at_2136_neither_ends_nor_shifts_the_shard(
         clock.set(wall_now());
         // The holder refuses, naming the skew, and stops for good: its
         // cursor followed the clock, and the mark never will.
-        for result in [during, g.next_ids(10)] {
+        for (when, result) in [("at 2136", during), ("back", g.next_ids(10))] {
             match result {
                 Err(Error::Lease(LeaseError::ClockSkew { .. })) => {}
-                Err(e) => panic!("round {round}: unclear refusal: {e}"),
-                Ok(ids) => record(ids.map(u64::from).collect(), &who),
+                Err(e) => panic!("round {round}, {when}: unclear refusal: {e}"),
+                Ok(ids) => panic!("round {round}, {when}: issued {ids:?} instead of refusing"),
             }
         }
         g.close().ok();

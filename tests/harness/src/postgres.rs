@@ -89,16 +89,10 @@ impl Postgres {
     }
 
     /// The server programs' directory, or `None` after a loud notice
-    /// that says what was `untested` (a panic under `CI=true`).
+    /// that says what was `untested` ([`skipped`](crate::skipped)).
     fn bindir(untested: &str) -> Option<PathBuf> {
         let found = find_bindir();
         if found.is_none() {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!(
-                    "PostgreSQL's server programs (initdb, postgres) are not installed, \
-                     and CI=true requires the PostgreSQL tests"
-                );
-            }
             crate::skip::skipped(format_args!(
                 "\n*** SKIPPED: PostgreSQL (initdb, postgres) was not found on the PATH \
                  or under /usr/lib/postgresql/*/bin, so {untested}. Install Debian's \

@@ -4,11 +4,18 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Says that a test skipped what it could not run, on stderr past libtest's
-/// capture (which hides `eprintln!` of a passing test), so a plain
-/// `cargo test` shows it.
+/// Every skip of the suite goes through here. It says that a test skipped
+/// what it could not run (a tool, a device or a privilege it lacks), on
+/// stderr past libtest's capture (which hides `eprintln!` of a passing
+/// test), so a plain `cargo test` shows it. Under `CI=true` (which `.ci/run`
+/// sets) a skip is a failure instead: CI runs every test, so what a test
+/// lacks there must be installed, not passed over.
+#[track_caller]
 pub fn skipped(message: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{message}\nCI=true: a test may not skip under CI; give it what it needs");
+    }
     let _ = writeln!(std::io::stderr(), "{message}");
 }
 
@@ -59,14 +66,10 @@ fn find_libfaketime() -> Option<PathBuf> {
         .find(|lib| lib.is_file())
 }
 
-/// libfaketime, or `None` after a loud skip message; under CI its absence
-/// is a failure.
+/// libfaketime, or `None` after a loud [`skipped`].
 pub fn faketime() -> Option<Faketime> {
     if let Some(lib) = find_libfaketime() {
         return Some(Faketime { lib });
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("libfaketime is not installed; CI must install it (apt-get install faketime)");
     }
     skipped(format_args!(
         "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
@@ -78,8 +81,7 @@ pub fn faketime() -> Option<Faketime> {
 }
 
 /// A command-line tool from the system (`strace`, `setpriv`, `flock`), or
-/// `None` after a loud skip message saying what is not tested; under CI
-/// its absence is a failure.
+/// `None` after a loud [`skipped`] saying what is not tested.
 pub fn tool(name: &str, package: &str, untested: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
@@ -88,9 +90,6 @@ pub fn tool(name: &str, package: &str, untested: &str) -> Option<PathBuf> {
     });
     if found.is_some() {
         return found;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{name} is not installed; CI must install it (apt-get install {package})");
     }
     skipped(format_args!(
         "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
