@@ -365,11 +365,11 @@ pub enum Error {
         remedy: Option<Remedy>,
     },
     /// The generator was opened by the parent of this process, which
-    /// `fork()` created: the child shares the generator's position and
-    /// state file with its parent, so it issues nothing from it. Open a
-    /// generator on another shard in the child (for
-    /// [`IdUtil`](crate::IdUtil), [`IdUtil::init_with`](crate::IdUtil::init_with)).
-    /// [`Generator`](crate::Generator#fork), *`fork()`*, has the rule.
+    /// `fork()` created. Never returned by a [`Generator`](crate::Generator)
+    /// call: it opens a generator of its own in the child instead (see
+    /// [`Generator`](crate::Generator#fork), *`fork()`*); when that fails,
+    /// the call returns why.
+    #[doc(hidden)]
     #[non_exhaustive]
     Forked {
         /// The parent's shard.

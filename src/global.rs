@@ -42,24 +42,36 @@ static REOPENED: OnceLock<Generator> = OnceLock::new();
 ///
 /// # In tests
 ///
-/// Tests and doctests run in many processes at once (each doctest is a
-/// process; nextest runs each test in its own), and on one host only one
-/// generator may hold a shard. So an application's tests and doctests
-/// that reach `IdUtil` call [`IdUtil::init_ephemeral`] first: each process
-/// then gets a generator of its own, in a temporary directory and an ID
-/// space of its own, and they all run at once without any setup. Its IDs
-/// are unique within the process only, which is all a test needs. The
-/// examples of this crate's docs do just that, in hidden lines.
+/// An application's tests and doctests call `IdUtil` as production does,
+/// with no setup. They run in many processes at once (each doctest is a
+/// process; nextest runs each test in its own; several `cargo test` may
+/// run together), and those processes share the host's shard like any
+/// others ([`Generator`], *Processes sharing a shard*): every one gets IDs
+/// no other has, so tests that share one test database never collide on a
+/// primary key. The shard and the state directory come from the
+/// environment, as in production; a CI runner whose host name has no
+/// number uses shard 0 and says so in a warning.
 ///
-/// ```
-/// // In a test or at the top of a doctest (hidden with `# `):
-/// idutil::IdUtil::init_ephemeral()?;
+/// [`IdUtil::init_ephemeral`] is for the tests that must not touch the
+/// state directory at all (a read-only home, a sandbox): the process gets
+/// a generator of its own in a scratch directory, whose IDs are unique
+/// within the process only, so they must never reach a shared database.
+/// The examples of this crate's docs use it, in hidden lines, to leave
+/// the reader's state directory alone.
 ///
-/// // ... then the code under test, which calls IdUtil as in production.
+/// ```no_run
+/// // An application's test: no setup.
 /// let a = idutil::IdUtil::next_id();
 /// assert!(idutil::IdUtil::next_id() > a);
-/// # Ok::<(), idutil::Error>(())
 /// ```
+///
+/// # At exit
+///
+/// The process-wide generator closes cleanly when the process exits
+/// normally (returning from `main`, `std::process::exit`): the next run
+/// continues right after its last ID, as after [`IdUtil::shutdown`]. A
+/// process killed by a signal counts as a crash: the next run starts after
+/// the reserved window instead.
 ///
 /// # Warnings
 ///
@@ -168,10 +180,10 @@ impl IdUtil {
     /// Creates the process-wide generator from `builder`.
     ///
     /// In a child created by `fork()` after the parent's process-wide
-    /// generator opened, this opens the child's own (on another shard: the
-    /// parent holds its shard), which later calls use; until then they
-    /// fail with [`Error::Forked`]. This works once per process tree: in a
-    /// child of that child, open a [`Generator`] of its own instead.
+    /// generator opened, this opens the child's own from `builder`, which
+    /// later calls use. Without it, the child's calls go to a generator
+    /// the parent's opens in the child from the same settings (see
+    /// [`Generator`], *`fork()`*).
     ///
     /// # Errors
     ///
@@ -197,7 +209,7 @@ impl IdUtil {
             }
         }
         // Only a child of `fork()` that opened its own generator has
-        // `REOPENED`; the parent's generator reports `Forked` itself.
+        // `REOPENED`; the parent's generator opens one in the child itself.
         match (GLOBAL.get(), REOPENED.get()) {
             (Some(g), None) => Ok(g),
             (Some(_), Some(reopened)) => Ok(reopened),
@@ -232,10 +244,9 @@ impl IdUtil {
             return Err(Error::Closed);
         }
         let existing = match (GLOBAL.get(), REOPENED.get()) {
-            // A child of `fork()`: the parent's generator issues nothing
-            // here (`Error::Forked`); one opened in the child does. Without
-            // a builder the parent's is reported: the environment names the
-            // parent's shard, which the parent holds.
+            // A child of `fork()`: the parent's generator issues from one
+            // it opens in the child; one opened here from `builder` does
+            // instead. Without a builder the parent's is reported.
             (Some(g), None) if g.forked() => match builder {
                 None => Some(g),
                 Some(builder) => {
@@ -244,9 +255,8 @@ impl IdUtil {
                     return Ok(REOPENED.get_or_init(|| generator));
                 }
             },
-            // In a child of a child, the first child's generator (which
-            // reports `Error::Forked`) stays: one reopening per process
-            // tree.
+            // In a child of a child, the first child's generator stays
+            // (and opens one of its own in the grandchild).
             (Some(g), Some(r)) if g.forked() => Some(r),
             (g, _) => g,
         };

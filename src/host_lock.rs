@@ -1,25 +1,35 @@
-//! One generator per shard and ID space on a host, whatever its state
-//! directory.
+//! One state directory per shard and ID space on a host.
 //!
-//! The state directory's lock file only protects one directory: two
-//! directories for one shard would be two independent generators issuing
-//! the same IDs. So a generator also holds its shard on the host through
-//! an exclusive `flock` on a file in a host-wide directory,
+//! The processes of a host that open a shard with the same state
+//! directory share it (see [`state`](crate::state), *Processes sharing a
+//! shard*); two directories for one shard would be two independent
+//! counters issuing the same IDs. So every generator also holds its shard
+//! on the host through a `flock` on a file in a host-wide directory,
 //! `/run/lock/idutil.<ID space>.shard-<N>.lock` (or in `/dev/shm`, else
-//! `/tmp`, where there is no `/run/lock`), for its whole life. The kernel
-//! drops the lock when the process exits, however it exits. A second
-//! generator for the shard in the same ID space, in this process or
-//! another, with any state directory, gets
-//! [`Error::HostLocked`] naming the holder's pid
-//! (from `/proc/locks`) and, from `/proc/<pid>`, its user. The holder
-//! removes the file when it lets go, and every taker checks after locking
-//! that the file it locked is still the one at the path, so a file removed
-//! meanwhile is never shared. [`holder`] tells who holds a shard.
+//! `/tmp`, where there is no `/run/lock`), for its whole life: shared by
+//! the generators of one state directory, whose identity (device, inode
+//! and path) the first of them writes into the file, and exclusive for a
+//! generator that holds its shard alone (a leased one). The kernel drops
+//! the lock when the process exits, however it exits. A generator for the
+//! shard in the same ID space with another state directory, in this
+//! process or another, gets [`Error::HostLocked`] naming the holder's pid
+//! (from `/proc/locks`), its user (from `/proc/<pid>`) and both
+//! directories. The last holder removes the file when it lets go, and
+//! every taker checks after locking that the file it locked is still the
+//! one at the path, so a file removed meanwhile is never shared.
+//!
+//! A file removed while generators hold it (by root's cleanup of
+//! `/run/lock`, or by the user who created it) does not let another
+//! directory in: a generator that finds itself alone on the file looks in
+//! `/proc` for processes holding a removed file of that name, and refuses
+//! the shard if theirs is another directory (or one it cannot read). [`holder`]
+//! tells who holds a shard.
 //!
 //! The scope is the mount namespace: processes in other network namespaces
 //! share the lock, while containers with a `/run/lock` of their own are
 //! separate hosts to it, so give them distinct shards (or a lease). Outside
-//! Linux only the state directory's lock applies.
+//! Linux only the state directory's lock applies, and a generator holds
+//! its shard alone.
 //!
 //! # ID spaces
 //!
@@ -41,10 +51,13 @@
 //! would let two users issue the same IDs. So the name is shared, and the
 //! cost of hostility is kept small and visible:
 //!
-//! - Nothing is served: the generator never reads or answers anything on
-//!   the lock file after taking it, so another user who opens, probes or
-//!   floods it, or the directory, costs a generator nothing, and cannot
-//!   stall an ID, a save or a SIGTERM.
+//! - Nothing is served: the generator reads the lock file only when it
+//!   takes it, and answers nothing on it, so another user who opens,
+//!   probes or floods it, or the directory, costs a running generator
+//!   nothing, and cannot stall an ID, a save or a SIGTERM.
+//! - Another user cannot join the processes sharing a shard: they share
+//!   it through the state directory, which is its owner's alone
+//!   ([`state`](crate::state), *Security*).
 //! - A name held by a process of another user is refused as
 //!   [`Error::HostLocked`] naming the holder's
 //!   pid, its user and the file, and saying that if it is not an idutil
@@ -433,13 +446,20 @@ mod linux {
             };
             if !sole {
                 // Members hold it: theirs must be our state directory.
-                return match read_identity(&file) {
-                    Some((id, _)) if id == identity.id => Ok(held!(true)),
-                    other => Err(refused(
-                        flock_holder(&st),
-                        other.map(|(_, held_dir)| held_dir),
-                    )),
-                };
+                match read_identity(&file) {
+                    Some((id, _)) if id == identity.id => return Ok(held!(true)),
+                    Some((_, held_dir)) => {
+                        return Err(refused(flock_holder(&st), Some(held_dir)));
+                    }
+                    // Not written (yet): a member about to write it, or
+                    // a process that is no member. Let go and try again.
+                    None => {
+                        let _ = fs2::FileExt::unlock(&file);
+                        last_err = Some(fs2::lock_contended_error());
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        continue;
+                    }
+                }
             }
             // Alone on this file. A generator may still hold an older file
             // of this name that was removed under it.

@@ -67,7 +67,7 @@
 //! | errors as values instead of a panic          | [`IdUtil::try_next_id`], [`Generator::next_id`]          |
 //! | many IDs at once                             | [`Generator::next_ids`] ([`IdBatch`])                    |
 //! | a generator of your own, a clock you drive   | [`Generator::builder`], [`ManualClock`]                  |
-//! | IDs in tests and doctests                    | [`IdUtil::init_ephemeral`], [`Builder::ephemeral`]       |
+//! | IDs in tests that must not touch the disk    | [`IdUtil::init_ephemeral`], [`Builder::ephemeral`]       |
 //! | a shard per instance across a fleet          | [`lease`] (features `postgres-lease`, `redis`)           |
 //! | another split of the bits                    | [`Layout`]                                               |
 //! | to read an ID, or an ID range for a time     | [`Id`] ([`Id::min_at`], [`Id::max_at`])                  |
@@ -96,28 +96,21 @@
 //!
 //! - [`Generator`]: how an ID is issued, clock rollbacks, what a crash
 //!   costs, a clock outside the layout's range or far ahead, `fork()`;
-//! - [`state`]: the state file and its rules, older copies and deleted
-//!   files, recovery, and the state directory as a trust boundary;
+//! - [`state`]: the state file and its rules, processes sharing a shard,
+//!   older copies and deleted files, recovery, and the state directory as
+//!   a trust boundary;
 //! - [`shard`]: which host names choose a shard, and which are refused;
-//! - [`host_lock`]: one generator per shard on a host, ID spaces, and
-//!   other local users;
+//! - [`host_lock`]: one state directory per shard on a host, ID spaces,
+//!   and other local users;
 //! - [`lease`]: shards for a fleet, what every lease engine promises, and
 //!   each engine's deployments.
 //!
 //! # In tests
 //!
-//! Tests and doctests that reach `IdUtil` call [`IdUtil::init_ephemeral`]
-//! first (in a doctest, as a hidden `# ` line); why, and what its IDs
-//! promise, is [`IdUtil`'s *In tests*](IdUtil#in-tests).
-//!
-//! ```
-//! # fn main() -> Result<(), idutil::Error> {
-//! idutil::IdUtil::init_ephemeral()?;
-//! let first = idutil::IdUtil::next_id(); // the code under test, unchanged
-//! assert!(idutil::IdUtil::next_id() > first);
-//! # Ok(())
-//! # }
-//! ```
+//! An application's tests call `IdUtil` as production does, with no
+//! setup: test processes running at once share the shard and never repeat
+//! each other's IDs. [`IdUtil`'s *In tests*](IdUtil#in-tests) says more,
+//! and when [`IdUtil::init_ephemeral`] is the better choice.
 //!
 //! # Features
 //!

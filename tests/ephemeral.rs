@@ -87,9 +87,11 @@ fn test_processes_with_ephemeral_generators_run_at_once_on_one_shard() {
 #[test]
 fn the_same_processes_without_it_share_the_shard_and_never_repeat_an_id() {
     let dir = harness::state_dir();
+    let space = harness::space_for(dir.path());
     let envs = [
         ("IDUTIL_CHILD_DIR", dir.path().display().to_string()),
         ("IDUTIL_SHARD", "9".to_string()),
+        ("IDUTIL_ID_SPACE", space.clone()),
     ];
     let children = all_at_once("child_plain", &envs);
     let mut all = Vec::new();
@@ -104,6 +106,20 @@ fn the_same_processes_without_it_share_the_shard_and_never_repeat_an_id() {
     // sees no collision.
     harness::assert_unique_set(&all);
     release_all_ok(children);
+    // They ended without closing anything themselves: the process-wide
+    // generator closed at exit, the last one recorded the last ID, and
+    // nothing is left in the per-host lock directory.
+    let report = idutil::state::inspect(dir.path(), 9).unwrap();
+    let last = report.state.unwrap().last.expect("a clean close at exit");
+    let max = *all.iter().max().unwrap();
+    assert_eq!(
+        last,
+        (harness::unix_second(max), harness::parts(max).sequence)
+    );
+    for lock_dir in ["/run/lock", "/dev/shm", "/tmp"] {
+        let left = std::path::Path::new(lock_dir).join(format!("idutil.{space}.shard-9.lock"));
+        assert!(!left.exists(), "{} left behind", left.display());
+    }
 }
 
 #[test]

@@ -79,6 +79,18 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// right after it; without a clean close it continues after the reserved
 /// high-water second ([`state`](crate::state) has the file's rules).
 ///
+/// # Processes sharing a shard
+///
+/// Every process of a host that opens the same shard with the same state
+/// directory issues from it at once, and none repeats another's IDs: each
+/// draws blocks of the shard's counter under a short lock and issues from
+/// them lock-free. A process alone on its shard draws large blocks and
+/// issues as fast as ever. Within one generator IDs increase; across
+/// processes they interleave. The rules (what is shared, what is locked
+/// and for how long, what a crash of one process costs, why another state
+/// directory is refused) are the [`state`](crate::state) module's,
+/// *Processes sharing a shard*.
+///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
 /// # std::env::set_var("IDUTIL_ID_SPACE", "doc-generator"); // its own, beside other tests
@@ -185,21 +197,26 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// # `fork()`
 ///
 /// A child created by `fork()` gets a copy of every generator its parent
-/// had open: the same position, the same state file, but not its
-/// reservation thread. Issuing from that copy would repeat the parent's
-/// IDs, so a child never does: a `pthread_atfork` hook, installed when the
-/// first generator opens, counts forks in the child, and every call on a
-/// generator opened before the fork returns [`Error::Forked`]. The hot
+/// had open: the same position and the same locks, through the
+/// descriptors it inherited, but not its reservation thread. Issuing from
+/// that copy would repeat the parent's IDs, so a child never does: a
+/// `pthread_atfork` hook, installed when the first generator opens, counts
+/// forks in the child, and the first call on a generator opened before the
+/// fork opens, in the child, a generator of its own from the same settings.
+/// It joins the shard like any other process (see above), draws blocks of
+/// its own, and every later call of the child goes to it; a pre-forking
+/// server that opens its generator before it forks just works. The hot
 /// path pays one load of a static and a compare per call, no system call.
-/// Closing or dropping the copy in the child stops only the copy (nothing
-/// is written, the parent's thread is not waited for), and the cached
-/// wall clock starts its own thread in the child. The child keeps the
-/// parent's locks through the descriptors it inherited (closed at `exec`),
-/// so it opens a generator on another shard: for [`IdUtil`](crate::IdUtil),
-/// [`IdUtil::init_with`](crate::IdUtil::init_with). IDs already taken
-/// before the fork, in an [`IdBatch`] not yet read, are in both processes'
-/// memory: read a batch before forking, not after. The hook is the crate's
-/// only `unsafe` code.
+/// Closing or dropping the copy in the child closes the child's own
+/// generator and stops the copy (nothing of the parent's is written, the
+/// parent's thread is not waited for), and the cached wall clock starts
+/// its own thread in the child. A generator that holds its shard alone (a
+/// leased or ephemeral one) opens in the child as it would anywhere: a
+/// leased one on another shard. A call that cannot open the child's own
+/// generator returns why. IDs already taken before the fork, in an
+/// [`IdBatch`] not yet read, are in both processes' memory: read a batch
+/// before forking, not after. The hook is, with the exit hook of
+/// [`IdUtil`](crate::IdUtil), the crate's only `unsafe` code.
 pub struct Generator<C: Clock = SystemClock> {
     inner: Arc<Inner<C>>,
     extender: Mutex<Option<JoinHandle<Result<()>>>>,
@@ -249,8 +266,10 @@ impl<C: Clock> Generator<C> {
     ///
     /// [`Error::EndOfRange`] past the layout's last second,
     /// [`Error::Closed`] after [`close`](Generator::close), [`Error::Io`] if
-    /// a needed reservation cannot be written, [`Error::Forked`] in a child
-    /// process created by `fork()` after the generator opened.
+    /// a needed reservation cannot be written, [`Error::MemberStalled`] if
+    /// another process sharing the shard holds its short lock too long; in
+    /// a child created by `fork()`, the errors of [`Builder::open`] when
+    /// the child's own generator cannot be opened.
     #[inline]
     pub fn next_id(&self) -> Result<Id> {
         match self.inner.take(1, true) {

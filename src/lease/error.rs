@@ -276,9 +276,10 @@ impl fmt::Display for LeaseError {
                 }
                 write!(
                     f,
-                    ", and a shard is never shared. Close idle generators, wait for a crashed \
-                     holder's lease to expire, or use a layout with more shard bits ({}, \
-                     --layout)",
+                    ", and a leased shard is never shared: every process leases one of its \
+                     own, so N hosts running M processes each need N x M shards. Close idle \
+                     generators, wait for a crashed holder's lease to expire, or use a layout \
+                     with more shard bits ({}, --layout)",
                     env::LAYOUT
                 )
             }

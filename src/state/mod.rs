@@ -11,21 +11,28 @@
 //! `#[non_exhaustive]`: their fields are there to be read, and a minor
 //! release may add more.
 //!
-//! # The two files of a shard
+//! # The files of a shard
 //!
 //! The state directory ([`state_dir`]:
 //! [`Builder::state_dir`](crate::Builder::state_dir), else
 //! [`env::STATE_DIR`](crate::env::STATE_DIR), else `$XDG_STATE_HOME/idutil`
-//! or `~/.local/state/idutil`) holds two files per shard:
+//! or `~/.local/state/idutil`) holds three files per shard, none of them
+//! ever renamed or removed but the state file, which is replaced whole:
 //!
-//! - `shard-N.lock`: never renamed or removed, because a lock on a file
-//!   that gets replaced protects nothing. A generator holds an exclusive
-//!   `flock` on it (through `fs2`) for its whole life and writes its pid
-//!   into it, so a second generator for the shard, in this process or
-//!   another, gets [`Error::Locked`](crate::Error::Locked) naming the
-//!   holder's pid. Below the pid, a line `state` once the shard has had a
-//!   state file here, and a line `high_water N` (see
+//! - `shard-N.lock`: a lock on a file that gets replaced protects nothing,
+//!   so this one never is. Every generator of the shard holds a `flock` on
+//!   it (through `fs2`) for its whole life: shared by the processes that
+//!   share the shard (see below), exclusive for a generator that holds the
+//!   shard alone (a leased or ephemeral one) and, for an instant, for the
+//!   first of the sharing processes while it plans the restart. A
+//!   recovery takes it exclusively, so it never runs beside a live
+//!   generator ([`Error::Locked`](crate::Error::Locked) names the holder's
+//!   pid). Inside, the pid of the last generator that joined, a line
+//!   `state` once the shard has had a state file here, and a line
+//!   `high_water N` (see
 //!   [*Older copies and deleted files*](#older-copies-and-deleted-files)).
+//! - `shard-N.claim`: the counter the sharing processes draw blocks of IDs
+//!   from, and the short lock they take turns under (see below).
 //! - `shard-N.state`: the layout, the persistent **clock id** (bumped when
 //!   the clock went back across a restart), the highest wall-clock second
 //!   seen, and per clock value a **high-water second**: no ID with a later
@@ -33,6 +40,69 @@
 //!   exact last second and sequence, so a restart within the same second
 //!   continues right after it; after a crash the next generator starts
 //!   after the high-water second instead: a little ahead, never behind.
+//!
+//! # Processes sharing a shard
+//!
+//! Every process on a host that opens the same shard with the same state
+//! directory (a web server and its workers, a cron job, a script's
+//! hundred short commands, an application's tests run as processes, a new
+//! release started before the old one has exited, a child of `fork()`)
+//! issues from the shard at the same time, as PostgreSQL sessions share a
+//! sequence with `CACHE`:
+//!
+//! - **Blocks.** A generator takes a block of the shard's counter (its
+//!   seconds and sequence numbers) under a short exclusive lock on
+//!   `shard-N.claim`, writing there where the next block starts, and then
+//!   issues from its block without any lock, as fast as a generator alone.
+//!   It draws the next block when the block is spent or the clock has
+//!   moved past it. Blocks are sized by the generator's recent rate (what
+//!   it issues in a quarter second, at least 256 IDs), so a busy process
+//!   draws seldom and a quiet one draws small blocks that keep its IDs
+//!   close to the clock. A block never starts before the clock.
+//! - **What is shared, and what is locked for how long.** The state file
+//!   and its high-water mark, reserved ahead and `fsync`ed, bound what all
+//!   of them may issue together: a block never reaches past the mark, and
+//!   each generator writes the state file over what the others wrote
+//!   (every mark and clock reading only goes up), under the same short
+//!   lock. The lock is held for a draw (a read and a write of a few dozen
+//!   bytes, microseconds) or for a write of the state file (an `fsync`, a
+//!   few milliseconds). The claim file is not synced: it only has to hold
+//!   while the host is up, and it names the boot it was written in, so
+//!   that after a restart of the host the first generator starts after the
+//!   state file's mark instead.
+//! - **Within a process IDs increase; across processes they interleave
+//!   and never repeat.** The shard's ceiling, 65,536 IDs a second (in the
+//!   default layout), is shared too: together the processes issue at most
+//!   that many per second before they borrow later seconds, as one
+//!   process would. A fleet that issues more per host needs more shards.
+//! - **What a crash costs.** A process killed at any moment loses at most
+//!   its unused block; the others go on. When every process of the shard
+//!   is gone, the next one starts after the state file's mark as after any
+//!   crash. The last to close cleanly records the last ID any of them was
+//!   given, so the next run continues right after it; a process that
+//!   closes while others run gives back what is left of its block, when
+//!   nobody drew after it, and leaves the state file to them.
+//! - **A member that does not let go.** A process stopped (`SIGSTOP`, a
+//!   debugger) or stuck on a dead disk while it holds the short lock makes
+//!   the others wait at most [`Builder::member_wait`](crate::Builder::member_wait)
+//!   (five seconds by default), then fail with
+//!   [`Error::MemberStalled`](crate::Error::MemberStalled) naming its pid;
+//!   nothing is issued meanwhile, and a later call tries again.
+//! - **One state directory per shard on a host.** Two directories for one
+//!   shard would be two counters issuing the same IDs, so a generator with
+//!   another directory is refused
+//!   ([`Error::HostLocked`](crate::Error::HostLocked), naming the shard,
+//!   both directories and the holder's pid): see
+//!   [`host_lock`](crate::host_lock).
+//! - **Threads of one process** share one [`Generator`](crate::Generator);
+//!   two generators in one process on one shard and directory share the
+//!   shard like two processes.
+//!
+//! Generators that hold the shard alone, and never share it: a leased
+//! generator (each process leases a shard of its own, see
+//! [`lease`](crate::lease)), an ephemeral one (a scratch directory of its
+//! own), and every generator outside Linux, where the per-host lock that
+//! keeps one directory per shard does not exist.
 //!
 //! # The state file
 //!
@@ -124,7 +194,7 @@
 //!
 //! **A live generator notices when its ground is pulled away.** It holds
 //! the state directory and the lock file open. Before each write of the
-//! state file it checks that the directory's path still names the
+//! state file, and each block it draws, it checks that the directory's path still names the
 //! directory it opened, and the lock file's path the file it locked (same
 //! device and inode). If not, it stops for good: it issues no further ID,
 //! writes nothing more (not even at close), and every later call returns
@@ -189,9 +259,10 @@
 //! persistent volume that outlives the container, not its writable layer,
 //! and one shard's state must live in exactly one directory: two state
 //! directories for one shard are two independent histories. On one host
-//! the per-host lock ([`host_lock`](crate::host_lock)) refuses a second
-//! live generator for a shard whatever its directory, but nothing can
-//! tell that a directory used yesterday is not the one used today.
+//! the per-host lock ([`host_lock`](crate::host_lock)) refuses a live
+//! generator for a shard in another directory than the one its live
+//! generators use, but nothing can tell that a directory used yesterday
+//! is not the one used today.
 //!
 //! # Security: the directory is a trust boundary
 //!

@@ -78,6 +78,12 @@ fn a_thousand_commands_thirty_two_at_a_time_share_one_shard() {
         parts(after[0]).seconds - parts(max).seconds,
         max
     );
+    // Nothing is left in the per-host lock directory.
+    let space = harness::space_for(dir.path());
+    for lock_dir in ["/run/lock", "/dev/shm", "/tmp"] {
+        let left = Path::new(lock_dir).join(format!("idutil.{space}.shard-5.lock"));
+        assert!(!left.exists(), "{} left behind", left.display());
+    }
 }
 
 /// The same through the default state directory (`$HOME/.local/state`),
