@@ -387,3 +387,32 @@ fn every_system_call_of_a_block_draw_failing_once_costs_no_duplicate_hang_or_pan
     ledger.assert_unique();
     ledger.record_after_all(&harness::next(3, dir.path(), 1000));
 }
+
+/// `idutil next` with every `sendto` and `recvfrom` failing (EIO), as a
+/// signal-catching thread's socket would see them: it prints every ID,
+/// exits 0 at once, and a SIGTERM still stops it cleanly.
+#[test]
+fn failing_socket_calls_neither_hang_nor_panic_the_command() {
+    let Some(strace) = harness::tool("strace", "strace", "failing socket calls") else {
+        return;
+    };
+    let dir = harness::state_dir();
+    let mut ledger = Ledger::new();
+    for syscall in ["sendto", "recvfrom", "sendmsg", "recvmsg"] {
+        let mut cmd = Command::new(&strace);
+        cmd.args(["-f", "-qq", "-o", "/dev/null"])
+            .arg(format!("-einject={syscall}:error=EIO"))
+            .arg(harness::bin())
+            .args(["--shard", "4", "--state-dir"])
+            .arg(dir.path())
+            .args(["next", "-n", "1000"])
+            .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()));
+        let out = harness::output_within(&mut cmd, Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{syscall}: {stderr}");
+        let ids = harness::parse_complete_ids(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(ids.len(), 1000, "{syscall}");
+        ledger.record_after_all(&ids);
+    }
+    ledger.assert_unique();
+}
