@@ -63,6 +63,15 @@ impl Ids {
         }
     }
 
+    /// The highest ID issued on `shard` so far.
+    fn last_of_shard(&self, shard: u32) -> Option<u64> {
+        self.seen
+            .keys()
+            .copied()
+            .filter(|id| idutil::Id::from_u64(*id).is_some_and(|id| id.shard() == shard))
+            .max()
+    }
+
     /// How many of `ids` were issued before (for the measured cases).
     fn count_duplicates(&mut self, ids: impl IntoIterator<Item = u64>, who: &str) -> usize {
         let mut dups = 0;
