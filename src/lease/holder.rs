@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
 use super::renewal::{ahead, check_skew, Renewer, Shared};
+use super::restore::restore_then_stop;
 use super::{connect, host_time, new_token, Ask, Engine, LeaseConfig, LeaseError, Record, Trouble};
 use crate::clock::Clock;
 use crate::durable::FenceHook;
@@ -117,7 +118,10 @@ impl Lease {
                     continue;
                 }
             };
-            let shared = Arc::new(Shared::new(record.high_water.unwrap_or(0)));
+            let shared = Arc::new(Shared::new(
+                record.high_water.unwrap_or(0),
+                record.seen.unwrap_or(0),
+            ));
             if let Some(server) = grant.server_time {
                 shared.lock().server = Some((server, std::time::Instant::now()));
             }
@@ -202,14 +206,16 @@ impl Lease {
             }
         }
         let known = self.shared.known_hw.load(Relaxed);
-        match self.engine.raise(high_water, self.seen_arg(seen), known) {
+        let seen = self.seen_arg(seen);
+        match self.engine.raise(high_water, seen, known) {
             Ok(()) => {
                 self.shared.known_hw.fetch_max(high_water, Relaxed);
+                self.shared.known_seen.fetch_max(seen, Relaxed);
                 Ok(())
             }
             Err(Trouble::Again(e)) => Err(e.into()),
             Err(Trouble::Lost(e)) => {
-                self.shared.stop_for_good(self.shard, e.clone());
+                restore_then_stop(&*self.engine, &self.shared, self.shard, e.clone());
                 Err(e.into())
             }
         }

@@ -161,6 +161,7 @@ mod inspect;
 mod record;
 mod redact;
 mod renewal;
+mod restore;
 
 #[cfg(feature = "postgres-lease")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres-lease")))]
@@ -254,6 +255,13 @@ pub(crate) trait Engine: Send + Sync {
     /// committed (and replicated where the engine waits for replicas)
     /// before it returns.
     fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble>;
+    /// Raises the record's mark to at least `high_water` (and `seen`, if
+    /// it is not 0) whoever holds the shard, re-creating the record if it
+    /// is gone and dropping an exact last ID below the new mark: a holder
+    /// that lost its record restores what it knows before it stops
+    /// (`restore.rs`). Never lowers anything; a record of another layout is
+    /// left alone.
+    fn restore(&self, high_water: u64, seen: u64) -> Result<(), Trouble>;
     /// Clean close: records the exact last ID (raising the mark to its
     /// second if it were ever below) and gives the lease back. `None`: just
     /// gives it back.

@@ -24,6 +24,7 @@ use idutil_harness::state_dir;
 
 mod command;
 mod fleet;
+mod marks;
 mod outages;
 mod rows;
 mod standbys;

@@ -91,6 +91,7 @@
 mod conn;
 mod engine;
 mod inspect;
+mod restore;
 mod row;
 mod sql;
 mod target;

@@ -1,0 +1,78 @@
+//! A mark known anywhere is never lost: rows lowered, deleted or truncated
+//! under a live holder, a table restored from an earlier dump.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::{Error, Generator, Id};
+use idutil_harness::state_dir;
+
+use crate::{leased, open_when_free, server, Ids};
+
+/// Waits until `g` refuses for good with a lost lease or record, and
+/// returns that error.
+fn wait_for_loss(g: &Generator, how: &str) -> LeaseError {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match g.next_id() {
+            Err(Error::Lease(e @ (LeaseError::Lost { .. } | LeaseError::RecordLost { .. }))) => {
+                return e
+            }
+            _ if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            other => panic!("{how}: {other:?}"),
+        }
+    }
+}
+
+/// A row lowered by 100 s, deleted, or truncated with its table while a
+/// holder that borrowed seconds ahead of the clock holds it: the holder
+/// stops for good, but first raises the row back to its mark (re-creating
+/// it), so the next holder, on another host, starts after every ID it
+/// issued.
+#[test]
+fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
+    let Some(pg) = server() else { return };
+    let ttl = Duration::from_secs(1);
+    for (how, sql) in [
+        (
+            "lowered",
+            "UPDATE idutil_lease SET high_water = high_water - 100 WHERE shard = 3",
+        ),
+        ("deleted", "DELETE FROM idutil_lease WHERE shard = 3"),
+        ("truncated", "TRUNCATE idutil_lease"),
+    ] {
+        let config = LeaseConfig::new(pg.tcp_url()).ttl(ttl).shards(3..=3);
+        let (host_a, host_b) = (state_dir(), state_dir());
+        let a = leased(&host_a, config.clone()).open().unwrap();
+        let mut all = Ids::default();
+        // About 4 seconds ahead of the clock.
+        let burst: Vec<u64> = a.next_ids(250_000).unwrap().map(u64::from).collect();
+        let last = *burst.last().unwrap();
+        all.add(burst, "A");
+        pg.psql(sql);
+        let err = wait_for_loss(&a, how);
+        assert_eq!(err.shard(), Some(3), "{how}");
+        thread::sleep(ttl);
+        assert!(a.next_id().is_err(), "{how}: stopped for good");
+        let mark: u64 = pg
+            .psql("SELECT high_water FROM idutil_lease WHERE shard = 3")
+            .parse()
+            .unwrap_or_else(|e| panic!("{how}: the row is not back: {e}"));
+        let last_second = Id::from_u64(last).unwrap().unix_seconds();
+        assert!(
+            mark >= last_second,
+            "{how}: the row's mark {mark} is below the holder's last second {last_second}"
+        );
+        drop(a);
+        let b = open_when_free(&leased(&host_b, config.clone()), Duration::from_secs(10));
+        let first = u64::from(b.next_id().unwrap());
+        assert!(
+            first > last,
+            "{how}: the next holder started at {first}, not after {last}"
+        );
+        all.add(b.next_ids(10_000).unwrap().map(u64::from), "B");
+        drop(b);
+        pg.psql("DELETE FROM idutil_lease");
+    }
+}
