@@ -159,6 +159,14 @@ impl Lease {
         self.shard
     }
 
+    /// The generator's lead cap (whole seconds): `asked`
+    /// ([`Builder::max_lead`](crate::Builder::max_lead)), at most
+    /// [`LeaseConfig::max_lead`].
+    pub(crate) fn max_lead(&self, asked: Option<u64>) -> u64 {
+        let cap = self.config.max_lead.as_secs();
+        asked.map_or(cap, |asked| asked.min(cap))
+    }
+
     /// The shard's record as found when the lease was granted, or created.
     pub(crate) fn record(&self) -> &Record {
         &self.record

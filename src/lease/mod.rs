@@ -174,7 +174,9 @@ use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use config::{LeaseConfig, DEFAULT_MAX_SKEW, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
+pub use config::{
+    LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL,
+};
 pub use error::LeaseError;
 #[doc(hidden)]
 pub use holder::time_renewals;

@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::lease::{LeaseConfig, LeaseError, DEFAULT_MAX_LEAD};
 use idutil::{Error, Generator, Id};
 use idutil_harness::state_dir;
 
@@ -74,5 +74,36 @@ fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
         all.add(b.next_ids(10_000).unwrap().map(u64::from), "B");
         drop(b);
         pg.psql("DELETE FROM idutil_lease");
+    }
+}
+
+/// Measured, not checked: what the lease's default lead cap (30 s) costs a
+/// burst. `cargo test --release --all-features -p idutil-cli --test
+/// postgres_lease -- --ignored burst_under --nocapture`
+#[test]
+#[ignore = "a measurement: run by hand"]
+fn burst_under_the_lead_cap_is_measured() {
+    let Some(pg) = server() else { return };
+    let caps = [DEFAULT_MAX_LEAD, Duration::from_secs(1_000_000)];
+    let mut shard = 0;
+    for cap in caps {
+        for n in [1_000_000u64, 2_000_000, 4_000_000] {
+            let host = state_dir();
+            let config = LeaseConfig::new(pg.tcp_url())
+                .shards(shard..=shard)
+                .max_lead(cap);
+            shard += 1;
+            let g = leased(&host, config).open().unwrap();
+            let start = Instant::now();
+            for _ in 0..n {
+                std::hint::black_box(g.next_id().unwrap());
+            }
+            println!(
+                "lead cap {:>7} s: {n:>9} IDs by next_id() in {:>12.3?}, {} s ahead after",
+                cap.as_secs(),
+                start.elapsed(),
+                g.lead()
+            );
+        }
     }
 }
