@@ -109,6 +109,9 @@ impl Lease {
                 // One ID space is one layout: a shard of another is refused,
                 // not skipped.
                 Err(e @ LeaseError::LayoutMismatch { .. }) => return Err(give_back(e).into()),
+                // The store failed while the grant was checked: not the
+                // shard's fault.
+                Err(e @ LeaseError::Store { .. }) => return Err(give_back(e).into()),
                 Err(e) if only.is_some() => return Err(give_back(e).into()),
                 Err(e) => {
                     let e = give_back(e);

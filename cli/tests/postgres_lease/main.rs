@@ -214,3 +214,23 @@ fn lease_child_process() {
     generator.close().unwrap();
     println!("{MARK}done");
 }
+
+/// A holder that bursts ahead of the clock, then hangs until killed: it
+/// leases as `lease_child_process` does, issues `IDUTIL_CHILD_BURST` IDs at
+/// once and prints the first and the last (`@burst FIRST LAST`).
+#[test]
+#[ignore = "run only as a child process by the tests in this file"]
+fn lease_burst_child_process() {
+    if !child::is_child() {
+        return;
+    }
+    let n: u64 = child::child_var("IDUTIL_CHILD_BURST").parse().unwrap();
+    let Some((generator, _)) = harness::lease::open_child_holder(|b, c| b.lease(c)) else {
+        return;
+    };
+    let ids: Vec<u64> = generator.next_ids(n).unwrap().map(u64::from).collect();
+    println!("{MARK}burst {} {}", ids[0], ids[ids.len() - 1]);
+    loop {
+        thread::sleep(Duration::from_secs(60));
+    }
+}

@@ -90,6 +90,7 @@
 
 mod conn;
 mod engine;
+mod history;
 mod inspect;
 mod restore;
 mod row;
@@ -102,7 +103,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Row;
 
-use super::{Ask, Engine, Grant, LeaseConfig, LeaseError};
+use super::{Ask, Engine, Grant, LeaseConfig, LeaseError, Record};
 use crate::error::Result;
 use conn::{off_runtime, Conn};
 pub(crate) use inspect::inspect;
@@ -166,6 +167,15 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
          RETURNING t.shard, t.epoch, t.high_water, t.last_second, t.last_sequence, t.seen, \
              t.layout, extract(epoch FROM clock_timestamp())::float8"
     );
+    if let Some(forgotten) = history::check_space(&mut conn, &target, config, &table, timeout)? {
+        log::warn!(
+            "ID space {:?} in {table}: {}; every shard's mark is raised to {}, past every ID a \
+             holder can have issued before",
+            config.prefix,
+            forgotten.why,
+            forgotten.floor
+        );
+    }
     let ttl = config.ttl.as_secs_f64();
     let mut tries = 0;
     loop {
@@ -235,7 +245,38 @@ fn granted_row(
         conn: Mutex::new(conn),
         renew_conn: Mutex::new(Conn::open(config)?),
     };
-    let record = lease.read(row, ask.layout);
+    let mut record = lease.read(row, ask.layout);
+    if let Ok(read) = &record {
+        let timeout = config.op_timeout().max(Duration::from_secs(2));
+        let had_mark = read.high_water.is_some();
+        let mut conn = crate::sync::lock(&lease.conn);
+        match history::check_shard(
+            &mut conn,
+            &lease.target,
+            config,
+            &lease.table,
+            shard,
+            had_mark,
+            timeout,
+        ) {
+            Ok(None) => {}
+            Ok(Some(forgotten)) => {
+                log::warn!(
+                    "shard {shard} of ID space {:?}: {}; its mark is raised to {}, past every \
+                     ID a holder can have issued before",
+                    config.prefix,
+                    forgotten.why,
+                    forgotten.floor
+                );
+                record = Ok(Record {
+                    high_water: Some(u64::try_from(forgotten.floor).unwrap_or(0)),
+                    last: None,
+                    seen: read.seen,
+                });
+            }
+            Err(e) => record = Err(e),
+        }
+    }
     let grant = Grant {
         shard,
         record,

@@ -14,7 +14,8 @@ impl PgLease {
     pub(super) fn restore_row(&self, high_water: u64, seen: u64) -> Result<(), Trouble> {
         let sql = format!(
             "INSERT INTO {table} AS t (space, shard, layout, high_water, seen) \
-             VALUES ($1, $2, $3, $4, NULLIF($5, 0)) \
+             VALUES ($1, $2, $3, $4, \
+                 COALESCE(NULLIF($5, 0), extract(epoch FROM clock_timestamp())::bigint)) \
              ON CONFLICT (space, shard) DO UPDATE SET \
                  high_water = GREATEST(COALESCE(t.high_water, 0), EXCLUDED.high_water), \
                  last_second = CASE WHEN COALESCE(t.high_water, 0) < EXCLUDED.high_water \
