@@ -256,12 +256,13 @@ fn statement_timeout_cannot_pass_off_an_unreplicated_commit() {
 }
 
 /// The same failover with an asynchronous standby whose replication is cut
-/// while a holder bursts 30 seconds ahead of the clock, then the primary
-/// dies: the promoted standby never got those raises, and a new holder
-/// there re-issues IDs in the seconds they covered. Measured, as the docs say:
-/// an asynchronous standby does not keep the promise through failover.
+/// while a holder bursts about 30 seconds ahead of the clock (its lead
+/// cap), then the primary dies: the promoted standby never got those
+/// raises. But it runs on a new timeline, which the lease's history tells
+/// apart, so a new holder there starts past every ID a holder can have
+/// issued: nothing is issued twice.
 #[test]
-fn failover_to_an_asynchronous_standby_is_measured() {
+fn failover_to_an_asynchronous_standby_issues_nothing_twice() {
     let Some(mut primary) = server() else { return };
     let link = Proxy::start(primary.port());
     let standby = primary.standby(Some(link.port()));
@@ -278,6 +279,7 @@ fn failover_to_an_asynchronous_standby_is_measured() {
     // A burst while the standby hears nothing: A borrows about 30 seconds
     // ahead, raising its mark on the primary alone.
     a_ids.extend(a.next_ids(2_000_000).unwrap().map(u64::from));
+    let a_last = *a_ids.iter().max().unwrap();
     primary.kill_immediate();
     standby.promote();
     thread::sleep(ttl);
@@ -292,13 +294,10 @@ fn failover_to_an_asynchronous_standby_is_measured() {
     let mut all = Ids::default();
     all.add(a_ids.iter().copied(), "A");
     let b_ids: Vec<u64> = b.next_ids(100_000).unwrap().map(u64::from).collect();
-    let dups = all.count_duplicates(b_ids, "B");
-    println!(
-        "asynchronous standby, replication cut during a burst of 2,000,000: {dups} of B's \
-         100,000 IDs re-issued"
-    );
     assert!(
-        dups > 0,
-        "the asynchronous standby lost no raise: the measurement's premise failed"
+        b_ids[0] > a_last,
+        "B started at {}, not after A's {a_last}",
+        b_ids[0]
     );
+    all.add(b_ids, "B");
 }
