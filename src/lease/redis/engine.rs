@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ::redis::{Connection, Value};
 
-use super::conn::{fail, replicas, replicas_of, with_conn};
+use super::conn::{evicting, fail, replicas, replicas_of, with_conn};
 use super::scripts::{record_trouble, FINISH, RAISE, RELEASE, RENEW, RESTORE};
 use super::{key, millis, RedisLease, ENGINE};
 use crate::lease::{Engine, LeaseError, Renewed, Trouble};
@@ -76,6 +76,14 @@ impl Engine for RedisLease {
                     std::io::Error::other("an answer this crate does not send"),
                 )))
             }
+        }
+        // A policy that may evict the records, switched on since open, stops
+        // the holder; a server that will not say (CONFIG renamed) was
+        // warned about at open.
+        if let Ok(Some(e)) = with_conn(&self.client, &mut slot, timeout, |c| {
+            evicting(&self.config, c)
+        }) {
+            return Err(Trouble::Lost(e));
         }
         let mark = int(1).and_then(|m| u64::try_from(m).ok());
         let server_time = match (int(2), int(3)) {
