@@ -26,6 +26,11 @@ pub enum LeaseError {
         /// Shards passed over because their record cannot be used, each
         /// with why (named in the warnings logged when they were skipped).
         skipped: Vec<String>,
+        /// Shards whose lease never expires by itself (PostgreSQL:
+        /// `expires_at` more than a day ahead, or `'infinity'`: a row
+        /// edited by hand), each with its expiry. `idutil lease release`
+        /// ([`release`](crate::lease::release)) frees them.
+        stuck: Vec<(u32, String)>,
     },
     /// The lease could not be renewed in time, or expired: the generator
     /// issues nothing until it holds the lease again.
@@ -155,6 +160,7 @@ impl LeaseError {
             last: *range.end(),
             prefix: prefix.to_string(),
             skipped: Vec::new(),
+            stuck: Vec::new(),
         }
     }
 
@@ -264,6 +270,7 @@ impl fmt::Display for LeaseError {
                 last,
                 prefix,
                 skipped,
+                stuck,
             } => {
                 write!(
                     f,
@@ -273,6 +280,19 @@ impl fmt::Display for LeaseError {
                 )?;
                 if !skipped.is_empty() {
                     write!(f, " or unusable ({})", skipped.join("; "))?;
+                }
+                if !stuck.is_empty() {
+                    let list: Vec<String> = stuck
+                        .iter()
+                        .map(|(shard, until)| format!("shard {shard} until {until}"))
+                        .collect();
+                    write!(
+                        f,
+                        " or stuck: leases that never expire by themselves ({}), which a row \
+                         edited by hand leaves; free each with `idutil lease release --shard N` \
+                         (it never lowers a mark)",
+                        list.join(", ")
+                    )?;
                 }
                 write!(
                     f,

@@ -61,6 +61,7 @@ impl Lease {
                     first,
                     last,
                     prefix,
+                    stuck,
                     ..
                 })) => {
                     return Err(LeaseError::NoFreeShard {
@@ -68,6 +69,7 @@ impl Lease {
                         last,
                         prefix,
                         skipped,
+                        stuck,
                     }
                     .into())
                 }

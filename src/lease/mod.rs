@@ -160,6 +160,7 @@ mod holder;
 mod inspect;
 mod record;
 mod redact;
+mod release;
 mod renewal;
 mod restore;
 
@@ -183,6 +184,7 @@ pub use holder::time_renewals;
 pub(crate) use holder::Lease;
 pub use inspect::{inspect, ShardLease};
 pub(crate) use record::Record;
+pub use release::{release, Released};
 
 use crate::clock::Clock;
 use crate::layout::Layout;

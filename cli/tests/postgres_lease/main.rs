@@ -28,6 +28,7 @@ mod marks;
 mod outages;
 mod rows;
 mod standbys;
+mod stuck;
 
 /// 1,024 shards of 2,048 IDs a second.
 const WIDE: &str = "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800";

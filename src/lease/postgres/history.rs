@@ -80,7 +80,7 @@ pub(super) fn check_space(
             .get(0);
         Ok(exists.is_some())
     });
-    let exists = found.map_err(|f| f.into_error("read the lease history in", config))?;
+    let exists = found.map_err(|f| f.into_error("lease a shard from", config))?;
     if !exists {
         create_table(conn, target, config, table, timeout)?;
     }
@@ -197,7 +197,7 @@ pub(super) fn check_space(
         tx.commit().await?;
         Ok(why.map(|why| Forgotten { why, floor }))
     });
-    outcome.map_err(|f| f.into_error("check the lease history in", config).into())
+    outcome.map_err(|f| f.into_error("lease a shard from", config).into())
 }
 
 /// After a shard is leased: records that it has a mark, or, if its row has

@@ -92,6 +92,7 @@ mod conn;
 mod engine;
 mod history;
 mod inspect;
+mod release;
 mod restore;
 mod row;
 mod sql;
@@ -107,6 +108,7 @@ use super::{Ask, Engine, Grant, LeaseConfig, LeaseError, Record};
 use crate::error::Result;
 use conn::{off_runtime, Conn};
 pub(crate) use inspect::inspect;
+pub(crate) use release::release;
 use sql::{create_table, prepare_space, table};
 use target::Target;
 
@@ -216,7 +218,18 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
             continue;
         }
         if tries >= MAX_TRIES {
-            return Err(LeaseError::no_free_shard(&ask.range, &config.prefix).into());
+            let mut e = LeaseError::no_free_shard(&ask.range, &config.prefix);
+            if let LeaseError::NoFreeShard { stuck, .. } = &mut e {
+                *stuck = release::stuck_shards(
+                    &mut conn,
+                    &target,
+                    config,
+                    &table,
+                    (first, last),
+                    timeout,
+                );
+            }
+            return Err(e.into());
         }
         std::thread::sleep(Duration::from_millis(2 * tries));
     }
