@@ -53,9 +53,9 @@ pub enum LeaseError {
     },
     /// The shard's record vanished while this generator held the shard
     /// (Redis `FLUSHALL`, `DEL`, a restart without persistence; a deleted
-    /// PostgreSQL row): the generator issues nothing more and does not
-    /// re-create the record, whose high-water second it cannot vouch for
-    /// beyond its own IDs.
+    /// or truncated PostgreSQL row): the generator issues nothing more, and
+    /// re-creates the record with its own mark first, so that the next
+    /// holder starts after every ID it issued.
     #[non_exhaustive]
     RecordLost {
         /// The shard.
@@ -317,8 +317,8 @@ impl fmt::Display for LeaseError {
                 f,
                 "the lease's store lost the record of shard {shard} ({key}: flushed, deleted \
                  or restarted without persistence) while this generator held the shard; it \
-                 issues no more IDs and does not re-create the record: close it and open a \
-                 new one"
+                 issues no more IDs, and wrote its own mark back so that the next holder \
+                 starts after it: close it and open a new one"
             ),
             LeaseError::InvalidRecord {
                 shard,

@@ -199,8 +199,9 @@ impl Lease {
 
     /// Records in the store that IDs up to `high_water` (Unix seconds) may
     /// be issued, if the lease is still held. Must succeed before any such
-    /// ID is issued. A record found gone, garbled or taken stops the
-    /// generator for good; it is never re-created or overwritten. So does a
+    /// ID is issued. A record found gone, garbled, lowered or taken stops
+    /// the generator for good, after its mark is restored (`restore.rs`);
+    /// the shard is never taken back. So does a
     /// generator whose clock has read further ahead of the store's than the
     /// skew limit: the mark is never raised for such a clock.
     pub(crate) fn raise(&self, high_water: u64, seen: u64) -> Result<()> {

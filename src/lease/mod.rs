@@ -99,11 +99,24 @@
 //!   it, counted on this host's monotonic clock from the *send* time of the
 //!   last successful one, issuing stops ([`LeaseError::Fenced`]) until a
 //!   renewal succeeds. The store expires the lease only after the full TTL.
-//! - **A lost record stops the holder for good.** A record that is gone,
-//!   rewritten, below the holder's mark or held by another holder stops
-//!   the generator for good ([`LeaseError::Lost`],
-//!   [`LeaseError::RecordLost`]): it never re-creates the record or takes
-//!   the shard back.
+//! - **A lost record stops the holder for good, and a mark known anywhere
+//!   is never lost.** A record that is gone, rewritten, below the holder's
+//!   mark or held by another holder stops the generator for good
+//!   ([`LeaseError::Lost`], [`LeaseError::RecordLost`]); it never takes the
+//!   shard back. But first it raises the record back to the highest mark
+//!   it raised, re-creating it if it is gone: raising a mark is always
+//!   safe, and the next holder then starts after every ID this one issued.
+//!   A host's state file keeps the marks of the shards it leased too, and a
+//!   holder on that host never starts below them, whatever the store says.
+//! - **The lead is capped** ([`LeaseConfig::max_lead`], 30 s by default):
+//!   what a store restored from a backup, or rewound by a failover, can have
+//!   forgotten has a bound, and a holder that detects such a history starts
+//!   past it (PostgreSQL: [*Restores and rewound
+//!   histories*](postgres#restores-and-rewound-histories)).
+//! - **A lease that never expires by itself** (a PostgreSQL row whose
+//!   `expires_at` was set to `'infinity'` by hand) is named when no shard
+//!   is free, and [`release`] (`idutil lease release --shard N`) frees it,
+//!   keeping the mark.
 //! - **The host's clock is compared with the store's** at acquisition and
 //!   at every renewal, where the store tells its time: beyond
 //!   [`LeaseConfig::max_skew`] opening is refused and a running holder

@@ -36,7 +36,14 @@
 //!
 //! The rows of an ID space are created together, the first time a holder
 //! finds none in its range (under an advisory lock, so two layouts cannot
-//! mix); a row is never deleted. A row whose `high_water` is `NULL` is a
+//! mix); a row is never deleted by the lease. Beside it, a second table,
+//! `idutil_lease_history`, keeps what the rows were written under (below,
+//! [*Restores and rewound histories*](#restores-and-rewound-histories)).
+//! A lease whose `expires_at` is more than a day ahead (`'infinity'`, as a
+//! row edited by hand leaves it) never expires by itself: it is named in
+//! [`LeaseError::NoFreeShard`] and freed by
+//! [`release`](crate::lease::release) (`idutil lease release --shard N`),
+//! which keeps the mark. A row whose `high_water` is `NULL` is a
 //! shard never used: with a database that keeps what it commits, there is
 //! no first-use wait (Redis needs one). Acquiring a free shard is one
 //! `UPDATE ... FOR UPDATE SKIP LOCKED` on an index of `(space,
@@ -54,15 +61,53 @@
 //!   promoted standby grants the shard to a new holder that resumes after
 //!   every mark. **No duplicate through failover or split brain.**
 //! - With an **asynchronous standby**, a failover can lose the last raises
-//!   before it, as any asynchronous replica loses the last commits: a new
-//!   holder on the promoted standby can re-issue IDs in the seconds the lost
-//!   raises covered. Use a synchronous standby for a fleet that must
-//!   survive failover (BENCHMARKS.md measures it).
+//!   before it, as any asynchronous replica loses the last commits. The
+//!   promoted standby's new timeline tells this apart: the first holder to
+//!   lease there raises every row past what a holder can have issued (the
+//!   lead cap, below), and a holder that followed to it and finds its mark
+//!   lowered writes the mark back and stops. Nothing is issued twice, but
+//!   such holders stop and must be reopened, and the bound rests on every
+//!   holder's lead cap: a synchronous standby is still the deployment for
+//!   a fleet that must ride out failover.
 //! - A single server: a mark committed is a mark kept (with `fsync` on),
 //!   through crashes and restarts.
 //! - The **server's clock** decides expiry, and every renewal compares it
 //!   with this host's: beyond [`LeaseConfig::max_skew`] the holder stops
 //!   issuing (see [the lease's rules](crate::lease)).
+//!
+//! # Restores and rewound histories
+//!
+//! A table restored from a backup holds the marks of the backup's time,
+//! and holders may have issued past them since. So may a server recovered
+//! to an earlier point in time, or a standby promoted before it had every
+//! raise. The rows cannot tell, so the lease keeps, in
+//! `idutil_lease_history`, what they were written under: for each ID space
+//! the server's system identifier (`pg_control_system()`, where the role
+//! may run it), its timeline, and the lease table's OID and file node;
+//! and for each shard that ever had a mark, a row of its own. A dump
+//! restores none of these into agreement: `pg_restore` or `psql` create the
+//! table again (a new OID), `TRUNCATE` and a reload give it a new file
+//! node, another cluster has another system identifier, a point-in-time
+//! recovery or a promotion starts a new timeline, and a shard whose row
+//! lost its mark still has its history row.
+//!
+//! A holder that finds any of these treats the history as unknown: it
+//! raises every row of the ID space (or the one row) to the server's clock
+//! plus the largest lead cap a holder of the space recorded
+//! ([`LeaseConfig::max_lead`], 30 s by default) plus
+//! [`LeaseConfig::max_skew`] plus one second, past every ID a holder can
+//! have issued, logs why, records the new identity, and leases. The cost
+//! is a jump of that many seconds in the shard's IDs and a wait of a few
+//! seconds before the first ID (the lead cap, counted from the clock),
+//! never a re-issued ID. `VACUUM FULL` or `CLUSTER` of the lease table
+//! gives it a new file node too, and costs the same once; so does the
+//! first lease of an ID space that an earlier idutil used (marks, but no
+//! history yet).
+//!
+//! A holder that finds its own row lowered, deleted or truncated while it
+//! holds the shard writes its mark back before it stops ([the
+//! rule](crate::lease)), and a holder's host keeps the marks of the shards
+//! it leased in its state file.
 //!
 //! # URLs, TLS and failover
 //!
