@@ -239,3 +239,28 @@ fn a_table_restored_from_an_earlier_dump_issues_nothing_twice() {
         let _ = std::fs::remove_dir_all(child_host);
     }
 }
+
+/// A host keeps the marks of the shards it leased in its state file: a
+/// row lowered by hand while nobody holds it (an `UPDATE`, which no
+/// history can tell) does not make a holder on that host start below what
+/// the host issued on the shard.
+#[test]
+fn a_host_never_starts_below_its_own_mark() {
+    let Some(pg) = server() else { return };
+    let config = LeaseConfig::new(pg.tcp_url()).shards(2..=2);
+    let host = state_dir();
+    let a = leased(&host, config.clone()).open().unwrap();
+    // About 4 seconds ahead of the clock.
+    let last = u64::from(a.next_ids(250_000).unwrap().last().unwrap());
+    drop(a);
+    pg.psql(
+        "UPDATE idutil_lease SET high_water = high_water - 100, last_second = NULL, \
+         last_sequence = NULL WHERE shard = 2",
+    );
+    let b = leased(&host, config).open().unwrap();
+    let first = u64::from(b.next_id().unwrap());
+    assert!(
+        first > last,
+        "the host's next holder started at {first}, not after {last}"
+    );
+}

@@ -84,6 +84,29 @@ pub(super) fn check_space(
     if !exists {
         create_table(conn, target, config, table, timeout)?;
     }
+    // The server's identity on its own: a server that will not tell it
+    // (Aurora has no `pg_current_wal_lsn()`, say) is compared without it.
+    let server = conn.run(target, timeout, async |c| {
+        let row = c
+            .query_typed_one(
+                "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') \
+                     THEN (SELECT system_identifier::text FROM pg_control_system()) END, \
+                     ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint",
+                &[],
+            )
+            .await?;
+        Ok((
+            row.get::<_, Option<String>>(0),
+            row.get::<_, Option<i64>>(1),
+        ))
+    });
+    let (system, timeline) = server.unwrap_or_else(|f| {
+        log::debug!(
+            "the server's identity is not compared: {}",
+            f.into_error("read the identity of", config)
+        );
+        (None, None)
+    });
     let max_lead = i64::try_from(config.max_lead.as_secs()).unwrap_or(i64::MAX);
     let outcome = conn.run(target, timeout, async |c| {
         let tx = c.transaction().await?;
@@ -100,22 +123,19 @@ pub(super) fn check_space(
         .await?;
         let now = tx
             .query_typed_one(
-                "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') \
-                     THEN (SELECT system_identifier::text FROM pg_control_system()) END, \
-                     ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint, \
-                     to_regclass($1)::oid::bigint, \
+                "SELECT to_regclass($1)::oid::bigint, \
                      pg_relation_filenode(to_regclass($1))::bigint, \
                      extract(epoch FROM clock_timestamp())::float8",
                 &[(&table, Type::TEXT)],
             )
             .await?;
         let current = Identity {
-            system: now.get(0),
-            timeline: now.get(1),
-            oid: now.get(2),
-            node: now.get(3),
+            system: system.clone(),
+            timeline,
+            oid: now.get(0),
+            node: now.get(1),
         };
-        let server_now: f64 = now.get(4);
+        let server_now: f64 = now.get(2);
         let stored = tx
             .query_typed_opt(
                 &format!(
@@ -178,8 +198,10 @@ pub(super) fn check_space(
                          (space, shard, system_identifier, timeline, table_oid, table_node, max_lead) \
                      VALUES ($1, -1, $2, $3, $4, $5, $6) \
                      ON CONFLICT (space, shard) DO UPDATE SET \
-                         system_identifier = EXCLUDED.system_identifier, \
-                         timeline = EXCLUDED.timeline, table_oid = EXCLUDED.table_oid, \
+                         system_identifier = COALESCE(EXCLUDED.system_identifier, \
+                             h.system_identifier), \
+                         timeline = COALESCE(EXCLUDED.timeline, h.timeline), \
+                         table_oid = EXCLUDED.table_oid, \
                          table_node = EXCLUDED.table_node, \
                          max_lead = GREATEST(h.max_lead, EXCLUDED.max_lead)"
                 ),
