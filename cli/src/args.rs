@@ -197,7 +197,8 @@ pub(crate) enum Command {
     /// Free a shard's lease that never expires by itself
     #[cfg(feature = "lease")]
     #[command(
-        after_help = "Examples:\n  idutil --lease postgres://app@db/app lease release --shard 3"
+        after_help = "Examples:\n  idutil lease release --shard 3          # IDUTIL_LEASE_URL set\n  \
+                      idutil --lease postgres://app@db/app lease release --shard 3"
     )]
     Lease {
         #[command(subcommand)]
@@ -240,8 +241,8 @@ pub(crate) enum LeaseAction {
                       raised, so a holder still writing under the old lease stops at its \
                       next write. 'idutil state' shows each lease's expiry; the error of a \
                       generator that finds no free shard names the stuck ones.\n\n\
-                      Examples:\n  idutil --lease postgres://app@db/app lease release --shard 3\n  \
-                      IDUTIL_LEASE_URL=postgres://app@db/app idutil lease release --shard 3"
+                      Examples:\n  idutil lease release --shard 3          # IDUTIL_LEASE_URL set\n  \
+                      idutil --lease postgres://app@db/app lease release --shard 3"
     )]
     Release,
 }

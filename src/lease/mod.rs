@@ -75,8 +75,8 @@
 //! # What every engine promises
 //!
 //! The rules below hold whatever the store; they live in this module
-//! (`holder.rs`, `renewal.rs`, `record.rs`), and an engine only says what
-//! its store answered:
+//! (`holder.rs`, `renewal.rs`, `restore.rs`, `record.rs`), and an engine
+//! only says what its store answered:
 //!
 //! - **A free shard is taken atomically**, by one statement or script, and
 //!   never shared: with every shard leased, opening fails with
