@@ -178,6 +178,16 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: Option<StateAction>,
     },
+    /// Free a shard's lease that never expires by itself
+    #[cfg(feature = "lease")]
+    #[command(
+        after_help = "Examples:\n  idutil lease release --shard 3          # IDUTIL_LEASE_URL set\n  \
+                      idutil --lease postgres://app@db/app lease release --shard 3"
+    )]
+    Lease {
+        #[command(subcommand)]
+        action: LeaseAction,
+    },
     /// Print a shell completion script
     #[command(
         after_help = "Examples:\n  idutil completions bash > ~/.local/share/bash-completion/completions/idutil\n  \
@@ -200,6 +210,25 @@ pub(crate) enum Command {
         #[arg(value_name = "COMMAND")]
         command: Vec<String>,
     },
+}
+
+#[cfg(feature = "lease")]
+#[derive(Subcommand)]
+pub(crate) enum LeaseAction {
+    /// Free the lease of --shard if it never expires by itself (expires_at
+    /// 'infinity' or more than a day ahead, as a row edited by hand leaves
+    /// it) or has expired; the shard's mark is kept, so its next holder
+    /// resumes after every ID it issued
+    #[command(
+        after_help = "A live lease (one that expires within a day) is refused: it comes free \
+                      by itself once its holder stops renewing. The shard's fencing epoch is \
+                      raised, so a holder still writing under the old lease stops at its \
+                      next write. 'idutil state' shows each lease's expiry; the error of a \
+                      generator that finds no free shard names the stuck ones.\n\n\
+                      Examples:\n  idutil lease release --shard 3          # IDUTIL_LEASE_URL set\n  \
+                      idutil --lease postgres://app@db/app lease release --shard 3"
+    )]
+    Release,
 }
 
 #[derive(Subcommand)]

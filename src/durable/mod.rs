@@ -121,6 +121,16 @@ impl Durable {
         start
     }
 
+    /// The generator's lead cap: `asked`, or with a lease at most the
+    /// lease's ([`LeaseConfig::max_lead`](crate::lease::LeaseConfig::max_lead)).
+    pub(crate) fn max_lead(&self, asked: Option<u64>) -> Option<u64> {
+        #[cfg(feature = "lease")]
+        if let Some(lease) = &self.lease {
+            return Some(lease.max_lead(asked));
+        }
+        asked
+    }
+
     /// Reserves every second up to `until` (Unix seconds): writes `file`
     /// (which records it), then raises the shard's lease record. The
     /// reservation counts only once both have it.

@@ -29,7 +29,7 @@ use crate::lease::LeaseConfig;
 /// [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE) or `default`, the layout from
 /// [`IDUTIL_LAYOUT`](crate::env::LAYOUT) or [`Layout::DEFAULT`], the
 /// [`SystemClock`], a reservation window of 5 seconds ([`DEFAULT_WINDOW`])
-/// and no lead cap.
+/// and no lead cap (a leased generator: its lease's, 30 s by default).
 #[derive(Debug)]
 pub struct Builder<C: Clock = SystemClock> {
     pub(super) shard: Option<u32>,
@@ -197,6 +197,10 @@ impl<C: Clock> Builder<C> {
     /// capped generator that has used its lead waits until the clock
     /// catches up again: an hour's step back can stop issuing for an hour.
     /// Without a cap it borrows instead, and IDs keep coming.
+    ///
+    /// A leased generator's lead is capped by its lease too, at 30 s by
+    /// default (`LeaseConfig::max_lead`):
+    /// the smaller cap applies.
     pub fn max_lead(mut self, max_lead: Duration) -> Self {
         self.max_lead = Some(whole_seconds(max_lead));
         self

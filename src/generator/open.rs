@@ -109,7 +109,7 @@ fn start<C: Clock>(
         usable_last,
         end_margin,
         window: b.window,
-        max_lead: b.max_lead,
+        max_lead: durable.max_lead(b.max_lead),
         max_step: b.max_step,
         hold: durable.hold(),
         path: durable.path().to_path_buf(),

@@ -16,6 +16,9 @@ pub const DEFAULT_PREFIX: &str = "idutil";
 /// Default limit on the difference between the host's clock and the
 /// store's.
 pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(5);
+/// Default cap on a leased generator's lead: see
+/// [`LeaseConfig::max_lead`].
+pub const DEFAULT_MAX_LEAD: Duration = Duration::from_secs(30);
 /// Default lease TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// Shortest TTL accepted.
@@ -64,6 +67,7 @@ pub struct LeaseConfig {
     pub(crate) ttl: Duration,
     pub(crate) shards: Option<RangeInclusive<u32>>,
     pub(crate) max_skew: Duration,
+    pub(crate) max_lead: Duration,
     pub(crate) schema: Option<String>,
 }
 
@@ -75,6 +79,7 @@ impl fmt::Debug for LeaseConfig {
             .field("ttl", &self.ttl)
             .field("shards", &self.shards)
             .field("max_skew", &self.max_skew)
+            .field("max_lead", &self.max_lead)
             .field("schema", &self.schema)
             .finish()
     }
@@ -88,7 +93,8 @@ impl LeaseConfig {
     /// options (`host=a,b dbname=app`) is a PostgreSQL lease too. Every
     /// other setting at its default:
     /// ID space `idutil`, TTL 10 s, every shard of the layout, clock skew
-    /// up to 5 s. The URL is checked when the lease is taken.
+    /// up to 5 s, a lead of up to 30 s. The URL is checked when the lease
+    /// is taken.
     pub fn new(url: impl Into<String>) -> Self {
         LeaseConfig {
             url: url.into(),
@@ -96,6 +102,7 @@ impl LeaseConfig {
             ttl: DEFAULT_TTL,
             shards: None,
             max_skew: DEFAULT_MAX_SKEW,
+            max_lead: DEFAULT_MAX_LEAD,
             schema: None,
         }
     }
@@ -169,6 +176,36 @@ impl LeaseConfig {
     pub fn max_skew(mut self, max_skew: Duration) -> Self {
         self.max_skew = max_skew;
         self
+    }
+
+    /// Caps how far a leased generator's second may run ahead of its
+    /// clock by borrowing (whole seconds; default 30 s,
+    /// [`DEFAULT_MAX_LEAD`]), whatever [`Builder::max_lead`](crate::Builder::max_lead)
+    /// says (the smaller of the two applies).
+    ///
+    /// It bounds what a store that forgot its history can cost. Every
+    /// holder commits its mark before it issues past it, so a store that
+    /// keeps its commits needs no cap. But a store restored from a backup,
+    /// or rewound by a failover, may hold marks older than what its
+    /// holders issued; a holder that finds such a history starts this
+    /// lead, plus [`max_skew`](LeaseConfig::max_skew), past the store's
+    /// clock, after every ID a holder can have issued (see
+    /// [`lease::postgres`](crate::lease::postgres), *Restores and rewound
+    /// histories*). Give every holder of an ID space the same cap.
+    ///
+    /// What it costs: a burst may run this far ahead of the clock at full
+    /// speed (31 s are about 2 million IDs of the default layout's shard),
+    /// then follows the clock at the layout's rate; a larger cap lets a
+    /// larger burst through and skips more seconds after a restore (seconds
+    /// of the layout's range, not waiting).
+    pub fn max_lead(mut self, max_lead: Duration) -> Self {
+        self.max_lead = max_lead;
+        self
+    }
+
+    /// The cap set by [`max_lead`](LeaseConfig::max_lead).
+    pub fn get_max_lead(&self) -> Duration {
+        self.max_lead
     }
 
     /// The PostgreSQL schema of the lease table (default: the first schema

@@ -26,6 +26,11 @@ pub enum LeaseError {
         /// Shards passed over because their record cannot be used, each
         /// with why (named in the warnings logged when they were skipped).
         skipped: Vec<String>,
+        /// Shards whose lease never expires by itself (PostgreSQL:
+        /// `expires_at` more than a day ahead, or `'infinity'`: a row
+        /// edited by hand), each with its expiry. `idutil lease release`
+        /// ([`release`](crate::lease::release)) frees them.
+        stuck: Vec<(u32, String)>,
     },
     /// The lease could not be renewed in time, or expired: the generator
     /// issues nothing until it holds the lease again.
@@ -48,9 +53,9 @@ pub enum LeaseError {
     },
     /// The shard's record vanished while this generator held the shard
     /// (Redis `FLUSHALL`, `DEL`, a restart without persistence; a deleted
-    /// PostgreSQL row): the generator issues nothing more and does not
-    /// re-create the record, whose high-water second it cannot vouch for
-    /// beyond its own IDs.
+    /// or truncated PostgreSQL row): the generator issues nothing more, and
+    /// re-creates the record with its own mark first, so that the next
+    /// holder starts after every ID it issued.
     #[non_exhaustive]
     RecordLost {
         /// The shard.
@@ -155,6 +160,7 @@ impl LeaseError {
             last: *range.end(),
             prefix: prefix.to_string(),
             skipped: Vec::new(),
+            stuck: Vec::new(),
         }
     }
 
@@ -264,6 +270,7 @@ impl fmt::Display for LeaseError {
                 last,
                 prefix,
                 skipped,
+                stuck,
             } => {
                 write!(
                     f,
@@ -273,6 +280,19 @@ impl fmt::Display for LeaseError {
                 )?;
                 if !skipped.is_empty() {
                     write!(f, " or unusable ({})", skipped.join("; "))?;
+                }
+                if !stuck.is_empty() {
+                    let list: Vec<String> = stuck
+                        .iter()
+                        .map(|(shard, until)| format!("shard {shard} until {until}"))
+                        .collect();
+                    write!(
+                        f,
+                        " or stuck: leases that never expire by themselves ({}), which a row \
+                         edited by hand leaves; free each with `idutil lease release --shard N` \
+                         (it never lowers a mark)",
+                        list.join(", ")
+                    )?;
                 }
                 write!(
                     f,
@@ -298,8 +318,8 @@ impl fmt::Display for LeaseError {
                 f,
                 "the lease's store lost the record of shard {shard} ({key}: flushed, deleted \
                  or restarted without persistence) while this generator held the shard; it \
-                 issues no more IDs and does not re-create the record: close it and open a \
-                 new one"
+                 issues no more IDs, and wrote its own mark back so that the next holder \
+                 starts after it: close it and open a new one"
             ),
             LeaseError::InvalidRecord {
                 shard,

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
 use super::renewal::{ahead, check_skew, Renewer, Shared};
+use super::restore::restore_then_stop;
 use super::{connect, host_time, new_token, Ask, Engine, LeaseConfig, LeaseError, Record, Trouble};
 use crate::clock::Clock;
 use crate::durable::FenceHook;
@@ -60,6 +61,7 @@ impl Lease {
                     first,
                     last,
                     prefix,
+                    stuck,
                     ..
                 })) => {
                     return Err(LeaseError::NoFreeShard {
@@ -67,6 +69,7 @@ impl Lease {
                         last,
                         prefix,
                         skipped,
+                        stuck,
                     }
                     .into())
                 }
@@ -108,6 +111,9 @@ impl Lease {
                 // One ID space is one layout: a shard of another is refused,
                 // not skipped.
                 Err(e @ LeaseError::LayoutMismatch { .. }) => return Err(give_back(e).into()),
+                // The store failed while the grant was checked: not the
+                // shard's fault.
+                Err(e @ LeaseError::Store { .. }) => return Err(give_back(e).into()),
                 Err(e) if only.is_some() => return Err(give_back(e).into()),
                 Err(e) => {
                     let e = give_back(e);
@@ -117,7 +123,10 @@ impl Lease {
                     continue;
                 }
             };
-            let shared = Arc::new(Shared::new(record.high_water.unwrap_or(0)));
+            let shared = Arc::new(Shared::new(
+                record.high_water.unwrap_or(0),
+                record.seen.unwrap_or(0),
+            ));
             if let Some(server) = grant.server_time {
                 shared.lock().server = Some((server, std::time::Instant::now()));
             }
@@ -155,6 +164,14 @@ impl Lease {
         self.shard
     }
 
+    /// The generator's lead cap (whole seconds): `asked`
+    /// ([`Builder::max_lead`](crate::Builder::max_lead)), at most
+    /// [`LeaseConfig::max_lead`].
+    pub(crate) fn max_lead(&self, asked: Option<u64>) -> u64 {
+        let cap = self.config.max_lead.as_secs();
+        asked.map_or(cap, |asked| asked.min(cap))
+    }
+
     /// The shard's record as found when the lease was granted, or created.
     pub(crate) fn record(&self) -> &Record {
         &self.record
@@ -182,8 +199,9 @@ impl Lease {
 
     /// Records in the store that IDs up to `high_water` (Unix seconds) may
     /// be issued, if the lease is still held. Must succeed before any such
-    /// ID is issued. A record found gone, garbled or taken stops the
-    /// generator for good; it is never re-created or overwritten. So does a
+    /// ID is issued. A record found gone, garbled, lowered or taken stops
+    /// the generator for good, after its mark is restored (`restore.rs`);
+    /// the shard is never taken back. So does a
     /// generator whose clock has read further ahead of the store's than the
     /// skew limit: the mark is never raised for such a clock.
     pub(crate) fn raise(&self, high_water: u64, seen: u64) -> Result<()> {
@@ -202,14 +220,16 @@ impl Lease {
             }
         }
         let known = self.shared.known_hw.load(Relaxed);
-        match self.engine.raise(high_water, self.seen_arg(seen), known) {
+        let seen = self.seen_arg(seen);
+        match self.engine.raise(high_water, seen, known) {
             Ok(()) => {
                 self.shared.known_hw.fetch_max(high_water, Relaxed);
+                self.shared.known_seen.fetch_max(seen, Relaxed);
                 Ok(())
             }
             Err(Trouble::Again(e)) => Err(e.into()),
             Err(Trouble::Lost(e)) => {
-                self.shared.stop_for_good(self.shard, e.clone());
+                restore_then_stop(&*self.engine, &self.shared, self.shard, e.clone());
                 Err(e.into())
             }
         }

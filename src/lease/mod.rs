@@ -75,8 +75,8 @@
 //! # What every engine promises
 //!
 //! The rules below hold whatever the store; they live in this module
-//! (`holder.rs`, `renewal.rs`, `record.rs`), and an engine only says what
-//! its store answered:
+//! (`holder.rs`, `renewal.rs`, `restore.rs`, `record.rs`), and an engine
+//! only says what its store answered:
 //!
 //! - **A free shard is taken atomically**, by one statement or script, and
 //!   never shared: with every shard leased, opening fails with
@@ -99,11 +99,24 @@
 //!   it, counted on this host's monotonic clock from the *send* time of the
 //!   last successful one, issuing stops ([`LeaseError::Fenced`]) until a
 //!   renewal succeeds. The store expires the lease only after the full TTL.
-//! - **A lost record stops the holder for good.** A record that is gone,
-//!   rewritten, below the holder's mark or held by another holder stops
-//!   the generator for good ([`LeaseError::Lost`],
-//!   [`LeaseError::RecordLost`]): it never re-creates the record or takes
-//!   the shard back.
+//! - **A lost record stops the holder for good, and a mark known anywhere
+//!   is never lost.** A record that is gone, rewritten, below the holder's
+//!   mark or held by another holder stops the generator for good
+//!   ([`LeaseError::Lost`], [`LeaseError::RecordLost`]); it never takes the
+//!   shard back. But first it raises the record back to the highest mark
+//!   it raised, re-creating it if it is gone: raising a mark is always
+//!   safe, and the next holder then starts after every ID this one issued.
+//!   A host's state file keeps the marks of the shards it leased too, and a
+//!   holder on that host never starts below them, whatever the store says.
+//! - **The lead is capped** ([`LeaseConfig::max_lead`], 30 s by default):
+//!   what a store restored from a backup, or rewound by a failover, can have
+//!   forgotten has a bound, and a holder that detects such a history starts
+//!   past it (PostgreSQL: [*Restores and rewound
+//!   histories*](postgres#restores-and-rewound-histories)).
+//! - **A lease that never expires by itself** (a PostgreSQL row whose
+//!   `expires_at` was set to `'infinity'` by hand) is named when no shard
+//!   is free, and [`release`] (`idutil lease release --shard N`) frees it,
+//!   keeping the mark.
 //! - **The host's clock is compared with the store's** at acquisition and
 //!   at every renewal, where the store tells its time: beyond
 //!   [`LeaseConfig::max_skew`] opening is refused and a running holder
@@ -160,7 +173,9 @@ mod holder;
 mod inspect;
 mod record;
 mod redact;
+mod release;
 mod renewal;
+mod restore;
 
 #[cfg(feature = "postgres-lease")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres-lease")))]
@@ -173,13 +188,16 @@ use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use config::{LeaseConfig, DEFAULT_MAX_SKEW, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL};
+pub use config::{
+    LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL,
+};
 pub use error::LeaseError;
 #[doc(hidden)]
 pub use holder::time_renewals;
 pub(crate) use holder::Lease;
 pub use inspect::{inspect, ShardLease};
 pub(crate) use record::Record;
+pub use release::{release, Released};
 
 use crate::clock::Clock;
 use crate::layout::Layout;
@@ -254,6 +272,13 @@ pub(crate) trait Engine: Send + Sync {
     /// committed (and replicated where the engine waits for replicas)
     /// before it returns.
     fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble>;
+    /// Raises the record's mark to at least `high_water` (and `seen`, if
+    /// it is not 0) whoever holds the shard, re-creating the record if it
+    /// is gone and dropping an exact last ID below the new mark: a holder
+    /// that lost its record restores what it knows before it stops
+    /// (`restore.rs`). Never lowers anything; a record of another layout is
+    /// left alone.
+    fn restore(&self, high_water: u64, seen: u64) -> Result<(), Trouble>;
     /// Clean close: records the exact last ID (raising the mark to its
     /// second if it were ever below) and gives the lease back. `None`: just
     /// gives it back.

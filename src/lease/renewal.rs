@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::restore::restore_then_stop;
 use super::{host_time, Engine, LeaseConfig, LeaseError, Renewed, Trouble};
 use crate::durable::FenceHook;
 
@@ -16,6 +17,8 @@ pub(super) struct Shared {
     pub(super) hook: Mutex<Option<FenceHook>>,
     /// The highest high-water second this holder raised (Unix seconds).
     pub(super) known_hw: AtomicU64,
+    /// The highest wall-clock second this holder recorded (0: none).
+    pub(super) known_seen: AtomicU64,
 }
 
 #[derive(Default)]
@@ -72,12 +75,13 @@ pub(super) fn check_skew(
 }
 
 impl Shared {
-    pub(super) fn new(known_hw: u64) -> Shared {
+    pub(super) fn new(known_hw: u64, known_seen: u64) -> Shared {
         Shared {
             state: Mutex::new(RenewState::default()),
             changed: Condvar::new(),
             hook: Mutex::new(None),
             known_hw: AtomicU64::new(known_hw),
+            known_seen: AtomicU64::new(known_seen),
         }
     }
 
@@ -172,14 +176,14 @@ impl Renewer {
             match result {
                 Ok(renewed) => {
                     if let Err(e) = self.held(renewed, known) {
-                        self.shared.stop_for_good(self.shard, e);
+                        restore_then_stop(&*self.engine, &self.shared, self.shard, e);
                         continue;
                     }
                     self.last_ok = sent;
                     next = sent + self.config.renew_every();
                 }
                 Err(Trouble::Lost(e)) => {
-                    self.shared.stop_for_good(self.shard, e);
+                    restore_then_stop(&*self.engine, &self.shared, self.shard, e);
                     continue;
                 }
                 Err(Trouble::Again(e)) => {

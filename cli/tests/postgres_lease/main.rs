@@ -24,10 +24,12 @@ use idutil_harness::state_dir;
 
 mod command;
 mod fleet;
+mod marks;
 mod outages;
 mod rows;
 mod standbys;
 mod waiters;
+mod stuck;
 
 /// 1,024 shards of 2,048 IDs a second.
 const WIDE: &str = "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800";
@@ -62,6 +64,15 @@ impl Ids {
                 panic!("duplicate ID {id}: issued by {first} and by {who}");
             }
         }
+    }
+
+    /// The highest ID issued on `shard` so far.
+    fn last_of_shard(&self, shard: u32) -> Option<u64> {
+        self.seen
+            .keys()
+            .copied()
+            .filter(|id| idutil::Id::from_u64(*id).is_some_and(|id| id.shard() == shard))
+            .max()
     }
 
     /// How many of `ids` were issued before (for the measured cases).
@@ -213,4 +224,24 @@ fn lease_child_process() {
     harness::lease::issue_paced(&generator, count);
     generator.close().unwrap();
     println!("{MARK}done");
+}
+
+/// A holder that bursts ahead of the clock, then hangs until killed: it
+/// leases as `lease_child_process` does, issues `IDUTIL_CHILD_BURST` IDs at
+/// once and prints the first and the last (`@burst FIRST LAST`).
+#[test]
+#[ignore = "run only as a child process by the tests in this file"]
+fn lease_burst_child_process() {
+    if !child::is_child() {
+        return;
+    }
+    let n: u64 = child::child_var("IDUTIL_CHILD_BURST").parse().unwrap();
+    let Some((generator, _)) = harness::lease::open_child_holder(|b, c| b.lease(c)) else {
+        return;
+    };
+    let ids: Vec<u64> = generator.next_ids(n).unwrap().map(u64::from).collect();
+    println!("{MARK}burst {} {}", ids[0], ids[ids.len() - 1]);
+    loop {
+        thread::sleep(Duration::from_secs(60));
+    }
 }

@@ -3,6 +3,8 @@
 use idutil_harness as harness;
 
 use std::collections::HashSet;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Error, Layout};
@@ -47,6 +49,60 @@ fn evicting_redis_is_refused_at_open() {
         .unwrap();
 }
 
+/// Eviction switched on after open (`CONFIG SET` of `maxmemory` and an
+/// evicting policy): the next renewal stops the holder for good with an
+/// error naming the setting, and a new holder is refused at open. Nothing
+/// is issued twice.
+#[test]
+fn eviction_switched_on_while_held_stops_the_holder() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    seed_records(&redis, 0..=0);
+    let host = state_dir();
+    let config = LeaseConfig::new(redis.url())
+        .shards(0..=0)
+        .ttl(Duration::from_secs(1));
+    let g = leased(&host, config.clone()).open().unwrap();
+    let mut seen = HashSet::new();
+    record_unique(
+        &mut seen,
+        g.next_ids(1000).unwrap().map(u64::from),
+        "before",
+    );
+    let mut conn = redis.conn();
+    for (name, value) in [("maxmemory", "100mb"), ("maxmemory-policy", "allkeys-lru")] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let err = loop {
+        match g.next_id() {
+            Ok(id) => record_unique(&mut seen, [u64::from(id)], "after"),
+            Err(e) => break e,
+        }
+        assert!(Instant::now() < deadline, "the holder still issues");
+        thread::sleep(Duration::from_millis(5));
+    };
+    assert!(
+        matches!(err, Error::Lease(LeaseError::UnsafeStore { .. })),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("maxmemory-policy is allkeys-lru"), "{text}");
+    thread::sleep(Duration::from_secs(1));
+    assert!(g.next_id().is_err(), "stopped for good");
+    drop(g);
+    let again = leased(&state_dir(), config).open().unwrap_err();
+    assert!(
+        matches!(again, Error::Lease(LeaseError::UnsafeStore { .. })),
+        "{again}"
+    );
+}
 /// A record whose mark is the layout's last second (one host with a clock
 /// in 2136) is skipped, naming its key, so the rest of the fleet goes on;
 /// `rediss://` is refused with what to do instead.
@@ -97,7 +153,11 @@ fn clock_at_2136_right_after_open_neither_ends_nor_shifts_the_shard() {
         return;
     };
     seed_records(&redis, 12..=12);
-    let config = LeaseConfig::new(redis.url()).shards(12..=12);
+    // Each round's clock stands still while each holder's reservation
+    // pushes the mark on: no lead cap in the way.
+    let config = LeaseConfig::new(redis.url())
+        .shards(12..=12)
+        .max_lead(Duration::from_secs(3600));
     let mut seen = HashSet::new();
     harness::lease::assert_a_moment_at_2136_neither_ends_nor_shifts_the_shard(
         100,

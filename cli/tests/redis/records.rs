@@ -200,11 +200,12 @@ fn clean_close_never_lowers_the_high_water_mark() {
 
 /// What a holder does when Redis loses the shard's record under it, by
 /// `FLUSHALL` or by `DEL` of the record alone: it stops issuing for good at
-/// its next renewal, with an error that says the record vanished, and
-/// neither re-creates the record nor takes the lease back, however long it
-/// keeps running.
+/// its next renewal, with an error that says the record vanished, after
+/// writing its own mark back (a record whose `high_water` covers every ID
+/// it issued), and never takes the lease back, however long it keeps
+/// running.
 #[test]
-fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
+fn holder_whose_record_vanishes_writes_its_mark_back_and_stops_for_good() {
     let Some(redis) = RedisServer::start(false) else {
         return;
     };
@@ -217,7 +218,7 @@ fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
         let g = leased(&host, LeaseConfig::new(redis.url()).shards(8..=8).ttl(ttl))
             .open()
             .unwrap();
-        g.next_ids(1000).unwrap();
+        let last = g.next_ids(1000).unwrap().last().unwrap();
         match how {
             "FLUSHALL" => redis::cmd("FLUSHALL").exec(&mut conn).unwrap(),
             _ => redis::cmd("DEL").arg(mark).exec(&mut conn).unwrap(),
@@ -243,10 +244,16 @@ fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
         let text = err.to_string();
         assert!(text.contains("lost the record of shard 8"), "{text}");
         assert!(text.contains(mark), "{text}");
-        // Three more renewal periods: a holder that re-created the record
-        // or took the lease back would have done so by now.
+        // Three more renewal periods: a holder that took the lease back
+        // would have done so by now.
         thread::sleep(ttl);
-        assert!(!exists(&mut conn, mark), "{how}: the record was re-created");
+        let record = record_of(&mut conn, mark);
+        let high_water: u64 = record["high_water"].parse().unwrap();
+        assert!(
+            high_water >= last.unix_seconds(),
+            "{how}: the mark written back, {high_water}, is below the last ID's second"
+        );
+        assert_eq!(record["layout"], Layout::DEFAULT.fingerprint(), "{how}");
         let holder: Option<String> = redis::cmd("GET").arg(lease).query(&mut conn).unwrap();
         assert_eq!(holder, None, "{how}: the lease was taken back");
         for _ in 0..3 {
@@ -257,7 +264,11 @@ fn holder_whose_record_vanishes_stops_for_good_and_recreates_nothing() {
             assert!(g.next_ids(10).is_err());
         }
         let _ = g.close();
-        assert!(!exists(&mut conn, mark), "{how}: the close re-created it");
+        assert_eq!(
+            record_of(&mut conn, mark),
+            record,
+            "{how}: the close changed it"
+        );
         redis::cmd("FLUSHALL").exec(&mut conn).unwrap();
     }
 }
@@ -323,8 +334,8 @@ fn shard_without_record_is_held_one_ttl_then_created() {
 /// and a second holder (another process, another host's state directory)
 /// asks for the shard right after: the second gets the lease at once but
 /// waits one TTL before its first ID; the first stops for good at its next
-/// renewal with the error that says the record vanished, and re-creates
-/// nothing. No ID is issued twice.
+/// renewal with the error that says the record vanished, after writing its
+/// mark back, which the second then resumes after. No ID is issued twice.
 #[test]
 fn flushall_under_a_live_holder_issues_nothing_twice() {
     let Some(redis) = RedisServer::start(false) else {
@@ -370,13 +381,18 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
         "{:?}",
         a_error_at - flushed_at
     );
-    // A renewal period of A after its expected error, well before B may
-    // create the record (one TTL after it got the lease, which was after
-    // the flush): A re-created nothing.
-    thread::sleep((flushed_at + ttl * 2 / 3).saturating_duration_since(Instant::now()));
+    // Just before B may create the record (one TTL after it got the lease,
+    // which was after the flush): A has written its mark back.
+    thread::sleep(
+        (flushed_at + ttl - Duration::from_millis(200)).saturating_duration_since(Instant::now()),
+    );
+    let high_water: u64 = record_of(&mut conn, "idutil:mark:5")["high_water"]
+        .parse()
+        .unwrap();
+    let a_last = idutil::Id::from_u64(*a_ids.last().unwrap()).unwrap();
     assert!(
-        !exists(&mut conn, "idutil:mark:5"),
-        "A re-created the record"
+        high_water >= a_last.unix_seconds(),
+        "A's mark written back, {high_water}, is below its last ID's second"
     );
     let lease: Option<String> = redis::cmd("GET")
         .arg("idutil:lease:5")

@@ -128,6 +128,10 @@ impl Engine for PgLease {
         }
     }
 
+    fn restore(&self, high_water: u64, seen: u64) -> Result<(), Trouble> {
+        off_runtime(|| self.restore_row(high_water, seen))
+    }
+
     fn finish(&self, last: Option<(u64, u32)>, seen: u64) -> Result<(), Trouble> {
         let (space, shard, epoch, token) = self.key_args();
         let timeout = self.config.op_timeout();

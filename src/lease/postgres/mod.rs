@@ -36,7 +36,14 @@
 //!
 //! The rows of an ID space are created together, the first time a holder
 //! finds none in its range (under an advisory lock, so two layouts cannot
-//! mix); a row is never deleted. A row whose `high_water` is `NULL` is a
+//! mix); a row is never deleted by the lease. Beside it, a second table,
+//! `idutil_lease_history`, keeps what the rows were written under (below,
+//! [*Restores and rewound histories*](#restores-and-rewound-histories)).
+//! A lease whose `expires_at` is more than a day ahead (`'infinity'`, as a
+//! row edited by hand leaves it) never expires by itself: it is named in
+//! [`LeaseError::NoFreeShard`] and freed by
+//! [`release`](crate::lease::release) (`idutil lease release --shard N`),
+//! which keeps the mark. A row whose `high_water` is `NULL` is a
 //! shard never used: with a database that keeps what it commits, there is
 //! no first-use wait (Redis needs one). Acquiring a free shard is one
 //! `UPDATE ... FOR UPDATE SKIP LOCKED` on an index of `(space,
@@ -54,15 +61,53 @@
 //!   promoted standby grants the shard to a new holder that resumes after
 //!   every mark. **No duplicate through failover or split brain.**
 //! - With an **asynchronous standby**, a failover can lose the last raises
-//!   before it, as any asynchronous replica loses the last commits: a new
-//!   holder on the promoted standby can re-issue IDs in the seconds the lost
-//!   raises covered. Use a synchronous standby for a fleet that must
-//!   survive failover (BENCHMARKS.md measures it).
+//!   before it, as any asynchronous replica loses the last commits. The
+//!   promoted standby's new timeline tells this apart: the first holder to
+//!   lease there raises every row past what a holder can have issued (the
+//!   lead cap, below), and a holder that followed to it and finds its mark
+//!   lowered writes the mark back and stops. Nothing is issued twice, but
+//!   such holders stop and must be reopened, and the bound rests on every
+//!   holder's lead cap: a synchronous standby is still the deployment for
+//!   a fleet that must ride out failover.
 //! - A single server: a mark committed is a mark kept (with `fsync` on),
 //!   through crashes and restarts.
 //! - The **server's clock** decides expiry, and every renewal compares it
 //!   with this host's: beyond [`LeaseConfig::max_skew`] the holder stops
 //!   issuing (see [the lease's rules](crate::lease)).
+//!
+//! # Restores and rewound histories
+//!
+//! A table restored from a backup holds the marks of the backup's time,
+//! and holders may have issued past them since. So may a server recovered
+//! to an earlier point in time, or a standby promoted before it had every
+//! raise. The rows cannot tell, so the lease keeps, in
+//! `idutil_lease_history`, what they were written under: for each ID space
+//! the server's system identifier (`pg_control_system()`, where the role
+//! may run it), its timeline, and the lease table's OID and file node;
+//! and for each shard that ever had a mark, a row of its own. A dump
+//! restores none of these into agreement: `pg_restore` or `psql` create the
+//! table again (a new OID), `TRUNCATE` and a reload give it a new file
+//! node, another cluster has another system identifier, a point-in-time
+//! recovery or a promotion starts a new timeline, and a shard whose row
+//! lost its mark still has its history row.
+//!
+//! A holder that finds any of these treats the history as unknown: it
+//! raises every row of the ID space (or the one row) to the server's clock
+//! plus the largest lead cap a holder of the space recorded
+//! ([`LeaseConfig::max_lead`], 30 s by default) plus
+//! [`LeaseConfig::max_skew`] plus one second, past every ID a holder can
+//! have issued, logs why, records the new identity, and leases. The cost
+//! is a jump of that many seconds in the shard's IDs and a wait of a few
+//! seconds before the first ID (the lead cap, counted from the clock),
+//! never a re-issued ID. `VACUUM FULL` or `CLUSTER` of the lease table
+//! gives it a new file node too, and costs the same once; so does the
+//! first lease of an ID space that an earlier idutil used (marks, but no
+//! history yet).
+//!
+//! A holder that finds its own row lowered, deleted or truncated while it
+//! holds the shard writes its mark back before it stops ([the
+//! rule](crate::lease)), and a holder's host keeps the marks of the shards
+//! it leased in its state file.
 //!
 //! # URLs, TLS and failover
 //!
@@ -90,7 +135,10 @@
 
 mod conn;
 mod engine;
+mod history;
 mod inspect;
+mod release;
+mod restore;
 mod row;
 mod sql;
 mod target;
@@ -101,10 +149,11 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Row;
 
-use super::{Ask, Engine, Grant, LeaseConfig, LeaseError};
+use super::{Ask, Engine, Grant, LeaseConfig, LeaseError, Record};
 use crate::error::Result;
 use conn::{off_runtime, Conn};
 pub(crate) use inspect::inspect;
+pub(crate) use release::release;
 use sql::{create_table, prepare_space, table};
 use target::Target;
 
@@ -165,6 +214,15 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
          RETURNING t.shard, t.epoch, t.high_water, t.last_second, t.last_sequence, t.seen, \
              t.layout, extract(epoch FROM clock_timestamp())::float8"
     );
+    if let Some(forgotten) = history::check_space(&mut conn, &target, config, &table, timeout)? {
+        log::warn!(
+            "ID space {:?} in {table}: {}; every shard's mark is raised to {}, past every ID a \
+             holder can have issued before",
+            config.prefix,
+            forgotten.why,
+            forgotten.floor
+        );
+    }
     let ttl = config.ttl.as_secs_f64();
     let mut tries = 0;
     loop {
@@ -205,7 +263,18 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
             continue;
         }
         if tries >= MAX_TRIES {
-            return Err(LeaseError::no_free_shard(&ask.range, &config.prefix).into());
+            let mut e = LeaseError::no_free_shard(&ask.range, &config.prefix);
+            if let LeaseError::NoFreeShard { stuck, .. } = &mut e {
+                *stuck = release::stuck_shards(
+                    &mut conn,
+                    &target,
+                    config,
+                    &table,
+                    (first, last),
+                    timeout,
+                );
+            }
+            return Err(e.into());
         }
         std::thread::sleep(Duration::from_millis(2 * tries));
     }
@@ -234,7 +303,38 @@ fn granted_row(
         conn: Mutex::new(conn),
         renew_conn: Mutex::new(Conn::open(config)?),
     };
-    let record = lease.read(row, ask.layout);
+    let mut record = lease.read(row, ask.layout);
+    if let Ok(read) = &record {
+        let timeout = config.op_timeout().max(Duration::from_secs(2));
+        let had_mark = read.high_water.is_some();
+        let mut conn = crate::sync::lock(&lease.conn);
+        match history::check_shard(
+            &mut conn,
+            &lease.target,
+            config,
+            &lease.table,
+            shard,
+            had_mark,
+            timeout,
+        ) {
+            Ok(None) => {}
+            Ok(Some(forgotten)) => {
+                log::warn!(
+                    "shard {shard} of ID space {:?}: {}; its mark is raised to {}, past every \
+                     ID a holder can have issued before",
+                    config.prefix,
+                    forgotten.why,
+                    forgotten.floor
+                );
+                record = Ok(Record {
+                    high_water: Some(u64::try_from(forgotten.floor).unwrap_or(0)),
+                    last: None,
+                    seen: read.seen,
+                });
+            }
+            Err(e) => record = Err(e),
+        }
+    }
     let grant = Grant {
         shard,
         record,

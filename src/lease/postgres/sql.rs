@@ -23,7 +23,7 @@ pub(super) fn table(config: &LeaseConfig) -> String {
 }
 
 /// An identifier, quoted.
-fn quote(name: &str) -> String {
+pub(super) fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

@@ -70,31 +70,9 @@ pub(super) fn with_conn<T>(
 /// Refuses a server that may evict the lease's keys; warns when it cannot
 /// tell. Returns how many replicas the server has.
 pub(super) fn check_server(config: &LeaseConfig, conn: &mut Connection) -> Result<i64> {
-    let policy: ::redis::RedisResult<(Vec<String>, Vec<String>)> = ::redis::pipe()
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory")
-        .query(conn);
-    match policy {
-        Ok((policy, maxmemory)) => {
-            let policy = policy.get(1).map(String::as_str).unwrap_or("noeviction");
-            let limited = maxmemory.get(1).is_some_and(|m| m != "0");
-            if limited && policy != "noeviction" {
-                return Err(LeaseError::UnsafeStore {
-                    url: config.url_redacted(),
-                    reason: format!(
-                        "maxmemory-policy is {policy} with a maxmemory limit, so Redis may \
-                         evict the shards' records and IDs would be issued twice; set \
-                         maxmemory-policy noeviction (or use a Redis of its own for the \
-                         lease, or the PostgreSQL lease)"
-                    ),
-                }
-                .into());
-            }
-        }
+    match evicting(config, conn) {
+        Ok(Some(e)) => return Err(e.into()),
+        Ok(None) => {}
         Err(e) => log::warn!(
             "cannot read the eviction policy of Redis at {} ({e}); the lease is safe only \
              if it is noeviction (or maxmemory is 0)",
@@ -102,6 +80,36 @@ pub(super) fn check_server(config: &LeaseConfig, conn: &mut Connection) -> Resul
         ),
     }
     replicas(conn).map_err(|e| fail("read the replication state of", config)(e).into())
+}
+
+/// Whether the server may evict the lease's keys (a `maxmemory` limit with
+/// a `maxmemory-policy` other than `noeviction`): `Some` names the setting
+/// and what to change. Checked at open and at every renewal, so a policy
+/// switched on later stops the holders.
+pub(super) fn evicting(
+    config: &LeaseConfig,
+    conn: &mut Connection,
+) -> ::redis::RedisResult<Option<LeaseError>> {
+    let (policy, maxmemory): (Vec<String>, Vec<String>) = ::redis::pipe()
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory")
+        .query(conn)?;
+    let policy = policy.get(1).map(String::as_str).unwrap_or("noeviction");
+    let limited = maxmemory.get(1).is_some_and(|m| m != "0");
+    Ok(
+        (limited && policy != "noeviction").then(|| LeaseError::UnsafeStore {
+            url: config.url_redacted(),
+            reason: format!(
+                "maxmemory-policy is {policy} with a maxmemory limit, so Redis may evict the \
+             shards' records and IDs would be issued twice; set maxmemory-policy noeviction \
+             (or use a Redis of its own for the lease, or the PostgreSQL lease)"
+            ),
+        }),
+    )
 }
 
 /// How many replicas are connected to the server.

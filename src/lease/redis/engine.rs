@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use ::redis::{Connection, Value};
 
-use super::conn::{fail, replicas, replicas_of, with_conn};
-use super::scripts::{record_trouble, FINISH, RAISE, RELEASE, RENEW};
+use super::conn::{evicting, fail, replicas, replicas_of, with_conn};
+use super::scripts::{record_trouble, FINISH, RAISE, RELEASE, RENEW, RESTORE};
 use super::{key, millis, RedisLease, ENGINE};
 use crate::lease::{Engine, LeaseError, Renewed, Trouble};
 
@@ -77,6 +77,14 @@ impl Engine for RedisLease {
                 )))
             }
         }
+        // A policy that may evict the records, switched on since open, stops
+        // the holder; a server that will not say (CONFIG renamed) was
+        // warned about at open.
+        if let Ok(Some(e)) = with_conn(&self.client, &mut slot, timeout, |c| {
+            evicting(&self.config, c)
+        }) {
+            return Err(Trouble::Lost(e));
+        }
         let mark = int(1).and_then(|m| u64::try_from(m).ok());
         let server_time = match (int(2), int(3)) {
             (Some(s), Some(us)) => Some(
@@ -132,6 +140,30 @@ impl Engine for RedisLease {
             *slot = None;
         }
         waited
+    }
+
+    fn restore(&self, high_water: u64, seen: u64) -> Result<(), Trouble> {
+        let mut slot = crate::sync::lock(&self.conn);
+        // A re-created record needs a `seen` in the layout's range.
+        let seen = if seen == 0 { high_water } else { seen };
+        let done: i64 = with_conn(&self.client, &mut slot, self.config.op_timeout(), |c| {
+            RESTORE
+                .key(key(&self.config, "mark", self.shard))
+                .arg(high_water)
+                .arg(seen)
+                .arg(&self.layout)
+                .invoke(c)
+        })
+        .map_err(|e| Trouble::Again(fail("restore the high-water second in", &self.config)(e)))?;
+        match done {
+            1 => Ok(()),
+            _ => Err(Trouble::Lost(LeaseError::invalid_record(
+                self.shard,
+                self.describe(),
+                "layout",
+                "is not this ID space's: the record is left alone",
+            ))),
+        }
     }
 
     fn finish(&self, last: Option<(u64, u32)>, seen: u64) -> Result<(), Trouble> {

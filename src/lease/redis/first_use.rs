@@ -8,7 +8,7 @@ use super::conn::{fail, with_conn};
 use super::scripts::{CREATE, HOLD};
 use super::{key, millis, RedisLease};
 use crate::layout::Layout;
-use crate::lease::record::Record;
+use crate::lease::record::{RawRecord, Record};
 use crate::lease::LeaseError;
 
 impl RedisLease {
@@ -18,8 +18,9 @@ impl RedisLease {
     /// quarters of a TTL after its last successful one, which came before
     /// this lease was granted. So the lease is held (renewed) for one whole
     /// TTL from `granted_at` before the record is created, with `now` (the
-    /// generator's clock) as its high-water mark. Returns the record and
-    /// when the lease was last renewed.
+    /// generator's clock) as its high-water mark; a record that appeared
+    /// meanwhile (written back by the holder that lost it) is read instead.
+    /// Returns the record and when the lease was last renewed.
     pub(super) fn wait_and_create(
         &self,
         layout: &Layout,
@@ -42,15 +43,6 @@ impl RedisLease {
             LeaseError::fenced(
                 self.shard,
                 format!("{reason} while waiting to create the shard's record"),
-            )
-        };
-        let appeared = || {
-            LeaseError::invalid_record(
-                self.shard,
-                mark_key.clone(),
-                "high_water",
-                "appeared while this generator held the lease and waited to create it: \
-                 something else writes these keys",
             )
         };
         let ready_at = granted_at + config.ttl;
@@ -79,8 +71,9 @@ impl RedisLease {
             })
             .map_err(fail("hold the leased shard in", config))?;
             match answer {
-                1 => held_at = sent,
-                2 => return Err(appeared()),
+                // 2: a record appeared meanwhile (a holder that lost it
+                // wrote its mark back); the wait goes on all the same.
+                1 | 2 => held_at = sent,
                 _ => return Err(expired("the lease expired")),
             }
         }
@@ -101,7 +94,25 @@ impl RedisLease {
         .map_err(fail("create the shard's record in", config))?;
         match answer {
             1 => {}
-            2 => return Err(appeared()),
+            2 => {
+                // Written back by a holder that lost it (`restore.rs`): the
+                // shard's record, read strictly.
+                let raw = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
+                    ::redis::cmd("HMGET")
+                        .arg(&mark_key)
+                        .arg(&["high_water", "last", "seen", "layout"])
+                        .query(c)
+                })
+                .map_err(fail("read the shard's record in", config))?;
+                let (high_water, last, seen, recorded) = raw;
+                let raw = RawRecord {
+                    high_water,
+                    last,
+                    seen,
+                    layout: recorded,
+                };
+                return Ok((self.check_record(&raw, layout)?, sent));
+            }
             _ => return Err(expired("the lease expired")),
         }
         let record = Record {

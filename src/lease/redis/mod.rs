@@ -11,8 +11,10 @@
 //! - **one primary**, with `appendonly yes` and **`appendfsync always`**;
 //! - **`maxmemory-policy noeviction`** (or no `maxmemory`): a server that
 //!   may evict keys is refused at open with
-//!   [`LeaseError::UnsafeStore`]; where `CONFIG GET` is not allowed, a
-//!   warning says the policy could not be checked;
+//!   [`LeaseError::UnsafeStore`], and checked again at every renewal: a
+//!   policy switched on later stops the holder for good with that error;
+//!   where `CONFIG GET` is not allowed, a warning at open says the policy
+//!   could not be checked;
 //! - **no automatic failover**, or replicas that every raise waits for: when
 //!   the server has replicas, every raise of the mark is followed by
 //!   `WAIT` for all of them (the most the server has had while this holder
@@ -34,8 +36,9 @@
 //!   token (`host:pid:nanos:n`), with a TTL. Taken with `SET NX`, renewed and
 //!   deleted only by scripts that check the token.
 //! - `{prefix}:mark:{shard}`: a hash without a TTL, never deleted, created
-//!   once by the first holder of the shard (after waiting one TTL, below)
-//!   and never re-created by a holder that finds it gone: `high_water` (no
+//!   once by the first holder of the shard (after waiting one TTL, below);
+//!   a holder that finds it gone or lowered restores its own mark before
+//!   it stops ([the rule](crate::lease)): `high_water` (no
 //!   ID on the shard has a later Unix second; only ever raised), `last`
 //!   (`"second sequence"`, the exact last ID after a clean close, until the
 //!   next holder reserves), `seen` (the highest wall-clock second a holder

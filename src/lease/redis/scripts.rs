@@ -54,6 +54,13 @@ const HOLD_LUA: &str = include_str!("scripts/hold.lua");
 /// `HOLD`.
 const CREATE_LUA: &str = include_str!("scripts/create.lua");
 
+/// Raises the record `KEYS[1]` to `high_water` `ARGV[1]` and `seen`
+/// `ARGV[2]` whoever holds the shard, never lowering either and dropping
+/// `last` when `high_water` rises; re-creates a record that is gone. 1:
+/// done, 0: the key holds another layout's record or no hash, and is left
+/// alone.
+const RESTORE_LUA: &str = include_str!("scripts/restore.lua");
+
 /// Deletes the lease if it is still this holder's.
 const RELEASE_LUA: &str = include_str!("scripts/release.lua");
 
@@ -68,6 +75,7 @@ pub(super) static FINISH: LazyLock<Script> =
     LazyLock::new(|| Script::new(&[CHECK_LUA, FINISH_LUA].concat()));
 pub(super) static HOLD: LazyLock<Script> = LazyLock::new(|| Script::new(HOLD_LUA));
 pub(super) static CREATE: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE_LUA));
+pub(super) static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(RESTORE_LUA));
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 
 /// What a script that runs while a shard is held found wrong with the

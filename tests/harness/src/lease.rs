@@ -83,7 +83,7 @@ pub fn assert_closing_while_the_store_hangs_is_quick(
         // A burst far past the reservation, waiting on a raise that hangs.
         let burst = {
             let g = g.clone();
-            thread::spawn(move || g.next_ids(3_000_000).map(|b| b.count()))
+            thread::spawn(move || g.next_ids(1_500_000).map(|b| b.count()))
         };
         thread::sleep(Duration::from_millis(300));
         let closing = Instant::now();

@@ -1,0 +1,266 @@
+//! A mark known anywhere is never lost: rows lowered, deleted or truncated
+//! under a live holder, a table restored from an earlier dump.
+
+use idutil_harness as harness;
+
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idutil::lease::{LeaseConfig, LeaseError, DEFAULT_MAX_LEAD};
+use idutil::{Error, Generator, Id};
+use idutil_harness::child::{sigkill, ChildProc};
+use idutil_harness::postgres::Postgres;
+use idutil_harness::state_dir;
+
+use crate::{leased, open_when_free, server, Ids};
+
+/// Waits until `g` refuses for good with a lost lease or record, and
+/// returns that error.
+fn wait_for_loss(g: &Generator, how: &str) -> LeaseError {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match g.next_id() {
+            Err(Error::Lease(e @ (LeaseError::Lost { .. } | LeaseError::RecordLost { .. }))) => {
+                return e
+            }
+            _ if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            other => panic!("{how}: {other:?}"),
+        }
+    }
+}
+
+/// A row lowered by 100 s, deleted, or truncated with its table while a
+/// holder that borrowed seconds ahead of the clock holds it: the holder
+/// stops for good, but first raises the row back to its mark (re-creating
+/// it), so the next holder, on another host, starts after every ID it
+/// issued.
+#[test]
+fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
+    let Some(pg) = server() else { return };
+    let ttl = Duration::from_secs(1);
+    for (how, sql) in [
+        (
+            "lowered",
+            "UPDATE idutil_lease SET high_water = high_water - 100 WHERE shard = 3",
+        ),
+        ("deleted", "DELETE FROM idutil_lease WHERE shard = 3"),
+        ("truncated", "TRUNCATE idutil_lease"),
+    ] {
+        let config = LeaseConfig::new(pg.tcp_url()).ttl(ttl).shards(3..=3);
+        let (host_a, host_b) = (state_dir(), state_dir());
+        let a = leased(&host_a, config.clone()).open().unwrap();
+        let mut all = Ids::default();
+        // About 4 seconds ahead of the clock.
+        let burst: Vec<u64> = a.next_ids(250_000).unwrap().map(u64::from).collect();
+        let last = *burst.last().unwrap();
+        all.add(burst, "A");
+        pg.psql(sql);
+        let err = wait_for_loss(&a, how);
+        assert_eq!(err.shard(), Some(3), "{how}");
+        thread::sleep(ttl);
+        assert!(a.next_id().is_err(), "{how}: stopped for good");
+        let mark: u64 = pg
+            .psql("SELECT high_water FROM idutil_lease WHERE shard = 3")
+            .parse()
+            .unwrap_or_else(|e| panic!("{how}: the row is not back: {e}"));
+        let last_second = Id::from_u64(last).unwrap().unix_seconds();
+        assert!(
+            mark >= last_second,
+            "{how}: the row's mark {mark} is below the holder's last second {last_second}"
+        );
+        drop(a);
+        let b = open_when_free(&leased(&host_b, config.clone()), Duration::from_secs(10));
+        let first = u64::from(b.next_id().unwrap());
+        assert!(
+            first > last,
+            "{how}: the next holder started at {first}, not after {last}"
+        );
+        all.add(b.next_ids(10_000).unwrap().map(u64::from), "B");
+        drop(b);
+        pg.psql("DELETE FROM idutil_lease");
+    }
+}
+
+/// Measured, not checked: what the lease's default lead cap (30 s) costs a
+/// burst. `cargo test --release --all-features -p idutil-cli --test
+/// postgres_lease -- --ignored burst_under --nocapture`
+#[test]
+#[ignore = "a measurement: run by hand"]
+fn burst_under_the_lead_cap_is_measured() {
+    let Some(pg) = server() else { return };
+    let caps = [DEFAULT_MAX_LEAD, Duration::from_secs(1_000_000)];
+    let mut shard = 0;
+    for cap in caps {
+        for n in [1_000_000u64, 2_000_000, 4_000_000] {
+            let host = state_dir();
+            let config = LeaseConfig::new(pg.tcp_url())
+                .shards(shard..=shard)
+                .max_lead(cap);
+            shard += 1;
+            let g = leased(&host, config).open().unwrap();
+            let start = Instant::now();
+            for _ in 0..n {
+                std::hint::black_box(g.next_id().unwrap());
+            }
+            println!(
+                "lead cap {:>7} s: {n:>9} IDs by next_id() in {:>12.3?}, {} s ahead after",
+                cap.as_secs(),
+                start.elapsed(),
+                g.lead()
+            );
+        }
+    }
+}
+
+/// `pg_dump`, `pg_restore` or `psql` against the test's server, as its
+/// superuser; panics if it fails.
+fn client(pg: &Postgres, program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .arg("-h")
+        .arg(pg.socket_dir())
+        .args([
+            "-p",
+            &pg.port().to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The lease table restored from a dump taken before a holder borrowed
+/// about 20 seconds ahead of the clock and was killed (SIGKILL): the
+/// restored rows hold the marks of before, but the table's history tells
+/// the restore apart (the table created again, or reloaded), so the next
+/// holder starts past every ID the killed one can have issued. Three ways
+/// to restore: `pg_restore --clean` of the table alone, a plain dump of the
+/// database replayed with `psql` after the tables were dropped, and a
+/// `TRUNCATE` then `pg_restore --data-only`.
+#[test]
+fn a_table_restored_from_an_earlier_dump_issues_nothing_twice() {
+    let Some(pg) = server() else { return };
+    let dumps = tempfile::tempdir().unwrap();
+    // The dump files are read by the clients, which run as this user.
+    let custom = dumps.path().join("lease.dump");
+    let plain = dumps.path().join("all.sql");
+    let ttl = Duration::from_secs(2);
+    for (round, how) in ["pg_restore --clean", "psql", "pg_restore --data-only"]
+        .into_iter()
+        .enumerate()
+    {
+        let shard = 5 + u32::try_from(round).unwrap();
+        let url = pg.tcp_url();
+        let config = LeaseConfig::new(url.clone()).ttl(ttl).shards(shard..=shard);
+        let host = state_dir();
+        let g = leased(&host, config.clone()).open().unwrap();
+        g.next_ids(1000).unwrap();
+        g.close().unwrap();
+        drop(g);
+        client(
+            &pg,
+            "pg_dump",
+            &["-Fc", "-t", "idutil_lease", "-f", custom.to_str().unwrap()],
+        );
+        client(&pg, "pg_dump", &["-f", plain.to_str().unwrap()]);
+        let child_host = state_dir().keep();
+        let mut a = ChildProc::spawn(
+            "lease_burst_child_process",
+            &[
+                (
+                    "IDUTIL_CHILD_LEASE",
+                    format!("{url} {} {shard} {shard}", ttl.as_millis()),
+                ),
+                ("IDUTIL_CHILD_BURST", "1300000".to_string()),
+                ("IDUTIL_STATE_DIR", child_host.display().to_string()),
+                ("IDUTIL_ID_SPACE", harness::space_for(&child_host)),
+            ],
+        );
+        let (first, last) = loop {
+            let line = a.next().expect("the burst child ended");
+            if let Some(ids) = line.strip_prefix("burst ") {
+                let (first, last) = ids.split_once(' ').unwrap();
+                break (first.parse::<u64>().unwrap(), last.parse::<u64>().unwrap());
+            }
+            assert!(!line.starts_with("failed"), "{line}");
+        };
+        sigkill(&mut a.child);
+        match how {
+            "pg_restore --clean" => {
+                client(&pg, "pg_restore", &["--clean", custom.to_str().unwrap()])
+            }
+            "psql" => {
+                pg.psql("DROP TABLE idutil_lease, idutil_lease_history");
+                client(
+                    &pg,
+                    "psql",
+                    &[
+                        "-X",
+                        "-q",
+                        "-v",
+                        "ON_ERROR_STOP=1",
+                        "-f",
+                        plain.to_str().unwrap(),
+                    ],
+                );
+            }
+            _ => {
+                pg.psql("TRUNCATE idutil_lease");
+                client(
+                    &pg,
+                    "pg_restore",
+                    &[
+                        "--data-only",
+                        "-t",
+                        "idutil_lease",
+                        custom.to_str().unwrap(),
+                    ],
+                );
+            }
+        }
+        thread::sleep(ttl);
+        let b_host = state_dir();
+        let b = open_when_free(&leased(&b_host, config), Duration::from_secs(10));
+        let b_first = u64::from(b.next_id().unwrap());
+        assert!(
+            b_first > last,
+            "{how}: the next holder started at {b_first}, inside the killed holder's burst \
+             {first}..={last}"
+        );
+        drop(b);
+        let _ = std::fs::remove_dir_all(child_host);
+    }
+}
+
+/// A host keeps the marks of the shards it leased in its state file: a
+/// row lowered by hand while nobody holds it (an `UPDATE`, which no
+/// history can tell) does not make a holder on that host start below what
+/// the host issued on the shard.
+#[test]
+fn a_host_never_starts_below_its_own_mark() {
+    let Some(pg) = server() else { return };
+    let config = LeaseConfig::new(pg.tcp_url()).shards(2..=2);
+    let host = state_dir();
+    let a = leased(&host, config.clone()).open().unwrap();
+    // About 4 seconds ahead of the clock.
+    let last = u64::from(a.next_ids(250_000).unwrap().last().unwrap());
+    drop(a);
+    pg.psql(
+        "UPDATE idutil_lease SET high_water = high_water - 100, last_second = NULL, \
+         last_sequence = NULL WHERE shard = 2",
+    );
+    let b = leased(&host, config).open().unwrap();
+    let first = u64::from(b.next_id().unwrap());
+    assert!(
+        first > last,
+        "the host's next holder started at {first}, not after {last}"
+    );
+}
