@@ -28,8 +28,8 @@ mod marks;
 mod outages;
 mod rows;
 mod standbys;
-mod waiters;
 mod stuck;
+mod waiters;
 
 /// 1,024 shards of 2,048 IDs a second.
 const WIDE: &str = "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800";
