@@ -6,16 +6,25 @@
 mod diesel_support;
 #[cfg(feature = "schemars")]
 pub(crate) mod schemars_support;
-#[cfg(feature = "sqlx")]
+#[cfg(feature = "sea-orm")]
+mod sea_orm_support;
+#[cfg(any(feature = "sqlx", feature = "sqlx-0_8"))]
 mod sqlx_support;
-#[cfg(feature = "utoipa")]
+#[cfg(feature = "ts-rs")]
+mod ts_support;
+#[cfg(any(feature = "utoipa", feature = "utoipa-5"))]
 pub(crate) mod utoipa_support;
 
 #[cfg(feature = "postgres-types")]
 mod postgres_support;
 #[cfg(feature = "rusqlite")]
 mod rusqlite_support;
-#[cfg(any(feature = "jiff", feature = "chrono", feature = "time"))]
+#[cfg(any(
+    feature = "jiff",
+    feature = "jiff-0_2",
+    feature = "chrono",
+    feature = "time"
+))]
 mod time_support;
 
 /// The pattern of an ID written as a string: the canonical decimal form

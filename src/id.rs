@@ -16,9 +16,10 @@ use crate::layout::{Layout, Parts};
 /// and reads and writes as a plain decimal integer.
 ///
 /// In a database it is a signed 64-bit column (`BIGINT`, SQLite's
-/// `INTEGER`): with feature `sqlx` or `diesel` it binds and reads as one
-/// directly, and [`Id::min_at`] / [`Id::max_at`] bound a range query by
-/// time.
+/// `INTEGER`): with the feature of the application's database crate
+/// (`sqlx`, `diesel`, `sea-orm`, `rusqlite`, `postgres-types`) it binds and
+/// reads as one directly, and [`Id::min_at`] / [`Id::max_at`] bound a range
+/// query by time.
 ///
 /// ```
 /// use idutil::Id;

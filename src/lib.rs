@@ -122,17 +122,32 @@
 //! - `redis`: the same lease from Redis.
 //! - `lease`: the lease interface alone, turned on by the two above.
 //! - `sqlx`: [`Id`] as a column type (`BIGINT` in PostgreSQL and MySQL,
-//!   `INTEGER` in SQLite) for any driver the application enables.
-//! - `diesel`: [`Id`] as a `BigInt` on any backend, usable as a primary key.
-//! - `rusqlite`: [`Id`] as an `INTEGER` in rusqlite 0.32 to 0.37.
-//! - `postgres-types`: [`Id`] as an `INT8` for tokio-postgres and postgres.
+//!   `INTEGER` in SQLite) for any driver the application enables, in sqlx
+//!   0.9; `sqlx-0_8` the same in sqlx 0.8 (from 0.8.6).
+//! - `diesel`: [`Id`] as a `BigInt` on any backend, usable as a primary
+//!   key, in diesel 2.3.
+//! - `sea-orm`: [`Id`] as a SeaORM 2 column type and primary key
+//!   (`auto_increment = false`).
+//! - `rusqlite`: [`Id`] as an `INTEGER` in rusqlite 0.32 to 0.43.
+//! - `postgres-types`: [`Id`] as an `INT8` for tokio-postgres and postgres
+//!   (postgres-types 0.2).
 //! - `schemars`: `JsonSchema` for [`Id`] (an `int64` from 0 to
 //!   9007199254740991) and `idutil::serde::string::json_schema` for the
-//!   string form.
-//! - `utoipa`: `ToSchema` for [`Id`] (utoipa 6) and
-//!   `idutil::serde::string::openapi_schema` for the string form.
-//! - `jiff`, `chrono`, `time`: `From<Id>` for `jiff::Timestamp`,
-//!   `chrono::DateTime<Utc>` and `time::OffsetDateTime`.
+//!   string form, in schemars 1.
+//! - `utoipa`: `ToSchema` for [`Id`] and
+//!   `idutil::serde::string::openapi_schema` for the string form, in utoipa
+//!   6; `utoipa-5` the same in utoipa 5 (`openapi_schema_utoipa5`).
+//! - `ts-rs`: the TypeScript type of [`Id`] in ts-rs 12: `number`, declared
+//!   as `Id` with a doc comment saying it is at most 2<sup>53</sup> − 1.
+//! - `jiff`, `chrono`, `time`: `From<Id>` for `jiff::Timestamp` (jiff 1),
+//!   `chrono::DateTime<Utc>` (chrono 0.4 from 0.4.35) and
+//!   `time::OffsetDateTime` (time 0.3); `jiff-0_2` the same for jiff 0.2.
+//!
+//! A feature without a version in its name follows the newest release of
+//! its crate; the previous major still in wide use has a feature of its own
+//! (`sqlx-0_8`, `utoipa-5`, `jiff-0_2`), which can be on beside the newer
+//! one. Both ends of every range above are checked in CI. sqlx 0.9 and
+//! SeaORM 2 need Rust 1.94, newer than this crate's own minimum.
 //!
 //! Every feature builds alone, and a database integration that reads a
 //! value that is not an ID returns an error.

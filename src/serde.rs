@@ -178,8 +178,36 @@ const NOT_INTEGER: &str = "a number with a fraction or an exponent";
 ///
 /// Schema generators cannot see through `serde(with)`; tell them with
 /// `string::json_schema` (feature `schemars`) or `string::openapi_schema`
-/// (feature `utoipa`): a string matching [`string::PATTERN`], which admits
-/// exactly the canonical decimal forms of 0 to 9007199254740991.
+/// (feature `utoipa`; `string::openapi_schema_utoipa5` with `utoipa-5`): a
+/// string matching [`string::PATTERN`], which admits exactly the canonical
+/// decimal forms of 0 to 9007199254740991. TypeScript generators neither:
+/// with ts-rs (feature `ts-rs`), write `#[ts(as = "String")]` (for
+/// [`string::option`], `#[ts(as = "Option<String>")]`) beside the
+/// `serde(with)`, which ts-rs requires anyway:
+///
+/// ```
+/// # #[cfg(feature = "ts-rs")] {
+/// use idutil::Id;
+/// use ts_rs::TS;
+///
+/// #[derive(serde::Serialize, TS)]
+/// struct User {
+///     id: Id,
+///     #[serde(with = "idutil::serde::string")]
+///     #[ts(as = "String")]
+///     handle: Id,
+///     #[serde(with = "idutil::serde::string::option")]
+///     #[ts(as = "Option<String>")]
+///     invited_by: Option<Id>,
+/// }
+///
+/// let cfg = ts_rs::Config::new();
+/// assert_eq!(
+///     User::decl(&cfg),
+///     "type User = { id: Id, handle: string, invited_by: string | null, };"
+/// );
+/// # }
+/// ```
 pub mod string {
     use super::{Deserializer, Id, IdVisitor, Serializer};
 
@@ -235,7 +263,15 @@ pub mod string {
     #[cfg(feature = "utoipa")]
     #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
     pub fn openapi_schema() -> utoipa::openapi::schema::Schema {
-        crate::external::utoipa_support::string_schema(false)
+        crate::external::utoipa_support::v6::string_schema(false)
+    }
+
+    /// The same for utoipa 5: `#[schema(schema_with =
+    /// idutil::serde::string::openapi_schema_utoipa5)]`.
+    #[cfg(feature = "utoipa-5")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "utoipa-5")))]
+    pub fn openapi_schema_utoipa5() -> utoipa5::openapi::schema::Schema {
+        crate::external::utoipa_support::v5::string_schema(false)
     }
 
     /// Serializes `id` as a string of decimal digits.
@@ -265,8 +301,8 @@ pub mod string {
     /// The same for `Option<Id>`: `None` is `null`.
     ///
     /// Combine it with `#[serde(default)]` to let the field be left out.
-    /// Its schemas, `option::json_schema` and `option::openapi_schema`,
-    /// also allow `null`.
+    /// Its schemas, `option::json_schema` and `option::openapi_schema`
+    /// (`option::openapi_schema_utoipa5`), also allow `null`.
     pub mod option {
         use ::serde::de::{self, Visitor};
 
@@ -283,7 +319,14 @@ pub mod string {
         #[cfg(feature = "utoipa")]
         #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
         pub fn openapi_schema() -> utoipa::openapi::schema::Schema {
-            crate::external::utoipa_support::string_schema(true)
+            crate::external::utoipa_support::v6::string_schema(true)
+        }
+
+        /// The same for utoipa 5.
+        #[cfg(feature = "utoipa-5")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "utoipa-5")))]
+        pub fn openapi_schema_utoipa5() -> utoipa5::openapi::schema::Schema {
+            crate::external::utoipa_support::v5::string_schema(true)
         }
 
         /// Serializes `Some(id)` as a string of decimal digits and `None`

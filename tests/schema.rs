@@ -1,7 +1,10 @@
-//! The schemas that schemars (JSON Schema) and utoipa (OpenAPI) emit for
-//! `Id` and for the string adapter, compared as JSON values.
+//! The schemas that schemars (JSON Schema) and utoipa 6 and 5 (OpenAPI)
+//! emit for `Id` and for the string adapter, compared as JSON values.
 
-#![cfg(all(feature = "serde", any(feature = "schemars", feature = "utoipa")))]
+#![cfg(all(
+    feature = "serde",
+    any(feature = "schemars", feature = "utoipa", feature = "utoipa-5")
+))]
 
 use serde_json::{json, Value};
 
@@ -138,6 +141,27 @@ pub mod openapi {
         assert_eq!(p["customer"], string_schema());
         assert_eq!(
             p["coupon"],
+            json!({ "type": ["string", "null"], "pattern": idutil::serde::string::PATTERN })
+        );
+    }
+}
+
+/// utoipa 5 (feature `utoipa-5`) gives the same schemas as utoipa 6.
+#[cfg(feature = "utoipa-5")]
+pub mod openapi_5 {
+    use super::*;
+    use idutil::Id;
+    use utoipa5::{PartialSchema, ToSchema};
+
+    #[test]
+    fn id_and_the_adapter_are_those_of_utoipa_6() {
+        assert_eq!(serde_json::to_value(Id::schema()).unwrap(), id_schema());
+        assert_eq!(<Id as ToSchema>::name(), "Id");
+        let string = idutil::serde::string::openapi_schema_utoipa5();
+        assert_eq!(serde_json::to_value(string).unwrap(), string_schema());
+        let option = idutil::serde::string::option::openapi_schema_utoipa5();
+        assert_eq!(
+            serde_json::to_value(option).unwrap(),
             json!({ "type": ["string", "null"], "pattern": idutil::serde::string::PATTERN })
         );
     }

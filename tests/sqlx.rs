@@ -17,11 +17,9 @@ use sqlx::{Database, Decode, Encode, Type, TypeInfo};
 
 const T0: u64 = 1_700_000_000;
 
-#[derive(sqlx::FromRow, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Record {
-    id: Id,
-    text: String,
-}
+/// A row of `records`: sqlx reads it as `FromRow`, which a derived struct
+/// is too (the doctest of `Id`'s `Type` impl), and which sqlx 0.8 also has.
+type Record = (Id, String);
 
 /// IDs from two generators (shards 3 and 30) over five seconds, 40 per
 /// second each, plus the smallest and largest IDs; in an order that is
@@ -38,15 +36,16 @@ fn at(unix: u64) -> std::time::SystemTime {
     UNIX_EPOCH + Duration::from_secs(unix)
 }
 
-/// The same checks on any pool, written once for both databases (sqlx's
-/// traits make a generic function heavier to read than this).
+/// The same checks on any pool, written once for both databases and both
+/// sqlx majors (`$sqlx`: `sqlx` or `sqlx08`; sqlx's traits make a generic
+/// function heavier to read than this).
 macro_rules! exercise {
-    ($pool:expr, $create:expr) => {{
+    ($sqlx:ident, $pool:expr, $create:expr) => {{
         let pool = $pool;
-        sqlx::query($create).execute(pool).await.unwrap();
+        $sqlx::query($create).execute(pool).await.unwrap();
         let ids = ids();
         for (i, id) in ids.iter().enumerate() {
-            sqlx::query("INSERT INTO records (id, text) VALUES ($1, $2)")
+            $sqlx::query("INSERT INTO records (id, text) VALUES ($1, $2)")
                 .bind(id)
                 .bind(format!("record {i}"))
                 .execute(pool)
@@ -55,26 +54,26 @@ macro_rules! exercise {
         }
 
         // Read back in id order: the sorted IDs, each exactly.
-        let records: Vec<Record> = sqlx::query_as("SELECT id, text FROM records ORDER BY id")
+        let records: Vec<Record> = $sqlx::query_as("SELECT id, text FROM records ORDER BY id")
             .fetch_all(pool)
             .await
             .unwrap();
         let mut sorted = ids.clone();
         sorted.sort();
-        assert_eq!(records.iter().map(|r| r.id).collect::<Vec<_>>(), sorted);
-        assert_eq!(records.first().unwrap().id, Id::MIN);
-        assert_eq!(records.last().unwrap().id, Id::MAX);
-        let distinct: BTreeSet<Id> = records.iter().map(|r| r.id).collect();
+        assert_eq!(records.iter().map(|r| r.0).collect::<Vec<_>>(), sorted);
+        assert_eq!(records.first().unwrap().0, Id::MIN);
+        assert_eq!(records.last().unwrap().0, Id::MAX);
+        let distinct: BTreeSet<Id> = records.iter().map(|r| r.0).collect();
         assert_eq!(distinct.len(), ids.len());
 
         // One by key.
         let wanted = ids[17];
-        let one: Record = sqlx::query_as("SELECT id, text FROM records WHERE id = $1")
+        let one: Record = $sqlx::query_as("SELECT id, text FROM records WHERE id = $1")
             .bind(wanted)
             .fetch_one(pool)
             .await
             .unwrap();
-        assert_eq!(one.id, wanted);
+        assert_eq!(one.0, wanted);
 
         // A range by time, on every shard: seconds T0+1 ..= T0+3.
         let (low, high) = (
@@ -82,7 +81,7 @@ macro_rules! exercise {
             Id::max_at(at(T0 + 3)).unwrap(),
         );
         let found: Vec<Id> =
-            sqlx::query_scalar("SELECT id FROM records WHERE id BETWEEN $1 AND $2 ORDER BY id")
+            $sqlx::query_scalar("SELECT id FROM records WHERE id BETWEEN $1 AND $2 ORDER BY id")
                 .bind(low)
                 .bind(high)
                 .fetch_all(pool)
@@ -93,7 +92,7 @@ macro_rules! exercise {
         assert_eq!(found, expected);
         // A single second.
         let found: Vec<Id> =
-            sqlx::query_scalar("SELECT id FROM records WHERE id BETWEEN $1 AND $2 ORDER BY id")
+            $sqlx::query_scalar("SELECT id FROM records WHERE id BETWEEN $1 AND $2 ORDER BY id")
                 .bind(Id::min_at(at(T0 + 4)).unwrap())
                 .bind(Id::max_at(at(T0 + 4)).unwrap())
                 .fetch_all(pool)
@@ -103,7 +102,7 @@ macro_rules! exercise {
         assert_eq!(found.len(), 80);
 
         // Stored as a plain integer: the database sees the same number.
-        let raw: i64 = sqlx::query_scalar("SELECT id FROM records WHERE id = $1")
+        let raw: i64 = $sqlx::query_scalar("SELECT id FROM records WHERE id = $1")
             .bind(Id::MAX)
             .fetch_one(pool)
             .await
@@ -117,31 +116,31 @@ macro_rules! exercise {
             (1 << 53, "above 2^53 - 1"),
             (i64::MAX, "above 2^53 - 1"),
         ] {
-            sqlx::query("INSERT INTO records (id, text) VALUES ($1, 'not an id')")
+            $sqlx::query("INSERT INTO records (id, text) VALUES ($1, 'not an id')")
                 .bind(value)
                 .execute(pool)
                 .await
                 .unwrap();
-            let e = sqlx::query_scalar::<_, Id>("SELECT id FROM records WHERE id = $1")
+            let e = $sqlx::query_scalar::<_, Id>("SELECT id FROM records WHERE id = $1")
                 .bind(value)
                 .fetch_one(pool)
                 .await
                 .expect_err(&format!("{value} decoded as an Id"));
             assert!(e.to_string().contains(why), "{value}: {e}");
-            let e = sqlx::query_as::<_, Record>("SELECT id, text FROM records WHERE id = $1")
+            let e = $sqlx::query_as::<_, Record>("SELECT id, text FROM records WHERE id = $1")
                 .bind(value)
                 .fetch_one(pool)
                 .await
                 .expect_err(&format!("{value} decoded into a record"));
             assert!(e.to_string().contains(why), "{value}: {e}");
-            sqlx::query("DELETE FROM records WHERE id = $1")
+            $sqlx::query("DELETE FROM records WHERE id = $1")
                 .bind(value)
                 .execute(pool)
                 .await
                 .unwrap();
         }
         // NULL is an `Option<Id>`, and an error for `Id`.
-        let none: Option<Id> = sqlx::query_scalar("SELECT CAST(NULL AS BIGINT)")
+        let none: Option<Id> = $sqlx::query_scalar("SELECT CAST(NULL AS BIGINT)")
             .fetch_one(pool)
             .await
             .unwrap();
@@ -161,6 +160,7 @@ async fn sqlite_file_stores_ids_and_finds_them_by_time() {
         .create_if_missing(true);
     let pool = SqlitePool::connect_with(options.clone()).await.unwrap();
     let ids = exercise!(
+        sqlx,
         &pool,
         "CREATE TABLE records (id INTEGER PRIMARY KEY, text TEXT NOT NULL)"
     );
@@ -201,6 +201,7 @@ async fn postgres_stores_ids_as_bigint_and_finds_them_by_time() {
         .await
         .unwrap_or_else(|e| panic!("connect: {e}; server log: {}", server.log_text()));
     exercise!(
+        sqlx,
         &pool,
         "CREATE TABLE records (id BIGINT PRIMARY KEY, text TEXT NOT NULL)"
     );
@@ -220,6 +221,30 @@ async fn postgres_stores_ids_as_bigint_and_finds_them_by_time() {
         .await
         .expect_err("a NUMERIC is not an Id");
     assert!(e.to_string().contains("mismatched types"), "{e}");
+    pool.close().await;
+}
+
+/// sqlx 0.8 (feature `sqlx-0_8`) reads and writes the same `BIGINT`s, with
+/// the same checks: the impls are those of sqlx 0.9, instantiated for it.
+#[cfg(feature = "sqlx-0_8")]
+#[tokio::test]
+async fn sqlx_0_8_on_postgres_stores_ids_as_bigint() {
+    use sqlx08::{Type, TypeInfo};
+
+    assert_eq!(<Id as Type<sqlx08::Postgres>>::type_info().name(), "INT8");
+    let Some(server) = harness::postgres::Postgres::start() else {
+        return;
+    };
+    let pool = sqlx08::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&server.url())
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}; server log: {}", server.log_text()));
+    exercise!(
+        sqlx08,
+        &pool,
+        "CREATE TABLE records (id BIGINT PRIMARY KEY, text TEXT NOT NULL)"
+    );
     pool.close().await;
 }
 

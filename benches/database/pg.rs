@@ -4,7 +4,7 @@
 
 use idutil_harness::postgres::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{ConnectOptions, Executor};
+use sqlx::{AssertSqlSafe, ConnectOptions, Executor};
 
 use crate::{Batch, Database, Key, Keys};
 
@@ -33,7 +33,7 @@ impl Pg {
     }
 
     async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(sql)
+        sqlx::query_scalar(AssertSqlSafe(sql))
             .fetch_one(&self.pool)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
@@ -67,7 +67,7 @@ impl Database for Pg {
             "CHECKPOINT".into(),
         ] {
             self.pool
-                .execute(sql.as_str())
+                .execute(AssertSqlSafe(sql.as_str()))
                 .await
                 .unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
@@ -84,20 +84,20 @@ impl Database for Pg {
         let t = key.table();
         let result = match batch.keys {
             Keys::Serial => {
-                sqlx::query(&format!(
+                sqlx::query(AssertSqlSafe(format!(
                     "INSERT INTO {t} (body, created) SELECT b, {AT} \
                      FROM UNNEST($1::text[], $2::int8[]) AS u(b, c)"
-                ))
+                )))
                 .bind(batch.bodies)
                 .bind(batch.created)
                 .execute(&self.pool)
                 .await
             }
             Keys::Idutil(ids) => {
-                sqlx::query(&format!(
+                sqlx::query(AssertSqlSafe(format!(
                     "INSERT INTO {t} (id, body, created) SELECT i, b, {AT} \
                      FROM UNNEST($1::int8[], $2::text[], $3::int8[]) AS u(i, b, c)"
-                ))
+                )))
                 .bind(ids)
                 .bind(batch.bodies)
                 .bind(batch.created)
@@ -105,10 +105,10 @@ impl Database for Pg {
                 .await
             }
             Keys::Uuid(ids) => {
-                sqlx::query(&format!(
+                sqlx::query(AssertSqlSafe(format!(
                     "INSERT INTO {t} (id, body, created) SELECT i, b, {AT} \
                      FROM UNNEST($1::uuid[], $2::text[], $3::int8[]) AS u(i, b, c)"
-                ))
+                )))
                 .bind(ids)
                 .bind(batch.bodies)
                 .bind(batch.created)
@@ -121,10 +121,10 @@ impl Database for Pg {
 
     async fn sizes(&mut self, key: Key) -> (u64, u64, u64) {
         let t = key.table();
-        let (table, pk, created): (i64, i64, i64) = sqlx::query_as(&format!(
+        let (table, pk, created): (i64, i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT pg_table_size('{t}'), pg_relation_size('{t}_pkey'), \
              pg_relation_size('{t}_created')"
-        ))
+        )))
         .fetch_one(&self.pool)
         .await
         .expect("the sizes");
@@ -141,17 +141,17 @@ impl Database for Pg {
         // statistics, and the visibility map index-only scans rely on.
         let sql = format!("VACUUM ANALYZE {}", key.table());
         self.pool
-            .execute(sql.as_str())
+            .execute(AssertSqlSafe(sql.as_str()))
             .await
             .expect("VACUUM ANALYZE");
     }
 
     async fn query_created(&mut self, key: Key, (from, to): (u64, u64)) -> u64 {
         let t = key.table();
-        let (n, _): (i64, i64) = sqlx::query_as(&format!(
+        let (n, _): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT count(*), coalesce(sum(length(body)), 0) FROM {t} \
              WHERE created >= to_timestamp($1) AND created < to_timestamp($2)"
-        ))
+        )))
         .bind(from as f64)
         .bind(to as f64)
         .fetch_one(&self.pool)
@@ -162,10 +162,10 @@ impl Database for Pg {
 
     async fn query_id(&mut self, key: Key, (low, high): (i64, i64)) -> u64 {
         let t = key.table();
-        let (n, _): (i64, i64) = sqlx::query_as(&format!(
+        let (n, _): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT count(*), coalesce(sum(length(body)), 0) FROM {t} \
              WHERE id BETWEEN $1 AND $2"
-        ))
+        )))
         .bind(low)
         .bind(high)
         .fetch_one(&self.pool)
@@ -177,7 +177,7 @@ impl Database for Pg {
     async fn finish(&mut self, key: Key) {
         let sql = format!("DROP TABLE {}", key.table());
         self.pool
-            .execute(sql.as_str())
+            .execute(AssertSqlSafe(sql.as_str()))
             .await
             .expect("drop the table");
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::sqlite::SqliteSynchronous;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::{ConnectOptions, Executor, QueryBuilder, Sqlite};
+use sqlx::{AssertSqlSafe, ConnectOptions, Executor, QueryBuilder, Sqlite};
 
 use crate::{Batch, Database, Key, Keys};
 
@@ -33,7 +33,7 @@ impl Lite {
     }
 
     async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(sql)
+        sqlx::query_scalar(AssertSqlSafe(sql))
             .fetch_one(self.pool())
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
@@ -75,7 +75,7 @@ impl Database for Lite {
             ),
             format!("CREATE INDEX {t}_created ON {t} (created)"),
         ] {
-            pool.execute(sql.as_str())
+            pool.execute(AssertSqlSafe(sql.as_str()))
                 .await
                 .unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
@@ -154,15 +154,18 @@ impl Database for Lite {
 
     async fn analyze(&mut self, key: Key) {
         let sql = format!("ANALYZE {}", key.table());
-        self.pool().execute(sql.as_str()).await.expect("ANALYZE");
+        self.pool()
+            .execute(AssertSqlSafe(sql.as_str()))
+            .await
+            .expect("ANALYZE");
     }
 
     async fn query_created(&mut self, key: Key, (from, to): (u64, u64)) -> u64 {
         let t = key.table();
-        let (n, _): (i64, i64) = sqlx::query_as(&format!(
+        let (n, _): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT count(*), coalesce(sum(length(body)), 0) FROM {t} \
              WHERE created >= ? AND created < ?"
-        ))
+        )))
         .bind((from * 1_000_000) as i64)
         .bind((to * 1_000_000) as i64)
         .fetch_one(self.pool())
@@ -173,10 +176,10 @@ impl Database for Lite {
 
     async fn query_id(&mut self, key: Key, (low, high): (i64, i64)) -> u64 {
         let t = key.table();
-        let (n, _): (i64, i64) = sqlx::query_as(&format!(
+        let (n, _): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT count(*), coalesce(sum(length(body)), 0) FROM {t} \
              WHERE id BETWEEN ? AND ?"
-        ))
+        )))
         .bind(low)
         .bind(high)
         .fetch_one(self.pool())

@@ -1,5 +1,5 @@
 //! An `Id`'s second as a date-time value of jiff, chrono or time (features
-//! `jiff`, `chrono`, `time`).
+//! `jiff`, `jiff-0_2`, `chrono`, `time`).
 //!
 //! Every ID's second lies between 2000-01-01T00:00:00Z and
 //! 2136-02-07T06:28:15Z, which all three represent, so the conversions
@@ -8,21 +8,41 @@
 
 use crate::Id;
 
-/// The second the ID was issued in, as a jiff `Timestamp`.
-///
-/// ```
-/// let id: idutil::Id = "1452736581206048".parse()?;
-/// let t = jiff::Timestamp::from(id);
-/// assert_eq!(t.to_string(), "2021-12-13T13:53:03Z");
-/// # Ok::<(), idutil::Error>(())
-/// ```
+/// `From<Id>` for the `Timestamp` of the jiff crate `$jiff` (under feature
+/// `$feature`): jiff 1 and 0.2 make a `Timestamp` alike.
+#[cfg(any(feature = "jiff", feature = "jiff-0_2"))]
+macro_rules! jiff_from_id {
+    ($(#[$doc:meta])* $jiff:ident, $feature:literal) => {
+        $(#[$doc])*
+        #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
+        impl From<Id> for $jiff::Timestamp {
+            fn from(id: Id) -> $jiff::Timestamp {
+                let seconds =
+                    i64::try_from(id.unix_seconds()).expect("an ID's second fits an i64");
+                $jiff::Timestamp::from_second(seconds)
+                    .expect("every ID's second is a jiff Timestamp")
+            }
+        }
+    };
+}
+
 #[cfg(feature = "jiff")]
-#[cfg_attr(docsrs, doc(cfg(feature = "jiff")))]
-impl From<Id> for jiff::Timestamp {
-    fn from(id: Id) -> jiff::Timestamp {
-        let seconds = i64::try_from(id.unix_seconds()).expect("an ID's second fits an i64");
-        jiff::Timestamp::from_second(seconds).expect("every ID's second is a jiff Timestamp")
-    }
+jiff_from_id! {
+    /// The second the ID was issued in, as a jiff `Timestamp` (jiff 1).
+    ///
+    /// ```
+    /// let id: idutil::Id = "1452736581206048".parse()?;
+    /// let t = jiff::Timestamp::from(id);
+    /// assert_eq!(t.to_string(), "2021-12-13T13:53:03Z");
+    /// # Ok::<(), idutil::Error>(())
+    /// ```
+    jiff, "jiff"
+}
+
+#[cfg(feature = "jiff-0_2")]
+jiff_from_id! {
+    /// The second the ID was issued in, as a jiff 0.2 `Timestamp`.
+    jiff02, "jiff-0_2"
 }
 
 /// The second the ID was issued in, as a chrono `DateTime<Utc>`.
@@ -77,6 +97,8 @@ mod tests {
             let unix = i64::try_from(id.unix_seconds()).unwrap();
             #[cfg(feature = "jiff")]
             assert_eq!(jiff::Timestamp::from(id).as_second(), unix);
+            #[cfg(feature = "jiff-0_2")]
+            assert_eq!(jiff02::Timestamp::from(id).as_second(), unix);
             #[cfg(feature = "chrono")]
             assert_eq!(chrono::DateTime::<chrono::Utc>::from(id).timestamp(), unix);
             #[cfg(feature = "time")]
@@ -86,6 +108,11 @@ mod tests {
         #[cfg(feature = "jiff")]
         assert_eq!(
             jiff::Timestamp::from(Id::MAX).to_string(),
+            "2136-02-07T06:28:15Z"
+        );
+        #[cfg(feature = "jiff-0_2")]
+        assert_eq!(
+            jiff02::Timestamp::from(Id::MAX).to_string(),
             "2136-02-07T06:28:15Z"
         );
         #[cfg(feature = "chrono")]
