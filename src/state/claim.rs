@@ -11,14 +11,14 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 
-use super::trust::{check_file, open_in};
+use super::trust::{check_file, file_id, open_in};
 use crate::error::{Error, Result};
 
 /// What the claim file says.
@@ -41,6 +41,9 @@ pub(crate) struct Claims {
 pub(crate) struct ClaimFile {
     file: File,
     path: PathBuf,
+    /// The file's `(device, inode)`: a member checks at each turn that
+    /// the path still names it (see [`ClaimFile::check`]).
+    id: (u64, u64),
     shard: u32,
     dir: PathBuf,
     /// The threads of this generator (its calls and its reservation
@@ -80,9 +83,11 @@ impl ClaimFile {
         check_file(&file, &path)?;
         rfs::fchmod(&file, Mode::from_raw_mode(0o600))
             .map_err(|e| Error::io("set the mode of", &path, e.into()))?;
+        let id = file_id(&file).map_err(|e| Error::io("examine", &path, e))?;
         Ok(ClaimFile {
             file,
             path,
+            id,
             shard,
             dir: dir.to_path_buf(),
             threads: Mutex::new(()),
@@ -125,6 +130,26 @@ impl ClaimFile {
             }
             std::thread::sleep(pause(attempt).min(deadline - now));
             attempt += 1;
+        }
+    }
+
+    /// `Err(Error::StateReplaced)` unless the path still names the file
+    /// this member opened. A claim file removed (or replaced) under the
+    /// members is a second counter for whoever opens the path next: it
+    /// starts after the state file's mark, and the members that hold the
+    /// old file must draw nothing more from it, or both would hand out the
+    /// same values. Checked during a turn: a member that passed it drew
+    /// below the mark the newcomer reads.
+    pub(crate) fn check(&self, _turn: &Turn<'_>) -> Result<()> {
+        let gone = |what: &str| Error::StateReplaced {
+            shard: self.shard,
+            reason: format!("the claim file {} was {what}", self.path.display()),
+        };
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.id => Ok(()),
+            Ok(_) => Err(gone("replaced")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(gone("deleted")),
+            Err(e) => Err(Error::io("examine", &self.path, e)),
         }
     }
 

@@ -167,6 +167,7 @@ impl Store {
                 // longer one: another generator may have started the shard
                 // again, and its claims are not this one's to draw from.
                 self.check_ground()?;
+                claim.check(&turn)?;
                 // What other members wrote since.
                 let note = read_lock_file(&self.lock)
                     .map_err(|e| Error::io("read the lock file", &self.lock_path, e))?;
