@@ -183,6 +183,15 @@ impl ClaimFile {
     }
 }
 
+/// Whether this process can tell which boot wrote a claim file: without
+/// the kernel's boot id (no `/proc`, or systemd's `ProcSubset=pid`), no
+/// claim could ever be trusted, every draw would start after the state
+/// file's mark and find no room there, so such a generator holds its shard
+/// alone instead of sharing it.
+pub(crate) fn boot_known() -> bool {
+    boot_id().is_some()
+}
+
 /// The kernel's id of the current boot: `None` where it cannot be read,
 /// and then no claim is trusted.
 fn boot_id() -> Option<String> {

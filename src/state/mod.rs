@@ -101,8 +101,11 @@
 //! Generators that hold the shard alone, and never share it: a leased
 //! generator (each process leases a shard of its own, see
 //! [`lease`](crate::lease)), an ephemeral one (a scratch directory of its
-//! own), and every generator outside Linux, where the per-host lock that
-//! keeps one directory per shard does not exist.
+//! own), every generator outside Linux, where the per-host lock that
+//! keeps one directory per shard does not exist, and a generator that
+//! cannot read the kernel's boot id (`/proc/sys/kernel/random/boot_id`:
+//! no `/proc`, or systemd's `ProcSubset=pid`), since the claim file could
+//! not tell the boots apart.
 //!
 //! # The state file
 //!
@@ -334,7 +337,7 @@ mod store;
 mod tests;
 mod trust;
 
-pub(crate) use claim::Claims;
+pub(crate) use claim::{boot_known, Claims};
 pub(crate) use format::check_layout;
 #[doc(hidden)]
 pub use format::checksum;
