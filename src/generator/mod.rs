@@ -232,14 +232,18 @@ pub struct Generator<C: Clock = SystemClock> {
 /// The generator a child of `fork()` opened in place of its parent's copy,
 /// once per process: tagged with the fork count it was opened at, so that
 /// a grandchild opens one of its own again.
+///
+/// Behind a [`ForkMutex`](crate::fork::ForkMutex), held only to look or
+/// to record, never while opening: a thread of the child may be opening
+/// when the child forks again, and the grandchild must not wait for it.
 struct ForkChild<C: Clock> {
-    opened: Mutex<Option<(u64, Arc<Generator<C>>)>>,
+    opened: crate::fork::ForkMutex<Option<(u64, Arc<Generator<C>>)>>,
 }
 
 impl<C: Clock> Default for ForkChild<C> {
     fn default() -> Self {
         ForkChild {
-            opened: Mutex::new(None),
+            opened: crate::fork::ForkMutex::new(None),
         }
     }
 }
@@ -375,15 +379,27 @@ impl<C: Clock> Generator<C> {
     #[cold]
     fn in_child(&self) -> Result<Arc<Generator<C>>> {
         let forks = crate::fork::current();
-        let mut opened = crate::sync::lock(&self.child.opened);
-        if let Some((at, child)) = &*opened {
-            if *at == forks {
-                return Ok(Arc::clone(child));
-            }
+        if let Some(child) = self.opened_in_child() {
+            return Ok(child);
         }
         let child = Arc::new(self.recipe.clone().open()?);
-        *opened = Some((forks, Arc::clone(&child)));
-        Ok(child)
+        let mut opened = self.child.opened.lock();
+        match &*opened {
+            // Another thread opened one meanwhile: that one is used, this
+            // one closes when dropped (after the lock is let go).
+            Some((at, theirs)) if *at == forks => {
+                let theirs = Arc::clone(theirs);
+                drop(opened);
+                drop(child);
+                Ok(theirs)
+            }
+            _ => {
+                let old = opened.replace((forks, Arc::clone(&child)));
+                drop(opened);
+                drop(old);
+                Ok(child)
+            }
+        }
     }
 
     /// The generator this process opened after a `fork()`, if it did.
@@ -391,7 +407,7 @@ impl<C: Clock> Generator<C> {
         if !self.inner.forked() {
             return None;
         }
-        let opened = crate::sync::lock(&self.child.opened);
+        let opened = self.child.opened.lock();
         match &*opened {
             Some((at, child)) if *at == crate::fork::current() => Some(Arc::clone(child)),
             _ => None,
