@@ -1,0 +1,99 @@
+//! A process sharing a shard that forked children (a pre-forking server)
+//! and is then killed while it holds the shard's short lock: its children
+//! keep copies of its open files, but not its locks.
+//!
+//! Processes are real: this test binary, re-executed to run one
+//! `#[ignore]`d entry point, forks with `fork(2)` itself, and `strace`
+//! kills it inside a system call it makes while it holds the lock.
+
+use idutil_harness as harness;
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use harness::child_var;
+
+/// A member that forked an idle child is killed while it draws a block
+/// (at its first `pwrite` once `strace` is attached: the claim file and
+/// the lock file are written only during a turn). The other members must
+/// go on issuing, not wait on a lock nobody will let go while the child
+/// lives.
+#[test]
+fn a_member_killed_during_a_draw_leaves_no_lock_to_its_forked_child() {
+    let Some(strace) = harness::tool("strace", "strace", "a member killed while it draws") else {
+        return;
+    };
+    let dir = harness::state_dir();
+    let mut member = harness::child::child_command(
+        "child_fork_then_issue",
+        &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(member.stdout.take().unwrap()).lines();
+    let forked: i32 = loop {
+        let line = lines.next().expect("the member's report").unwrap();
+        if let Some(pid) = line.strip_prefix("@forked ") {
+            break pid.parse().unwrap();
+        }
+    };
+    let mut tracer = Command::new(strace)
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64"])
+        .args(["-e", "inject=pwrite64:signal=KILL", "-p"])
+        .arg(member.id().to_string())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while member.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the member was not killed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = tracer.wait();
+    let other = harness::builder(dir.path())
+        .shard(11)
+        .member_wait(Duration::from_secs(2))
+        .open();
+    let issued = other.and_then(|g| g.next_id());
+    // SAFETY: ends the forked child, which would otherwise sleep on.
+    unsafe { libc::kill(forked, libc::SIGKILL) };
+    issued.expect("another member issues once the killed one is gone");
+}
+
+/// Child entry point of
+/// [`a_member_killed_during_a_draw_leaves_no_lock_to_its_forked_child`]:
+/// opens shard 11, forks a child that only sleeps, reports the child's
+/// pid and issues until killed.
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork_then_issue() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let g = harness::builder(&dir)
+        .shard(11)
+        .open()
+        .expect("open shard 11");
+    g.next_id().expect("issue before the fork");
+    // SAFETY: the forked child only sleeps, then leaves with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        std::thread::sleep(Duration::from_secs(60));
+        // SAFETY: `_exit` ends the process without the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "@forked {child}").unwrap();
+    out.flush().unwrap();
+    drop(out);
+    // Give strace time to attach, then draw block after block.
+    std::thread::sleep(Duration::from_millis(500));
+    loop {
+        let _ = g.next_ids(10_000);
+    }
+}
