@@ -37,9 +37,17 @@ pub(crate) struct Claims {
 }
 
 /// The claim file, held open.
+///
+/// Its `flock` is taken on a descriptor opened for each turn and closed
+/// after it, never on the one held open: a `flock` belongs to the open
+/// file, which a child of `fork()` shares, so a lock taken on a
+/// long-lived descriptor would outlive a member killed during its turn
+/// for as long as any child it forked lives, and stall every other member.
 #[derive(Debug)]
 pub(crate) struct ClaimFile {
     file: File,
+    dir_fd: OwnedFd,
+    name: String,
     path: PathBuf,
     /// The file's `(device, inode)`: a member checks at each turn that
     /// the path still names it (see [`ClaimFile::check`]).
@@ -53,15 +61,16 @@ pub(crate) struct ClaimFile {
     threads: Mutex<()>,
 }
 
-/// The claim file's lock, held: released when dropped.
+/// The claim file's lock, held on a descriptor of its own: released
+/// when dropped.
 pub(crate) struct Turn<'a> {
-    claim: &'a ClaimFile,
+    file: File,
     _thread: MutexGuard<'a, ()>,
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        let _ = fs2::FileExt::unlock(&self.claim.file);
+        let _ = fs2::FileExt::unlock(&self.file);
     }
 }
 
@@ -84,8 +93,13 @@ impl ClaimFile {
         rfs::fchmod(&file, Mode::from_raw_mode(0o600))
             .map_err(|e| Error::io("set the mode of", &path, e.into()))?;
         let id = file_id(&file).map_err(|e| Error::io("examine", &path, e))?;
+        let dir_fd = dir_fd
+            .try_clone()
+            .map_err(|e| Error::io("open the state directory", dir, e))?;
         Ok(ClaimFile {
             file,
+            dir_fd,
+            name,
             path,
             id,
             shard,
@@ -107,10 +121,11 @@ impl ClaimFile {
                 Err(TryLockError::WouldBlock) => None,
             };
             if let Some(thread) = thread {
-                match fs2::FileExt::try_lock_exclusive(&self.file) {
+                let file = self.reopen()?;
+                match fs2::FileExt::try_lock_exclusive(&file) {
                     Ok(()) => {
                         return Ok(Turn {
-                            claim: self,
+                            file,
                             _thread: thread,
                         })
                     }
@@ -130,6 +145,23 @@ impl ClaimFile {
             }
             std::thread::sleep(pause(attempt).min(deadline - now));
             attempt += 1;
+        }
+    }
+
+    /// A descriptor of its own on the claim file, for one turn:
+    /// `Err(Error::StateReplaced)` if the path no longer names the file
+    /// this member opened (see [`ClaimFile::check`]).
+    fn reopen(&self) -> Result<File> {
+        let gone = |what: &str| Error::StateReplaced {
+            shard: self.shard,
+            reason: format!("the claim file {} was {what}", self.path.display()),
+        };
+        let file = open_in(&self.dir_fd, &self.path, &self.name, OFlags::RDWR)?
+            .ok_or_else(|| gone("deleted"))?;
+        match file_id(&file) {
+            Ok(id) if id == self.id => Ok(file),
+            Ok(_) => Err(gone("replaced")),
+            Err(e) => Err(Error::io("examine", &self.path, e)),
         }
     }
 
@@ -155,11 +187,11 @@ impl ClaimFile {
 
     /// Reads the file. A read that fails is an error, never "nothing
     /// claimed".
-    pub(crate) fn read(&self, _turn: &Turn<'_>) -> Result<Claims> {
+    pub(crate) fn read(&self, turn: &Turn<'_>) -> Result<Claims> {
         let mut bytes = [0u8; 256];
         let mut n = 0;
         while n < bytes.len() {
-            match self.file.read_at(&mut bytes[n..], n as u64) {
+            match turn.file.read_at(&mut bytes[n..], n as u64) {
                 Ok(0) => break,
                 Ok(k) => n += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -174,11 +206,11 @@ impl ClaimFile {
 
     /// Writes `claims`, with this process's pid (advice for messages) and
     /// the current boot.
-    pub(crate) fn write(&self, _turn: &Turn<'_>, claims: &Claims) -> Result<()> {
+    pub(crate) fn write(&self, turn: &Turn<'_>, claims: &Claims) -> Result<()> {
         let text = render(claims, std::process::id(), boot_id().as_deref());
-        self.file
+        turn.file
             .write_all_at(text.as_bytes(), 0)
-            .and_then(|()| self.file.set_len(text.len() as u64))
+            .and_then(|()| turn.file.set_len(text.len() as u64))
             .map_err(|e| Error::io("write", &self.path, e))
     }
 }
