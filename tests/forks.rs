@@ -97,3 +97,70 @@ fn child_fork_then_issue() {
         let _ = g.next_ids(10_000);
     }
 }
+
+/// A process that forked a child that never issues (a worker that has no
+/// use for IDs, a daemon's double fork) closes its generator and exits
+/// while the child lives on. The shard must open for the next process,
+/// not stay locked by the child's copy of the lock file for as long as
+/// the child lives.
+#[test]
+fn a_closed_member_leaves_no_lock_to_the_child_it_forked() {
+    let dir = harness::state_dir();
+    let out = harness::output_within(
+        &mut harness::child::child_command(
+            "child_fork_then_close",
+            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+        ),
+        Duration::from_secs(30),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let forked: i32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("@forked "))
+        .unwrap_or_else(|| panic!("no report: {stdout}"))
+        .parse()
+        .unwrap();
+    assert!(stdout.contains("@closed ok"), "{stdout}");
+    let issued = harness::builder(dir.path())
+        .shard(12)
+        .member_wait(Duration::from_secs(2))
+        .open()
+        .and_then(|g| g.next_id());
+    // SAFETY: ends the forked child, which would otherwise sleep on.
+    unsafe { libc::kill(forked, libc::SIGKILL) };
+    issued.expect("the next process opens the shard");
+}
+
+/// Child entry point of
+/// [`a_closed_member_leaves_no_lock_to_the_child_it_forked`]: opens shard
+/// 12, forks a child that only sleeps, closes the generator and exits.
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork_then_close() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let g = harness::builder(&dir)
+        .shard(12)
+        .open()
+        .expect("open shard 12");
+    g.next_id().expect("issue before the fork");
+    // SAFETY: the forked child only sleeps, then leaves with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        // Its copies of stdout and stderr are closed, so that the test's
+        // reader does not wait for it.
+        // SAFETY: closes this process's own descriptors 1 and 2.
+        unsafe {
+            libc::close(1);
+            libc::close(2);
+        }
+        std::thread::sleep(Duration::from_secs(60));
+        // SAFETY: `_exit` ends the process without the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    let closed = g.close().map_or_else(|e| e.to_string(), |()| "ok".into());
+    println!("@forked {child}\n@closed {closed}");
+}
