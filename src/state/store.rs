@@ -440,6 +440,18 @@ impl Store {
     }
 }
 
+impl Drop for Store {
+    /// Lets go of the shard's lock before closing the lock file: a child
+    /// of `fork()` holds a copy of the open file, and with it the lock
+    /// (shared, or exclusive after [`Store::is_last`]), for as long as it
+    /// lives; the next process would find the shard held. Only the process
+    /// that opened the store drops it: a child's copy of a generator never
+    /// does.
+    fn drop(&mut self) {
+        let _ = fs2::FileExt::unlock(&self.lock);
+    }
+}
+
 /// How the temporary files a writer of `shard` renames into place begin:
 /// `.shard-N.`, hidden, and never a prefix of another shard's.
 fn temporary_prefix(shard: u32) -> String {
