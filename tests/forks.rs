@@ -164,3 +164,97 @@ fn child_fork_then_close() {
     let closed = g.close().map_or_else(|e| e.to_string(), |()| "ok".into());
     println!("@forked {child}\n@closed {closed}");
 }
+
+/// A process forks while another of its threads creates the process-wide
+/// generator (here held up on the shard's claim file): the child's first
+/// `IdUtil` call must open a generator of its own and issue, not wait for
+/// ever on the lock that thread held at the fork.
+#[test]
+fn a_child_forked_while_the_process_wide_generator_opens_still_issues() {
+    let dir = harness::state_dir();
+    let out = harness::output_within(
+        &mut harness::child::child_command(
+            "child_fork_while_init",
+            &[
+                ("IDUTIL_CHILD_DIR", dir.path().display().to_string()),
+                ("IDUTIL_STATE_DIR", dir.path().display().to_string()),
+                ("IDUTIL_SHARD", "13".to_string()),
+                ("IDUTIL_ID_SPACE", harness::space_for(dir.path())),
+            ],
+        ),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        stdout.contains("@forked issued"),
+        "the child did not issue: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Child entry point of
+/// [`a_child_forked_while_the_process_wide_generator_opens_still_issues`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork_while_init() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let claim = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join("shard-13.claim"))
+        .expect("open the claim file");
+    fs2::FileExt::lock_exclusive(&claim).expect("hold the claim file");
+    std::thread::scope(|scope| {
+        let opener = scope.spawn(|| {
+            idutil::IdUtil::init_with(
+                harness::builder(&dir)
+                    .shard(13)
+                    .member_wait(Duration::from_secs(20)),
+            )
+            .map(|_| ())
+        });
+        // The thread is now creating the process-wide generator.
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: the child calls the library and leaves with `_exit`.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            // SAFETY: `alarm` only arms a timer whose default action ends
+            // this child.
+            unsafe { libc::alarm(40) };
+            let text = match idutil::IdUtil::try_next_id() {
+                Ok(_) => "@forked issued\n".to_string(),
+                Err(e) => format!("@forked refused {e}\n"),
+            };
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+            // SAFETY: `_exit` ends the process without the parent's
+            // destructors.
+            unsafe { libc::_exit(0) };
+        }
+        fs2::FileExt::unlock(&claim).expect("let go of the claim file");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut status = 0;
+            // SAFETY: `status` is valid and writable.
+            let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+            if done == child {
+                break;
+            }
+            if Instant::now() > deadline {
+                println!("@forked stuck");
+                // SAFETY: ends this process's own child.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!("@opened {:?}", opener.join().unwrap());
+    });
+    let _ = idutil::IdUtil::shutdown();
+}
