@@ -91,29 +91,45 @@ impl<T: Default> ForkMutex<T> {
     }
 
     /// Takes the lock, taking it over from a holder that stayed behind in
-    /// a parent process.
+    /// a parent process. A waiter yields its core, then sleeps a
+    /// millisecond at a time: a holder may be opening a generator.
     pub(crate) fn lock(&self) -> ForkGuard<'_, T> {
+        let mut attempt = 0u32;
+        loop {
+            if let Some(guard) = self.try_lock() {
+                return guard;
+            }
+            if attempt < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    /// Takes the lock if no thread of this process holds it.
+    pub(crate) fn try_lock(&self) -> Option<ForkGuard<'_, T>> {
         use std::sync::atomic::Ordering::Acquire;
         let me = current() + 1;
         loop {
             let held = self.holder.load(Relaxed);
-            if held == 0 || held < me {
-                if self
-                    .holder
-                    .compare_exchange(held, me, Acquire, Relaxed)
-                    .is_ok()
-                {
-                    if held != 0 {
-                        // SAFETY: this thread now holds the lock; the
-                        // value's old bytes are overwritten without being
-                        // read or dropped.
-                        unsafe { std::ptr::write(self.value.get(), T::default()) };
-                    }
-                    return ForkGuard { lock: self };
-                }
-                continue;
+            if held != 0 && held >= me {
+                return None;
             }
-            std::thread::yield_now();
+            if self
+                .holder
+                .compare_exchange(held, me, Acquire, Relaxed)
+                .is_ok()
+            {
+                if held != 0 {
+                    // SAFETY: this thread now holds the lock; the value's
+                    // old bytes are overwritten without being read or
+                    // dropped.
+                    unsafe { std::ptr::write(self.value.get(), T::default()) };
+                }
+                return Some(ForkGuard { lock: self });
+            }
         }
     }
 }

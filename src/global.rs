@@ -1,14 +1,17 @@
 //! The process-wide generator behind `IdUtil::next_id()`.
 
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::generator::{Builder, Generator, IdBatch};
 use crate::id::Id;
 
 static GLOBAL: OnceLock<Generator> = OnceLock::new();
-static INIT: Mutex<()> = Mutex::new(());
+/// Held while the process-wide generator is created or closed: a lock a
+/// child of `fork()` takes over from a thread of its parent that held it
+/// at the fork (see [`ForkMutex`](crate::fork::ForkMutex)).
+static INIT: crate::fork::ForkMutex<()> = crate::fork::ForkMutex::new(());
 /// Set by [`IdUtil::shutdown`]: the process-wide generator is gone for good.
 static SHUT_DOWN: AtomicBool = AtomicBool::new(false);
 /// In a child created by `fork()` after [`GLOBAL`] was set: the generator
@@ -227,7 +230,7 @@ impl IdUtil {
     ///
     /// Those of [`Generator::close`].
     pub fn shutdown() -> Result<()> {
-        let _guard = crate::sync::lock(&INIT);
+        let _guard = INIT.lock();
         SHUT_DOWN.store(true, SeqCst);
         if let Some(g) = REOPENED.get() {
             return g.close();
@@ -239,7 +242,7 @@ impl IdUtil {
     }
 
     fn init_inner(builder: Option<Builder>) -> Result<&'static Generator> {
-        let _guard = crate::sync::lock(&INIT);
+        let _guard = INIT.lock();
         if SHUT_DOWN.load(SeqCst) {
             return Err(Error::Closed);
         }
@@ -276,7 +279,7 @@ impl IdUtil {
 /// [`exit`](crate::exit)): the one this process opened, never a parent's
 /// copy after `fork()`. Skipped if another thread is opening it just then.
 pub(crate) fn close_at_exit() {
-    let Ok(_guard) = INIT.try_lock() else {
+    let Some(_guard) = INIT.try_lock() else {
         return;
     };
     let generator = match (GLOBAL.get(), REOPENED.get()) {
