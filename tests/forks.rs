@@ -258,3 +258,86 @@ fn child_fork_while_init() {
     });
     let _ = idutil::IdUtil::shutdown();
 }
+
+/// A process forks while one of its threads draws a block (here held up
+/// on the shard's claim file): the child's first calls that only read the
+/// generator (`lead`, `reserved_until`) must answer, not wait for ever on
+/// the generator's lock that thread held at the fork.
+#[test]
+fn a_child_forked_during_a_draw_can_read_the_generator() {
+    let dir = harness::state_dir();
+    let out = harness::output_within(
+        &mut harness::child::child_command(
+            "child_fork_during_draw",
+            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+        ),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        stdout.contains("@forked answered"),
+        "the child did not answer: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Child entry point of
+/// [`a_child_forked_during_a_draw_can_read_the_generator`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork_during_draw() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let g = harness::builder(&dir)
+        .shard(14)
+        .member_wait(Duration::from_secs(20))
+        .open()
+        .expect("open shard 14");
+    g.next_id().expect("issue before the fork");
+    let claim = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("shard-14.claim"))
+        .expect("open the claim file");
+    fs2::FileExt::lock_exclusive(&claim).expect("hold the claim file");
+    std::thread::scope(|scope| {
+        // A batch past the first block: the thread draws, and waits.
+        let drawer = scope.spawn(|| g.next_ids(100_000).map(|_| ()));
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: the child calls the library and leaves with `_exit`.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            // SAFETY: `alarm` only arms a timer whose default action ends
+            // this child.
+            unsafe { libc::alarm(40) };
+            let _ = (g.lead(), g.reserved_until());
+            print!("@forked answered\n");
+            let _ = std::io::stdout().flush();
+            // SAFETY: `_exit` ends the process without the parent's
+            // destructors.
+            unsafe { libc::_exit(0) };
+        }
+        fs2::FileExt::unlock(&claim).expect("let go of the claim file");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut status = 0;
+            // SAFETY: `status` is valid and writable.
+            let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+            if done == child {
+                break;
+            }
+            if Instant::now() > deadline {
+                println!("@forked stuck");
+                // SAFETY: ends this process's own child.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!("@drew {:?}", drawer.join().unwrap());
+    });
+    g.close().unwrap();
+}
