@@ -361,10 +361,13 @@ impl<C: Clock> Generator<C> {
     /// wall-clock second it has seen: how far it has borrowed. A clock
     /// rollback does not count.
     pub fn lead(&self) -> u64 {
-        match self.opened_in_child() {
-            Some(child) => child.lead(),
-            None => self.inner.lead(),
+        if self.inner.forked() {
+            // The copy's locks may have been held by a parent thread at
+            // the fork: the child's own generator answers (0 if it cannot
+            // open: it issues nothing).
+            return self.in_child().map_or(0, |child| child.lead());
         }
+        self.inner.lead()
     }
 
     /// Whether this process is a child, created by `fork()`, of the
@@ -459,10 +462,11 @@ impl<C: Clock> Generator<C> {
     /// The highest second (Unix seconds) durably reserved: no ID is issued
     /// past it until the state file says so.
     pub fn reserved_until(&self) -> u64 {
-        match self.opened_in_child() {
-            Some(child) => child.reserved_until(),
-            None => self.inner.reserved(),
+        if self.inner.forked() {
+            // As in `lead`: 0 if the child's own generator cannot open.
+            return self.in_child().map_or(0, |child| child.reserved_until());
         }
+        self.inner.reserved()
     }
 
     /// Stops issuing, records the exact last ID in the state file and
