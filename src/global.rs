@@ -12,6 +12,14 @@ static GLOBAL: OnceLock<Generator> = OnceLock::new();
 /// child of `fork()` takes over from a thread of its parent that held it
 /// at the fork (see [`ForkMutex`](crate::fork::ForkMutex)).
 static INIT: crate::fork::ForkMutex<()> = crate::fork::ForkMutex::new(());
+/// Set by [`close_at_exit`]: the process is exiting.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Whether this thread runs the exit hook.
+    static RUNS_EXIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Set by [`IdUtil::shutdown`]: the process-wide generator is gone for good.
 static SHUT_DOWN: AtomicBool = AtomicBool::new(false);
 /// In a child created by `fork()` after [`GLOBAL`] was set: the generator
@@ -76,6 +84,11 @@ static REOPENED: OnceLock<Generator> = OnceLock::new();
 /// process killed by a signal counts as a crash: the next run starts after
 /// the reserved window instead.
 ///
+/// A thread that still calls [`IdUtil::next_id`] or [`IdUtil::next`] once
+/// the exit hook has closed the generator waits for the process to end
+/// instead of panicking (under `panic = "abort"` a panic would turn the
+/// clean exit into SIGABRT); the `try_` calls return [`Error::Closed`].
+///
 /// # Warnings
 ///
 /// Warnings (a host name without a number, so shard 0; a shard that starts
@@ -101,7 +114,7 @@ impl IdUtil {
     pub fn next_id() -> i64 {
         match IdUtil::try_next_id() {
             Ok(id) => id,
-            Err(e) => panic!("idutil: cannot issue an ID: {e}"),
+            Err(e) => cannot_issue(e),
         }
     }
 
@@ -127,7 +140,7 @@ impl IdUtil {
     pub fn next() -> Id {
         match IdUtil::try_next() {
             Ok(id) => id,
-            Err(e) => panic!("idutil: cannot issue an ID: {e}"),
+            Err(e) => cannot_issue(e),
         }
     }
 
@@ -279,6 +292,8 @@ impl IdUtil {
 /// [`exit`](crate::exit)): the one this process opened, never a parent's
 /// copy after `fork()`. Skipped if another thread is opening it just then.
 pub(crate) fn close_at_exit() {
+    let _ = RUNS_EXIT.try_with(|runs| runs.set(true));
+    EXITING.store(true, SeqCst);
     let Some(_guard) = INIT.try_lock() else {
         return;
     };
@@ -290,4 +305,19 @@ pub(crate) fn close_at_exit() {
     if let Err(e) = generator.close() {
         log::warn!("closing the process-wide generator at exit: {e}");
     }
+}
+
+/// Why `IdUtil::next_id()` or `next()` got no ID: a panic, except in a
+/// thread other than the one exiting once the exit hook closed the
+/// generator, which waits for the process to end.
+#[cold]
+#[inline(never)]
+fn cannot_issue(e: Error) -> ! {
+    let exiting = EXITING.load(SeqCst) && !RUNS_EXIT.try_with(|runs| runs.get()).unwrap_or(true);
+    if exiting && matches!(e, Error::Closed) {
+        loop {
+            std::thread::park();
+        }
+    }
+    panic!("idutil: cannot issue an ID: {e}")
 }
