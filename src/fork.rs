@@ -111,7 +111,9 @@ impl<T: Default> ForkMutex<T> {
     /// Takes the lock if no thread of this process holds it.
     pub(crate) fn try_lock(&self) -> Option<ForkGuard<'_, T>> {
         use std::sync::atomic::Ordering::Acquire;
-        let me = current() + 1;
+        // With the hook in place before the lock is first held, a child
+        // forked while it is held counts one fork more than its holder.
+        let me = install() + 1;
         loop {
             let held = self.holder.load(Relaxed);
             if held != 0 && held >= me {

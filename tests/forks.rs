@@ -314,7 +314,7 @@ fn child_fork_during_draw() {
             // this child.
             unsafe { libc::alarm(40) };
             let _ = (g.lead(), g.reserved_until());
-            print!("@forked answered\n");
+            println!("@forked answered");
             let _ = std::io::stdout().flush();
             // SAFETY: `_exit` ends the process without the parent's
             // destructors.

@@ -162,7 +162,12 @@ impl Store {
     pub(crate) fn turn(&self) -> Result<Option<Turn<'_>>> {
         match &self.claim {
             Some(claim) => {
-                let turn = claim.turn(self.wait)?;
+                let turn = claim.turn(self.wait).map_err(|e| match e {
+                    // The claim file gone with the directory or the lock
+                    // file: that is what to report.
+                    Error::StateReplaced { .. } => self.check_ground().err().unwrap_or(e),
+                    e => e,
+                })?;
                 // A member whose directory or lock file was replaced is no
                 // longer one: another generator may have started the shard
                 // again, and its claims are not this one's to draw from.
