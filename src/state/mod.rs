@@ -199,7 +199,9 @@
 //! the state directory and the lock file open. Before each write of the
 //! state file, and each block it draws, it checks that the directory's path still names the
 //! directory it opened, and the lock file's path the file it locked (same
-//! device and inode). If not, it stops for good: it issues no further ID,
+//! device and inode); a process sharing the shard checks its claim file
+//! the same way (a claim file removed would start a second counter). If
+//! not, it stops for good: it issues no further ID,
 //! writes nothing more (not even at close), and every later call returns
 //! [`Error::StateReplaced`](crate::Error::StateReplaced). Writes go through
 //! the directory's descriptor, so a generator never writes into a
