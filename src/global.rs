@@ -1,14 +1,25 @@
 //! The process-wide generator behind `IdUtil::next_id()`.
 
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::generator::{Builder, Generator, IdBatch};
 use crate::id::Id;
 
 static GLOBAL: OnceLock<Generator> = OnceLock::new();
-static INIT: Mutex<()> = Mutex::new(());
+/// Held while the process-wide generator is created or closed: a lock a
+/// child of `fork()` takes over from a thread of its parent that held it
+/// at the fork (see [`ForkMutex`](crate::fork::ForkMutex)).
+static INIT: crate::fork::ForkMutex<()> = crate::fork::ForkMutex::new(());
+/// Set by [`close_at_exit`]: the process is exiting.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Whether this thread runs the exit hook.
+    static RUNS_EXIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Set by [`IdUtil::shutdown`]: the process-wide generator is gone for good.
 static SHUT_DOWN: AtomicBool = AtomicBool::new(false);
 /// In a child created by `fork()` after [`GLOBAL`] was set: the generator
@@ -73,6 +84,11 @@ static REOPENED: OnceLock<Generator> = OnceLock::new();
 /// process killed by a signal counts as a crash: the next run starts after
 /// the reserved window instead.
 ///
+/// A thread that still calls [`IdUtil::next_id`] or [`IdUtil::next`] once
+/// the exit hook has closed the generator waits for the process to end
+/// instead of panicking (under `panic = "abort"` a panic would turn the
+/// clean exit into SIGABRT); the `try_` calls return [`Error::Closed`].
+///
 /// # Warnings
 ///
 /// Warnings (a host name without a number, so shard 0; a shard that starts
@@ -98,7 +114,7 @@ impl IdUtil {
     pub fn next_id() -> i64 {
         match IdUtil::try_next_id() {
             Ok(id) => id,
-            Err(e) => panic!("idutil: cannot issue an ID: {e}"),
+            Err(e) => cannot_issue(e),
         }
     }
 
@@ -124,7 +140,7 @@ impl IdUtil {
     pub fn next() -> Id {
         match IdUtil::try_next() {
             Ok(id) => id,
-            Err(e) => panic!("idutil: cannot issue an ID: {e}"),
+            Err(e) => cannot_issue(e),
         }
     }
 
@@ -227,7 +243,7 @@ impl IdUtil {
     ///
     /// Those of [`Generator::close`].
     pub fn shutdown() -> Result<()> {
-        let _guard = crate::sync::lock(&INIT);
+        let _guard = INIT.lock();
         SHUT_DOWN.store(true, SeqCst);
         if let Some(g) = REOPENED.get() {
             return g.close();
@@ -239,7 +255,7 @@ impl IdUtil {
     }
 
     fn init_inner(builder: Option<Builder>) -> Result<&'static Generator> {
-        let _guard = crate::sync::lock(&INIT);
+        let _guard = INIT.lock();
         if SHUT_DOWN.load(SeqCst) {
             return Err(Error::Closed);
         }
@@ -276,7 +292,9 @@ impl IdUtil {
 /// [`exit`](crate::exit)): the one this process opened, never a parent's
 /// copy after `fork()`. Skipped if another thread is opening it just then.
 pub(crate) fn close_at_exit() {
-    let Ok(_guard) = INIT.try_lock() else {
+    let _ = RUNS_EXIT.try_with(|runs| runs.set(true));
+    EXITING.store(true, SeqCst);
+    let Some(_guard) = INIT.try_lock() else {
         return;
     };
     let generator = match (GLOBAL.get(), REOPENED.get()) {
@@ -287,4 +305,19 @@ pub(crate) fn close_at_exit() {
     if let Err(e) = generator.close() {
         log::warn!("closing the process-wide generator at exit: {e}");
     }
+}
+
+/// Why `IdUtil::next_id()` or `next()` got no ID: a panic, except in a
+/// thread other than the one exiting once the exit hook closed the
+/// generator, which waits for the process to end.
+#[cold]
+#[inline(never)]
+fn cannot_issue(e: Error) -> ! {
+    let exiting = EXITING.load(SeqCst) && !RUNS_EXIT.try_with(|runs| runs.get()).unwrap_or(true);
+    if exiting && matches!(e, Error::Closed) {
+        loop {
+            std::thread::park();
+        }
+    }
+    panic!("idutil: cannot issue an ID: {e}")
 }

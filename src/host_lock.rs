@@ -283,6 +283,9 @@ mod linux {
             if self.ours {
                 let _ = rfs::unlinkat(&self.dir, self.name.as_str(), AtFlags::empty());
             }
+            // A child of `fork()` keeps a copy of the open file, and with
+            // it the lock, unless it is let go here.
+            let _ = fs2::FileExt::unlock(&self._file);
         }
     }
 

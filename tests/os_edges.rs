@@ -320,3 +320,106 @@ fn child_failed_write() {
     emit(&text);
     g.close().unwrap();
 }
+
+/// A child of `fork()` whose thread is opening its own generator (here
+/// held up on the shard's claim file) forks again: the grandchild must
+/// open a generator of its own and issue, not wait for ever on a lock
+/// held by a thread that did not follow it through the fork.
+#[test]
+fn a_grandchild_forked_while_its_parent_opens_a_generator_still_issues() {
+    let dir = harness::state_dir();
+    let stdout = child_report("child_fork_while_opening", &dir);
+    assert!(
+        stdout.contains("@grandchild issued"),
+        "the grandchild did not issue: {stdout}"
+    );
+}
+
+/// Child entry point of
+/// [`a_grandchild_forked_while_its_parent_opens_a_generator_still_issues`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork_while_opening() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let g = harness::builder(&dir)
+        .shard(9)
+        .member_wait(Duration::from_secs(20))
+        .open()
+        .expect("open shard 9");
+    g.next_id().expect("the parent issues");
+    // SAFETY: as in `child_fork`: the forked child calls the library and
+    // leaves with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        // SAFETY: `alarm` only arms a timer whose default action ends
+        // this child.
+        unsafe { libc::alarm(40) };
+        let report = fork_while_opening(&dir, &g);
+        emit(&report);
+        // SAFETY: `_exit` ends the process without running the parent's
+        // destructors.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: `status` is valid and writable, `child` this process's child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    g.close().unwrap();
+}
+
+/// In the forked child: a thread opens the child's own generator while
+/// the claim file is held, and the child forks meanwhile; the grandchild
+/// issues (or is found stuck after ten seconds). Returns the report.
+fn fork_while_opening(dir: &Path, g: &Generator) -> String {
+    let claim = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("shard-9.claim"))
+        .expect("open the claim file");
+    fs2::FileExt::lock_exclusive(&claim).expect("hold the claim file");
+    let opener = std::thread::scope(|scope| {
+        let opener = scope.spawn(|| g.next_id().map(|_| ()));
+        // The thread is now opening the child's generator, waiting on the
+        // claim file.
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: the grandchild calls the library and leaves with `_exit`.
+        let grandchild = unsafe { libc::fork() };
+        if grandchild == 0 {
+            // SAFETY: as above.
+            unsafe { libc::alarm(40) };
+            let text = match g.next_id() {
+                Ok(_) => "@grandchild issued\n".to_string(),
+                Err(e) => format!("@grandchild refused {e}\n"),
+            };
+            emit(&text);
+            // SAFETY: as above.
+            unsafe { libc::_exit(0) };
+        }
+        // Let the opening thread (and the grandchild) through.
+        fs2::FileExt::unlock(&claim).expect("let go of the claim file");
+        let mut report = String::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut status = 0;
+            // SAFETY: `status` is valid and writable.
+            let done = unsafe { libc::waitpid(grandchild, &mut status, libc::WNOHANG) };
+            if done == grandchild {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                report.push_str("@grandchild stuck\n");
+                // SAFETY: ends this process's own child.
+                unsafe { libc::kill(grandchild, libc::SIGKILL) };
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let opened = opener.join().unwrap();
+        report.push_str(&format!("@child opened {opened:?}\n"));
+        report
+    });
+    opener
+}

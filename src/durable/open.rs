@@ -79,7 +79,7 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
         return Ok((Durable::new(Store::open(&dir, shard)?), shard, source));
     }
     let id_space = host_lock::resolve_id_space(req.id_space)?;
-    let store = if cfg!(target_os = "linux") {
+    let store = if cfg!(target_os = "linux") && state::boot_known() {
         Store::join(&dir, shard, &id_space, req.member_wait)?
     } else {
         Store::open_for_generator(&dir, shard, &id_space)?

@@ -45,11 +45,18 @@ pub(crate) fn draw(store: &Store, layout: &Layout, ask: Ask) -> Result<Block> {
         });
     };
     let mut claims = store.claims(&turn)?;
-    let reserved = match claims.reserved {
+    let mut reserved = match claims.reserved {
         Some((id, second)) if id == ask.clock_id => second.max(ask.reserved),
         _ => ask.reserved,
+    };
+    if claims.next.is_none() {
+        // Nothing this boot vouches for (a new claim file, or one left
+        // garbled by a member killed while writing it): other members may
+        // have drawn blocks up to their own reservations, beyond this
+        // one's. The state file's mark bounds them all.
+        reserved = reserved.max(disk_mark(store, ask.clock_id)?);
     }
-    .min(layout.last_unix_second());
+    let reserved = reserved.min(layout.last_unix_second());
     let limit = layout.counter_at(reserved.saturating_add(1));
     // Without a claim this boot can vouch for, nothing below the mark: it
     // counts as handed out.
@@ -174,6 +181,30 @@ pub(crate) fn leave(
     store.save(&merged)
 }
 
+/// The mark the state file holds for the members' clock id, read during a
+/// turn: 0 without a state file.
+fn disk_mark(store: &Store, clock_id: u64) -> Result<u64> {
+    let Some(disk) = store.load()? else {
+        return Ok(0);
+    };
+    if disk.clock_id != clock_id {
+        return Err(restarted(store, disk.clock_id, clock_id, disk.shard));
+    }
+    Ok(mark(&disk).unwrap_or(0))
+}
+
+/// The state file was restarted under the members by another generator.
+fn restarted(store: &Store, disk: u64, ours: u64, shard: u32) -> Error {
+    Error::StateReplaced {
+        shard,
+        reason: format!(
+            "the state file {} was restarted by another generator (clock id {disk} where \
+             this one runs on {ours})",
+            store.path().display(),
+        ),
+    }
+}
+
 /// The current clock value's mark.
 fn mark(file: &StateFile) -> Option<u64> {
     file.high_water.get(&file.clock_value()).copied()
@@ -184,16 +215,7 @@ fn mark(file: &StateFile) -> Option<u64> {
 /// seconds issued far ahead kept until a member has passed them.
 fn merge(store: &Store, disk: StateFile, ours: &StateFile) -> Result<StateFile> {
     if disk.clock_id != ours.clock_id || disk.layout != ours.layout {
-        return Err(Error::StateReplaced {
-            shard: ours.shard,
-            reason: format!(
-                "the state file {} was restarted by another generator (clock id {} where \
-                 this one runs on {})",
-                store.path().display(),
-                disk.clock_id,
-                ours.clock_id
-            ),
-        });
+        return Err(restarted(store, disk.clock_id, ours.clock_id, ours.shard));
     }
     let mut merged = disk;
     for (value, mark) in &ours.high_water {

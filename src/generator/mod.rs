@@ -6,6 +6,7 @@
 
 mod batch;
 mod builder;
+mod fork_child;
 mod inner;
 mod open;
 mod plan;
@@ -226,22 +227,7 @@ pub struct Generator<C: Clock = SystemClock> {
     /// generator from them.
     recipe: Builder<C>,
     /// In a child of `fork()`, the generator it opened (see *`fork()`*).
-    child: ForkChild<C>,
-}
-
-/// The generator a child of `fork()` opened in place of its parent's copy,
-/// once per process: tagged with the fork count it was opened at, so that
-/// a grandchild opens one of its own again.
-struct ForkChild<C: Clock> {
-    opened: Mutex<Option<(u64, Arc<Generator<C>>)>>,
-}
-
-impl<C: Clock> Default for ForkChild<C> {
-    fn default() -> Self {
-        ForkChild {
-            opened: Mutex::new(None),
-        }
-    }
+    child: fork_child::ForkChild<C>,
 }
 
 impl Generator<SystemClock> {
@@ -357,10 +343,13 @@ impl<C: Clock> Generator<C> {
     /// wall-clock second it has seen: how far it has borrowed. A clock
     /// rollback does not count.
     pub fn lead(&self) -> u64 {
-        match self.opened_in_child() {
-            Some(child) => child.lead(),
-            None => self.inner.lead(),
+        if self.inner.forked() {
+            // The copy's locks may have been held by a parent thread at
+            // the fork: the child's own generator answers (0 if it cannot
+            // open: it issues nothing).
+            return self.in_child().map_or(0, |child| child.lead());
         }
+        self.inner.lead()
     }
 
     /// Whether this process is a child, created by `fork()`, of the
@@ -368,34 +357,6 @@ impl<C: Clock> Generator<C> {
     /// of its own (see *`fork()`*).
     pub fn forked(&self) -> bool {
         self.inner.forked()
-    }
-
-    /// In a child of `fork()`, the generator the child opened from the
-    /// same settings, opening it on first use.
-    #[cold]
-    fn in_child(&self) -> Result<Arc<Generator<C>>> {
-        let forks = crate::fork::current();
-        let mut opened = crate::sync::lock(&self.child.opened);
-        if let Some((at, child)) = &*opened {
-            if *at == forks {
-                return Ok(Arc::clone(child));
-            }
-        }
-        let child = Arc::new(self.recipe.clone().open()?);
-        *opened = Some((forks, Arc::clone(&child)));
-        Ok(child)
-    }
-
-    /// The generator this process opened after a `fork()`, if it did.
-    fn opened_in_child(&self) -> Option<Arc<Generator<C>>> {
-        if !self.inner.forked() {
-            return None;
-        }
-        let opened = crate::sync::lock(&self.child.opened);
-        match &*opened {
-            Some((at, child)) if *at == crate::fork::current() => Some(Arc::clone(child)),
-            _ => None,
-        }
     }
 
     /// The shard.
@@ -443,10 +404,11 @@ impl<C: Clock> Generator<C> {
     /// The highest second (Unix seconds) durably reserved: no ID is issued
     /// past it until the state file says so.
     pub fn reserved_until(&self) -> u64 {
-        match self.opened_in_child() {
-            Some(child) => child.reserved_until(),
-            None => self.inner.reserved(),
+        if self.inner.forked() {
+            // As in `lead`: 0 if the child's own generator cannot open.
+            return self.in_child().map_or(0, |child| child.reserved_until());
         }
+        self.inner.reserved()
     }
 
     /// Stops issuing, records the exact last ID in the state file and

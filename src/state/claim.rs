@@ -11,14 +11,14 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 
-use super::trust::{check_file, open_in};
+use super::trust::{check_file, file_id, open_in};
 use crate::error::{Error, Result};
 
 /// What the claim file says.
@@ -37,10 +37,21 @@ pub(crate) struct Claims {
 }
 
 /// The claim file, held open.
+///
+/// Its `flock` is taken on a descriptor opened for each turn and closed
+/// after it, never on the one held open: a `flock` belongs to the open
+/// file, which a child of `fork()` shares, so a lock taken on a
+/// long-lived descriptor would outlive a member killed during its turn
+/// for as long as any child it forked lives, and stall every other member.
 #[derive(Debug)]
 pub(crate) struct ClaimFile {
     file: File,
+    dir_fd: OwnedFd,
+    name: String,
     path: PathBuf,
+    /// The file's `(device, inode)`: a member checks at each turn that
+    /// the path still names it (see [`ClaimFile::check`]).
+    id: (u64, u64),
     shard: u32,
     dir: PathBuf,
     /// The threads of this generator (its calls and its reservation
@@ -50,15 +61,16 @@ pub(crate) struct ClaimFile {
     threads: Mutex<()>,
 }
 
-/// The claim file's lock, held: released when dropped.
+/// The claim file's lock, held on a descriptor of its own: released
+/// when dropped.
 pub(crate) struct Turn<'a> {
-    claim: &'a ClaimFile,
+    file: File,
     _thread: MutexGuard<'a, ()>,
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        let _ = fs2::FileExt::unlock(&self.claim.file);
+        let _ = fs2::FileExt::unlock(&self.file);
     }
 }
 
@@ -80,9 +92,16 @@ impl ClaimFile {
         check_file(&file, &path)?;
         rfs::fchmod(&file, Mode::from_raw_mode(0o600))
             .map_err(|e| Error::io("set the mode of", &path, e.into()))?;
+        let id = file_id(&file).map_err(|e| Error::io("examine", &path, e))?;
+        let dir_fd = dir_fd
+            .try_clone()
+            .map_err(|e| Error::io("open the state directory", dir, e))?;
         Ok(ClaimFile {
             file,
+            dir_fd,
+            name,
             path,
+            id,
             shard,
             dir: dir.to_path_buf(),
             threads: Mutex::new(()),
@@ -102,10 +121,11 @@ impl ClaimFile {
                 Err(TryLockError::WouldBlock) => None,
             };
             if let Some(thread) = thread {
-                match fs2::FileExt::try_lock_exclusive(&self.file) {
+                let file = self.reopen()?;
+                match fs2::FileExt::try_lock_exclusive(&file) {
                     Ok(()) => {
                         return Ok(Turn {
-                            claim: self,
+                            file,
                             _thread: thread,
                         })
                     }
@@ -128,13 +148,50 @@ impl ClaimFile {
         }
     }
 
+    /// A descriptor of its own on the claim file, for one turn:
+    /// `Err(Error::StateReplaced)` if the path no longer names the file
+    /// this member opened (see [`ClaimFile::check`]).
+    fn reopen(&self) -> Result<File> {
+        let gone = |what: &str| Error::StateReplaced {
+            shard: self.shard,
+            reason: format!("the claim file {} was {what}", self.path.display()),
+        };
+        let file = open_in(&self.dir_fd, &self.path, &self.name, OFlags::RDWR)?
+            .ok_or_else(|| gone("deleted"))?;
+        match file_id(&file) {
+            Ok(id) if id == self.id => Ok(file),
+            Ok(_) => Err(gone("replaced")),
+            Err(e) => Err(Error::io("examine", &self.path, e)),
+        }
+    }
+
+    /// `Err(Error::StateReplaced)` unless the path still names the file
+    /// this member opened. A claim file removed (or replaced) under the
+    /// members is a second counter for whoever opens the path next: it
+    /// starts after the state file's mark, and the members that hold the
+    /// old file must draw nothing more from it, or both would hand out the
+    /// same values. Checked during a turn: a member that passed it drew
+    /// below the mark the newcomer reads.
+    pub(crate) fn check(&self, _turn: &Turn<'_>) -> Result<()> {
+        let gone = |what: &str| Error::StateReplaced {
+            shard: self.shard,
+            reason: format!("the claim file {} was {what}", self.path.display()),
+        };
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.id => Ok(()),
+            Ok(_) => Err(gone("replaced")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(gone("deleted")),
+            Err(e) => Err(Error::io("examine", &self.path, e)),
+        }
+    }
+
     /// Reads the file. A read that fails is an error, never "nothing
     /// claimed".
-    pub(crate) fn read(&self, _turn: &Turn<'_>) -> Result<Claims> {
+    pub(crate) fn read(&self, turn: &Turn<'_>) -> Result<Claims> {
         let mut bytes = [0u8; 256];
         let mut n = 0;
         while n < bytes.len() {
-            match self.file.read_at(&mut bytes[n..], n as u64) {
+            match turn.file.read_at(&mut bytes[n..], n as u64) {
                 Ok(0) => break,
                 Ok(k) => n += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -149,13 +206,22 @@ impl ClaimFile {
 
     /// Writes `claims`, with this process's pid (advice for messages) and
     /// the current boot.
-    pub(crate) fn write(&self, _turn: &Turn<'_>, claims: &Claims) -> Result<()> {
+    pub(crate) fn write(&self, turn: &Turn<'_>, claims: &Claims) -> Result<()> {
         let text = render(claims, std::process::id(), boot_id().as_deref());
-        self.file
+        turn.file
             .write_all_at(text.as_bytes(), 0)
-            .and_then(|()| self.file.set_len(text.len() as u64))
+            .and_then(|()| turn.file.set_len(text.len() as u64))
             .map_err(|e| Error::io("write", &self.path, e))
     }
+}
+
+/// Whether this process can tell which boot wrote a claim file: without
+/// the kernel's boot id (no `/proc`, or systemd's `ProcSubset=pid`), no
+/// claim could ever be trusted, every draw would start after the state
+/// file's mark and find no room there, so such a generator holds its shard
+/// alone instead of sharing it.
+pub(crate) fn boot_known() -> bool {
+    boot_id().is_some()
 }
 
 /// The kernel's id of the current boot: `None` where it cannot be read,

@@ -101,8 +101,11 @@
 //! Generators that hold the shard alone, and never share it: a leased
 //! generator (each process leases a shard of its own, see
 //! [`lease`](crate::lease)), an ephemeral one (a scratch directory of its
-//! own), and every generator outside Linux, where the per-host lock that
-//! keeps one directory per shard does not exist.
+//! own), every generator outside Linux, where the per-host lock that
+//! keeps one directory per shard does not exist, and a generator that
+//! cannot read the kernel's boot id (`/proc/sys/kernel/random/boot_id`:
+//! no `/proc`, or systemd's `ProcSubset=pid`), since the claim file could
+//! not tell the boots apart.
 //!
 //! # The state file
 //!
@@ -196,7 +199,9 @@
 //! the state directory and the lock file open. Before each write of the
 //! state file, and each block it draws, it checks that the directory's path still names the
 //! directory it opened, and the lock file's path the file it locked (same
-//! device and inode). If not, it stops for good: it issues no further ID,
+//! device and inode); a process sharing the shard checks its claim file
+//! the same way (a claim file removed would start a second counter). If
+//! not, it stops for good: it issues no further ID,
 //! writes nothing more (not even at close), and every later call returns
 //! [`Error::StateReplaced`](crate::Error::StateReplaced). Writes go through
 //! the directory's descriptor, so a generator never writes into a
@@ -334,7 +339,7 @@ mod store;
 mod tests;
 mod trust;
 
-pub(crate) use claim::Claims;
+pub(crate) use claim::{boot_known, Claims};
 pub(crate) use format::check_layout;
 #[doc(hidden)]
 pub use format::checksum;

@@ -162,11 +162,17 @@ impl Store {
     pub(crate) fn turn(&self) -> Result<Option<Turn<'_>>> {
         match &self.claim {
             Some(claim) => {
-                let turn = claim.turn(self.wait)?;
+                let turn = claim.turn(self.wait).map_err(|e| match e {
+                    // The claim file gone with the directory or the lock
+                    // file: that is what to report.
+                    Error::StateReplaced { .. } => self.check_ground().err().unwrap_or(e),
+                    e => e,
+                })?;
                 // A member whose directory or lock file was replaced is no
                 // longer one: another generator may have started the shard
                 // again, and its claims are not this one's to draw from.
                 self.check_ground()?;
+                claim.check(&turn)?;
                 // What other members wrote since.
                 let note = read_lock_file(&self.lock)
                     .map_err(|e| Error::io("read the lock file", &self.lock_path, e))?;
@@ -436,6 +442,18 @@ impl Store {
             return Err(e);
         }
         rfs::fsync(&self.dir_fd).map_err(io::Error::from)
+    }
+}
+
+impl Drop for Store {
+    /// Lets go of the shard's lock before closing the lock file: a child
+    /// of `fork()` holds a copy of the open file, and with it the lock
+    /// (shared, or exclusive after [`Store::is_last`]), for as long as it
+    /// lives; the next process would find the shard held. Only the process
+    /// that opened the store drops it: a child's copy of a generator never
+    /// does.
+    fn drop(&mut self) {
+        let _ = fs2::FileExt::unlock(&self.lock);
     }
 }
 

@@ -15,6 +15,7 @@ use idutil::{Generator, Layout, ManualClock, EPOCH_2000};
 mod clock_bits;
 mod refusals;
 mod restarts;
+mod sharing;
 mod wrong_clock;
 
 /// A fixed wall-clock second for manual-clock tests (2023-11-14).

@@ -288,3 +288,53 @@ fn a_member_that_holds_the_short_lock_too_long_is_named_after_a_bounded_wait() {
     ledger.record_after_all(&harness::next(9, dir.path(), 100));
     ledger.assert_unique();
 }
+
+/// Where the kernel's boot id cannot be read (no `/proc`, or systemd's
+/// `ProcSubset=pid`), a claim file can never say which boot wrote it.
+/// The command must still issue at once, near the clock, not draw block
+/// after empty block while it pushes the shard's reservation hours ahead.
+/// The boot id is hidden by a mount namespace of the command's own.
+#[test]
+fn a_command_that_cannot_read_the_boot_id_issues_near_the_clock() {
+    let hide = "mount --bind /dev/null /proc/sys/kernel/random/boot_id";
+    let probe = Command::new("unshare")
+        .args(["-m", "sh", "-c", hide])
+        .stderr(Stdio::null())
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        harness::skipped(format_args!(
+            "SKIPPED: `unshare -m` with a bind mount is not permitted here, so a \
+             generator that cannot read the boot id is NOT tested"
+        ));
+        return;
+    }
+    let dir = harness::state_dir();
+    for _ in 0..2 {
+        let plain = harness::idutil(8, dir.path());
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-m", "sh", "-c", &format!("{hide} && exec \"$@\""), "sh"])
+            .arg(plain.get_program())
+            .args(plain.get_args())
+            .envs(
+                plain
+                    .get_envs()
+                    .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+            )
+            .env_remove("IDUTIL_SHARD")
+            .env_remove("IDUTIL_STATE_DIR")
+            .args(["next", "-n", "3"]);
+        let out = harness::output_within(&mut cmd, Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let ids = harness::printed_ids(&out);
+        assert_eq!(ids.len(), 3, "{stderr}");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        for id in ids {
+            let ahead = harness::unix_second(id).saturating_sub(now);
+            assert!(ahead <= 60, "{id} is {ahead} s ahead of the clock");
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Generators of one process sharing a shard through its claim file, and
+//! what happens when that file is damaged or removed under them: the
+//! members must never hand out one counter value twice.
+
+use idutil_harness as harness;
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use idutil::{Generator, ManualClock};
+
+use crate::{open_at, T};
+
+/// The shard's claim file in `dir`.
+fn claim_file(dir: &Path, shard: u32) -> std::path::PathBuf {
+    dir.join(format!("shard-{shard}.claim"))
+}
+
+/// What `g` issues in one batch of `n`: empty if refused.
+fn batch(g: &Generator<ManualClock>, n: u64) -> Vec<u64> {
+    match g.next_ids(n) {
+        Ok(ids) => ids.map(|id| id.as_u64()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Panics naming the first ID of `b` that is also in `a`.
+fn assert_disjoint(a: &[u64], b: &[u64], what: &str) {
+    let seen: HashSet<u64> = a.iter().copied().collect();
+    let repeated = b.iter().filter(|id| seen.contains(id)).count();
+    assert_eq!(repeated, 0, "{what}: {repeated} IDs issued twice");
+}
+
+/// A member killed between writing the claim file in place and cutting it
+/// to its new length leaves the old text's tail behind (here a line `9`,
+/// the end of a longer pid): the claim can no longer be read. The next
+/// draw must still start after every block any member drew, however far
+/// ahead of the drawing member's own reservation those blocks reach.
+#[test]
+fn a_claim_file_left_garbled_never_hands_out_a_block_twice() {
+    let dir = harness::state_dir();
+    let clock = ManualClock::new(T);
+    let first = open_at(dir.path(), 6, &clock);
+    let second = open_at(dir.path(), 6, &clock);
+    // Thirty seconds of the shard in one batch: a block far past what the
+    // second member has reserved.
+    let big = batch(&first, 65_536 * 30);
+    assert_eq!(big.len(), 65_536 * 30, "the first member's batch");
+    let claim = claim_file(dir.path(), 6);
+    let mut text = std::fs::read(&claim).unwrap();
+    text.extend_from_slice(b"9\n");
+    std::fs::write(&claim, text).unwrap();
+    let small = batch(&second, 1_000);
+    assert_disjoint(&big, &small, "after the claim file was garbled");
+}
+
+/// The claim file removed while members run (a cleanup of "lock files"):
+/// a process that joins then creates a new one. Its draws and those of
+/// the members that still hold the removed file must never overlap.
+#[test]
+fn a_claim_file_removed_under_its_members_never_splits_the_counter() {
+    let dir = harness::state_dir();
+    let clock = ManualClock::new(T);
+    let first = open_at(dir.path(), 7, &clock);
+    let mut before = batch(&first, 65_536 * 3);
+    std::fs::remove_file(claim_file(dir.path(), 7)).unwrap();
+    let joined = open_at(dir.path(), 7, &clock);
+    let mut after = Vec::new();
+    for second in 1..40 {
+        clock.set(T + second);
+        before.extend(batch(&first, 65_536 / 2));
+        after.extend(batch(&joined, 65_536 / 2));
+    }
+    assert!(!after.is_empty(), "the joined member issued nothing");
+    assert_disjoint(&before, &after, "after the claim file was removed");
+    // A member that stopped keeps its shard until the clock passes what
+    // it reserved: let the clock get there.
+    clock.set(T + 600);
+}

@@ -1,0 +1,343 @@
+//! A process sharing a shard that forked children (a pre-forking server)
+//! and is then killed while it holds the shard's short lock: its children
+//! keep copies of its open files, but not its locks.
+//!
+//! Processes are real: this test binary, re-executed to run one
+//! `#[ignore]`d entry point, forks with `fork(2)` itself, and `strace`
+//! kills it inside a system call it makes while it holds the lock.
+
+use idutil_harness as harness;
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use harness::child_var;
+
+/// A member that forked an idle child is killed while it draws a block
+/// (at its first `pwrite` once `strace` is attached: the claim file and
+/// the lock file are written only during a turn). The other members must
+/// go on issuing, not wait on a lock nobody will let go while the child
+/// lives.
+#[test]
+fn a_member_killed_during_a_draw_leaves_no_lock_to_its_forked_child() {
+    let Some(strace) = harness::tool("strace", "strace", "a member killed while it draws") else {
+        return;
+    };
+    let dir = harness::state_dir();
+    let mut member = harness::child::child_command(
+        "child_fork_then_issue",
+        &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(member.stdout.take().unwrap()).lines();
+    let forked: i32 = loop {
+        let line = lines.next().expect("the member's report").unwrap();
+        if let Some(pid) = line.strip_prefix("@forked ") {
+            break pid.parse().unwrap();
+        }
+    };
+    let mut tracer = Command::new(strace)
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64"])
+        .args(["-e", "inject=pwrite64:signal=KILL", "-p"])
+        .arg(member.id().to_string())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while member.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the member was not killed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = tracer.wait();
+    let other = harness::builder(dir.path())
+        .shard(11)
+        .member_wait(Duration::from_secs(2))
+        .open();
+    let issued = other.and_then(|g| g.next_id());
+    // SAFETY: ends the forked child, which would otherwise sleep on.
+    unsafe { libc::kill(forked, libc::SIGKILL) };
+    issued.expect("another member issues once the killed one is gone");
+}
+
+/// Child entry point of
+/// [`a_member_killed_during_a_draw_leaves_no_lock_to_its_forked_child`]:
+/// opens shard 11, forks a child that only sleeps, reports the child's
+/// pid and issues until killed.
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork_then_issue() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let g = harness::builder(&dir)
+        .shard(11)
+        .open()
+        .expect("open shard 11");
+    g.next_id().expect("issue before the fork");
+    // SAFETY: the forked child only sleeps, then leaves with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        std::thread::sleep(Duration::from_secs(60));
+        // SAFETY: `_exit` ends the process without the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "@forked {child}").unwrap();
+    out.flush().unwrap();
+    drop(out);
+    // Give strace time to attach, then draw block after block.
+    std::thread::sleep(Duration::from_millis(500));
+    loop {
+        let _ = g.next_ids(10_000);
+    }
+}
+
+/// A process that forked a child that never issues (a worker that has no
+/// use for IDs, a daemon's double fork) closes its generator and exits
+/// while the child lives on. The shard must open for the next process,
+/// not stay locked by the child's copy of the lock file for as long as
+/// the child lives.
+#[test]
+fn a_closed_member_leaves_no_lock_to_the_child_it_forked() {
+    let dir = harness::state_dir();
+    let out = harness::output_within(
+        &mut harness::child::child_command(
+            "child_fork_then_close",
+            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+        ),
+        Duration::from_secs(30),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let forked: i32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("@forked "))
+        .unwrap_or_else(|| panic!("no report: {stdout}"))
+        .parse()
+        .unwrap();
+    assert!(stdout.contains("@closed ok"), "{stdout}");
+    let issued = harness::builder(dir.path())
+        .shard(12)
+        .member_wait(Duration::from_secs(2))
+        .open()
+        .and_then(|g| g.next_id());
+    // SAFETY: ends the forked child, which would otherwise sleep on.
+    unsafe { libc::kill(forked, libc::SIGKILL) };
+    issued.expect("the next process opens the shard");
+}
+
+/// Child entry point of
+/// [`a_closed_member_leaves_no_lock_to_the_child_it_forked`]: opens shard
+/// 12, forks a child that only sleeps, closes the generator and exits.
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork_then_close() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let g = harness::builder(&dir)
+        .shard(12)
+        .open()
+        .expect("open shard 12");
+    g.next_id().expect("issue before the fork");
+    // SAFETY: the forked child only sleeps, then leaves with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        // Its copies of stdout and stderr are closed, so that the test's
+        // reader does not wait for it.
+        // SAFETY: closes this process's own descriptors 1 and 2.
+        unsafe {
+            libc::close(1);
+            libc::close(2);
+        }
+        std::thread::sleep(Duration::from_secs(60));
+        // SAFETY: `_exit` ends the process without the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    let closed = g.close().map_or_else(|e| e.to_string(), |()| "ok".into());
+    println!("@forked {child}\n@closed {closed}");
+}
+
+/// A process forks while another of its threads creates the process-wide
+/// generator (here held up on the shard's claim file): the child's first
+/// `IdUtil` call must open a generator of its own and issue, not wait for
+/// ever on the lock that thread held at the fork.
+#[test]
+fn a_child_forked_while_the_process_wide_generator_opens_still_issues() {
+    let dir = harness::state_dir();
+    let out = harness::output_within(
+        &mut harness::child::child_command(
+            "child_fork_while_init",
+            &[
+                ("IDUTIL_CHILD_DIR", dir.path().display().to_string()),
+                ("IDUTIL_STATE_DIR", dir.path().display().to_string()),
+                ("IDUTIL_SHARD", "13".to_string()),
+                ("IDUTIL_ID_SPACE", harness::space_for(dir.path())),
+            ],
+        ),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        stdout.contains("@forked issued"),
+        "the child did not issue: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Child entry point of
+/// [`a_child_forked_while_the_process_wide_generator_opens_still_issues`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork_while_init() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let claim = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join("shard-13.claim"))
+        .expect("open the claim file");
+    fs2::FileExt::lock_exclusive(&claim).expect("hold the claim file");
+    std::thread::scope(|scope| {
+        let opener = scope.spawn(|| {
+            idutil::IdUtil::init_with(
+                harness::builder(&dir)
+                    .shard(13)
+                    .member_wait(Duration::from_secs(20)),
+            )
+            .map(|_| ())
+        });
+        // The thread is now creating the process-wide generator.
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: the child calls the library and leaves with `_exit`.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            // SAFETY: `alarm` only arms a timer whose default action ends
+            // this child.
+            unsafe { libc::alarm(40) };
+            let text = match idutil::IdUtil::try_next_id() {
+                Ok(_) => "@forked issued\n".to_string(),
+                Err(e) => format!("@forked refused {e}\n"),
+            };
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+            // SAFETY: `_exit` ends the process without the parent's
+            // destructors.
+            unsafe { libc::_exit(0) };
+        }
+        fs2::FileExt::unlock(&claim).expect("let go of the claim file");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut status = 0;
+            // SAFETY: `status` is valid and writable.
+            let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+            if done == child {
+                break;
+            }
+            if Instant::now() > deadline {
+                println!("@forked stuck");
+                // SAFETY: ends this process's own child.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!("@opened {:?}", opener.join().unwrap());
+    });
+    let _ = idutil::IdUtil::shutdown();
+}
+
+/// A process forks while one of its threads draws a block (here held up
+/// on the shard's claim file): the child's first calls that only read the
+/// generator (`lead`, `reserved_until`) must answer, not wait for ever on
+/// the generator's lock that thread held at the fork.
+#[test]
+fn a_child_forked_during_a_draw_can_read_the_generator() {
+    let dir = harness::state_dir();
+    let out = harness::output_within(
+        &mut harness::child::child_command(
+            "child_fork_during_draw",
+            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
+        ),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        stdout.contains("@forked answered"),
+        "the child did not answer: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Child entry point of
+/// [`a_child_forked_during_a_draw_can_read_the_generator`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_fork_during_draw() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let g = harness::builder(&dir)
+        .shard(14)
+        .member_wait(Duration::from_secs(20))
+        .open()
+        .expect("open shard 14");
+    g.next_id().expect("issue before the fork");
+    let claim = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("shard-14.claim"))
+        .expect("open the claim file");
+    fs2::FileExt::lock_exclusive(&claim).expect("hold the claim file");
+    std::thread::scope(|scope| {
+        // A batch past the first block: the thread draws, and waits.
+        let drawer = scope.spawn(|| g.next_ids(100_000).map(|_| ()));
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: the child calls the library and leaves with `_exit`.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            // SAFETY: `alarm` only arms a timer whose default action ends
+            // this child.
+            unsafe { libc::alarm(40) };
+            let _ = (g.lead(), g.reserved_until());
+            println!("@forked answered");
+            let _ = std::io::stdout().flush();
+            // SAFETY: `_exit` ends the process without the parent's
+            // destructors.
+            unsafe { libc::_exit(0) };
+        }
+        fs2::FileExt::unlock(&claim).expect("let go of the claim file");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut status = 0;
+            // SAFETY: `status` is valid and writable.
+            let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+            if done == child {
+                break;
+            }
+            if Instant::now() > deadline {
+                println!("@forked stuck");
+                // SAFETY: ends this process's own child.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!("@drew {:?}", drawer.join().unwrap());
+    });
+    g.close().unwrap();
+}
