@@ -1,0 +1,424 @@
+//! The per-host lock on Linux: taking and sharing the lock file in the
+//! host-wide directory, the state directory it names, the holders
+//! `/proc` tells of, and a removed file still held.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::{lock_name, DirIdentity, HostHolder, LOCK_DIRS};
+use crate::error::{Error, Result};
+
+/// A held per-host lock: the open lock file (closing it releases the
+/// `flock`), and where it is, to remove it on release.
+#[derive(Debug)]
+pub(super) struct Held {
+    // Held for the `flock`; closing it releases the lock.
+    _file: File,
+    dir: OwnedFd,
+    name: String,
+    ours: bool,
+    /// A shared hold, one of the members of a state directory.
+    shared: bool,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // The last member takes the lock exclusively (a failed attempt
+        // drops the shared hold, which is being let go anyway).
+        if self.shared && fs2::FileExt::try_lock_exclusive(&self._file).is_err() {
+            return;
+        }
+        // Removed while still locked: a taker that opened this file
+        // before the removal finds, after locking it, that the path
+        // names another file or none, and starts over.
+        if self.ours {
+            let _ = rfs::unlinkat(&self.dir, self.name.as_str(), AtFlags::empty());
+        }
+        // A child of `fork()` keeps a copy of the open file, and with
+        // it the lock, unless it is let go here.
+        let _ = fs2::FileExt::unlock(&self._file);
+    }
+}
+
+/// The host-wide lock directory: the first of [`LOCK_DIRS`] that is a
+/// directory, opened.
+fn lock_dir() -> Result<(PathBuf, OwnedFd)> {
+    for dir in LOCK_DIRS {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        match rfs::open(dir, flags, Mode::empty()) {
+            Ok(fd) => return Ok((PathBuf::from(dir), fd)),
+            Err(Errno::NOENT | Errno::NOTDIR) => continue,
+            Err(e) => {
+                return Err(Error::io(
+                    "open the per-host lock directory",
+                    Path::new(dir),
+                    e.into(),
+                ))
+            }
+        }
+    }
+    Err(Error::io(
+        "find a per-host lock directory (/run/lock, /dev/shm or /tmp) for",
+        Path::new("/run/lock"),
+        io::ErrorKind::NotFound.into(),
+    ))
+}
+
+/// Opens the lock file without following a symbolic link and without
+/// blocking on a FIFO: read-write if this user may, else read-only (a
+/// `flock` needs no more). `None` if there is no such file.
+fn open_existing(dir: &OwnedFd, name: &str) -> std::result::Result<Option<(File, bool)>, Errno> {
+    let base = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    for access in [OFlags::RDWR, OFlags::RDONLY] {
+        match rfs::openat(dir, name, access | base, Mode::empty()) {
+            Ok(fd) => return Ok(Some((File::from(fd), access == OFlags::RDWR))),
+            Err(Errno::NOENT) => return Ok(None),
+            Err(Errno::ACCESS) if access == OFlags::RDWR => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the read-only attempt returns")
+}
+
+fn same_file(a: &rfs::Stat, b: &rfs::Stat) -> bool {
+    (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+}
+
+pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) -> Result<Held> {
+    let (dir_path, dir) = lock_dir()?;
+    let name = lock_name(id_space, shard);
+    let path = dir_path.join(&name);
+    let unusable = |reason: String| Error::HostLockUnusable {
+        shard,
+        id_space: id_space.to_string(),
+        path: path.clone(),
+        reason,
+    };
+    let euid = rustix::process::geteuid().as_raw();
+    // A few rounds: a file removed by its last holder between our open
+    // and our lock, a lock held for an instant by a child between
+    // fork and exec (it holds a copy of every descriptor until exec
+    // closes it), or by a member writing the file before it shares
+    // it, is not a holder.
+    let mut last_err = None;
+    for _ in 0..20 {
+        let (file, ours, writable) = match open_existing(&dir, &name) {
+            Ok(Some((file, writable))) => (file, false, writable),
+            Ok(None) => {
+                let flags = OFlags::RDWR
+                    | OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC;
+                match rfs::openat(&dir, name.as_str(), flags, Mode::from_raw_mode(0o644)) {
+                    Ok(fd) => {
+                        // Readable by every user, whatever the umask: a
+                        // generator of another user takes it read-only.
+                        rfs::fchmod(&fd, Mode::from_raw_mode(0o644))
+                            .map_err(|e| Error::io("set the mode of", &path, e.into()))?;
+                        (File::from(fd), true, true)
+                    }
+                    Err(Errno::EXIST) => continue,
+                    Err(e) => return Err(Error::io("create", &path, e.into())),
+                }
+            }
+            Err(Errno::LOOP) => {
+                return Err(unusable(format!(
+                    "it is a symbolic link{}, which idutil never follows",
+                    owner_of(&dir, &name)
+                )))
+            }
+            Err(Errno::ACCESS) => {
+                return Err(unusable(format!(
+                    "this user (uid {euid}) may not open it{}",
+                    owner_of(&dir, &name)
+                )))
+            }
+            Err(e) => return Err(Error::io("open", &path, e.into())),
+        };
+        let st = rfs::fstat(&file).map_err(|e| Error::io("examine", &path, e.into()))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(unusable(format!(
+                "it is not a regular file{}",
+                owner_of(&dir, &name)
+            )));
+        }
+        let sole = match fs2::FileExt::try_lock_exclusive(&file) {
+            Ok(()) => true,
+            Err(e) if e.kind() == fs2::lock_contended_error().kind() => {
+                match (shared, fs2::FileExt::try_lock_shared(&file)) {
+                    (Some(_), Ok(())) => false,
+                    (_, Err(e)) if e.kind() != fs2::lock_contended_error().kind() => {
+                        return Err(Error::io("lock", &path, e))
+                    }
+                    _ => {
+                        last_err = Some(e);
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        continue;
+                    }
+                }
+            }
+            Err(e) => return Err(Error::io("lock", &path, e)),
+        };
+        // Still the file at the path? Its last holder may have removed
+        // it after we opened it; then a new one may be locked by now.
+        match rfs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(now) if same_file(&now, &st) => {}
+            Ok(_) | Err(Errno::NOENT) => continue,
+            Err(e) => return Err(Error::io("examine", &path, e.into())),
+        }
+        let ours = ours || st.st_uid == euid;
+        macro_rules! held {
+            ($shared:expr) => {
+                Held {
+                    _file: file,
+                    dir,
+                    name,
+                    ours,
+                    shared: $shared,
+                }
+            };
+        }
+        let Some(identity) = shared else {
+            return Ok(held!(false));
+        };
+        let refused = |pid: Option<u32>, held_dir: Option<PathBuf>| Error::HostLocked {
+            shard,
+            id_space: id_space.to_string(),
+            pid,
+            uid: pid.and_then(uid_of).filter(|&u| u != euid),
+            lock_file: path.clone(),
+            held_dir,
+            dir: Some(identity.path.clone()),
+        };
+        if !sole {
+            // Members hold it: theirs must be our state directory.
+            match read_identity(&file) {
+                Some((id, _)) if id == identity.id => return Ok(held!(true)),
+                Some((_, held_dir)) => {
+                    return Err(refused(flock_holder(&st), Some(held_dir)));
+                }
+                // Not written (yet): a member about to write it, or
+                // a process that is no member. Let go and try again.
+                None => {
+                    let _ = fs2::FileExt::unlock(&file);
+                    last_err = Some(fs2::lock_contended_error());
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
+            }
+        }
+        // Alone on this file. A generator may still hold an older file
+        // of this name that was removed under it.
+        if let Some((pid, held_dir)) = orphaned_holder(&dir_path, &name, &st) {
+            if held_dir.as_ref().map(|(id, _)| *id) != Some(identity.id) {
+                return Err(refused(Some(pid), held_dir.map(|(_, p)| p)));
+            }
+        }
+        if !writable {
+            // Another user's file this user may not write: it cannot
+            // say which state directory holds the shard, so it is held
+            // exclusively, as a generator of another kind would.
+            return Ok(held!(false));
+        }
+        write_identity(&file, identity).map_err(|e| Error::io("write", &path, e))?;
+        // Shared from here on: the members of this directory may join.
+        fs2::FileExt::try_lock_shared(&file).map_err(|e| Error::io("lock", &path, e))?;
+        return Ok(held!(true));
+    }
+    if last_err.is_none() {
+        return Err(Error::io(
+            "take",
+            &path,
+            io::Error::other("the lock file kept being replaced"),
+        ));
+    }
+    let (pid, uid) = match holder_of(&dir, &name) {
+        Some((pid, uid)) => (Some(pid), uid),
+        None => (None, None),
+    };
+    Err(Error::HostLocked {
+        shard,
+        id_space: id_space.to_string(),
+        pid,
+        uid: uid.filter(|&u| u != euid),
+        lock_file: path,
+        held_dir: None,
+        dir: shared.map(|d| d.path.clone()),
+    })
+}
+
+/// Records in the per-host lock file which state directory holds the
+/// shard: `dir DEV INO PATH` (the path for messages only).
+fn write_identity(file: &File, dir: &DirIdentity) -> io::Result<()> {
+    use std::os::unix::fs::FileExt as _;
+    let shown = dir.path.to_string_lossy().replace(['\n', '\r'], "?");
+    let text = format!("dir {} {} {shown}\n", dir.id.0, dir.id.1);
+    file.write_all_at(text.as_bytes(), 0)?;
+    file.set_len(text.len() as u64)
+}
+
+/// The state directory a per-host lock file names, if it names one.
+fn read_identity(file: &File) -> Option<((u64, u64), PathBuf)> {
+    use std::os::unix::fs::FileExt as _;
+    let mut bytes = vec![0; 4200];
+    let n = file.read_at(&mut bytes, 0).ok()?;
+    let text = std::str::from_utf8(&bytes[..n]).ok()?;
+    let line = text.strip_suffix('\n')?;
+    let mut parts = line.splitn(4, ' ');
+    let (Some("dir"), Some(dev), Some(ino), Some(shown)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some(((dev.parse().ok()?, ino.parse().ok()?), PathBuf::from(shown)))
+}
+
+/// A process that holds a `flock` on a removed file of this name (in
+/// `/proc/<pid>/fd`, "NAME (deleted)"), other than `st`: a generator
+/// whose lock file was removed under it. Its pid, and the state
+/// directory its file names where this user may read it.
+#[allow(clippy::type_complexity)]
+fn orphaned_holder(
+    dir: &Path,
+    name: &str,
+    st: &rfs::Stat,
+) -> Option<(u32, Option<((u64, u64), PathBuf)>)> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    File::open("/proc/locks")
+        .ok()?
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let dev = st.st_dev as u64;
+    let device = format!(
+        "{:02x}:{:02x}:",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev)
+    );
+    let this = format!("{device}{}", st.st_ino);
+    let gone = format!("{} (deleted)", dir.join(name).display());
+    let mut pids: Vec<u32> = text
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let at = fields.iter().position(|f| *f == "FLOCK")?;
+            let (pid, file) = (fields.get(at + 3)?, fields.get(at + 4)?);
+            (file.starts_with(&device) && *file != this)
+                .then(|| pid.parse().ok())
+                .flatten()
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if target.as_os_str() != std::ffi::OsStr::new(&gone) {
+                continue;
+            }
+            // This process's own generators are found the same way.
+            let held = File::open(fd.path()).ok().and_then(|f| read_identity(&f));
+            return Some((pid, held));
+        }
+    }
+    None
+}
+
+/// `", which belongs to uid N"` for the entry `name` in `dir`, or
+/// nothing if it cannot be examined.
+fn owner_of(dir: &OwnedFd, name: &str) -> String {
+    match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => format!(", which belongs to uid {}", st.st_uid),
+        Err(_) => String::new(),
+    }
+}
+
+/// The pid holding a `flock` on `name` in `dir`, from `/proc/locks`,
+/// and that process's real uid where `/proc` tells.
+fn holder_of(dir: &OwnedFd, name: &str) -> Option<(u32, Option<u32>)> {
+    let st = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    let pid = flock_holder(&st)?;
+    Some((pid, uid_of(pid)))
+}
+
+/// Reads `/proc/locks` (a few lines per lock on the host; capped) for
+/// the `FLOCK` on the file `st` describes.
+pub(super) fn flock_holder(st: &rfs::Stat) -> Option<u32> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    File::open("/proc/locks")
+        .ok()?
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let dev = st.st_dev as u64;
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev),
+        st.st_ino
+    );
+    // Another process's lock first: this one may hold it too.
+    let me = std::process::id();
+    let mut holders = text.lines().filter_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // "1: FLOCK ADVISORY WRITE 1234 00:1a:5678 0 EOF"; a blocked
+        // waiter's line has "->" after the number.
+        let at = fields.iter().position(|f| *f == "FLOCK")?;
+        let (pid, file) = (fields.get(at + 3)?, fields.get(at + 4)?);
+        (*file == want).then(|| pid.parse::<u32>().ok()).flatten()
+    });
+    let first = holders.next()?;
+    if first != me {
+        return Some(first);
+    }
+    holders.find(|&pid| pid != me).or(Some(first))
+}
+
+/// A process's real uid, from `/proc/<pid>/status`.
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+pub(super) fn holder(id_space: &str, shard: u32) -> HostHolder {
+    let Ok((_, dir)) = lock_dir() else {
+        return HostHolder::Unknown;
+    };
+    let name = lock_name(id_space, shard);
+    let file = match open_existing(&dir, &name) {
+        Ok(Some((file, _))) => file,
+        Ok(None) => return HostHolder::None,
+        Err(_) => return HostHolder::Unknown,
+    };
+    // Exclusively, for an instant: the members of a state directory
+    // hold it shared. A generator opening meanwhile tries again.
+    match fs2::FileExt::try_lock_exclusive(&file) {
+        Ok(()) => {
+            let _ = fs2::FileExt::unlock(&file);
+            HostHolder::None
+        }
+        Err(_) => match rfs::fstat(file.as_fd())
+            .ok()
+            .and_then(|st| flock_holder(&st))
+        {
+            Some(pid) => HostHolder::Pid(pid),
+            None => HostHolder::Unknown,
+        },
+    }
+}
