@@ -99,13 +99,11 @@ mod tls;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::Row;
-
 use super::{Ask, Engine, Grant, LeaseConfig, LeaseError};
 use crate::error::Result;
-use conn::{off_runtime, Conn};
+use conn::{number, off_runtime, Answer, Conn, Failure};
 pub(crate) use inspect::inspect;
-use sql::{create_table, prepare_space, table};
+use sql::{create_table, prepare_space};
 use target::Target;
 
 const ENGINE: &str = "PostgreSQL";
@@ -119,8 +117,10 @@ const EPOCH_MAX: i64 = i64::MAX;
 const UNDEFINED_TABLE: &str = "42P01";
 
 /// The store's clock from `extract(epoch FROM clock_timestamp())`.
-fn server_time(seconds: f64) -> Option<Duration> {
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+fn server_time(seconds: Option<f64>) -> Option<Duration> {
+    seconds
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 /// A shard held in PostgreSQL.
@@ -132,10 +132,41 @@ struct PgLease {
     token: String,
     epoch: i64,
     layout: String,
-    /// For raises and the close.
+    /// The holder's one connection, for renewals, raises and the close: a
+    /// pooler's pool gives the holder one server connection at a time.
     conn: Mutex<Conn>,
-    /// The renewal thread's own, so a slow write never delays a renewal.
-    renew_conn: Mutex<Conn>,
+}
+
+/// The row the acquiring statement returned, its columns read.
+struct Granted {
+    shard: i64,
+    epoch: i64,
+    high_water: Option<i64>,
+    last: (Option<i64>, Option<i64>),
+    seen: Option<i64>,
+    layout: String,
+    server: Option<f64>,
+}
+
+impl Granted {
+    fn read(row: &[Option<String>]) -> std::result::Result<Granted, Failure> {
+        let cell = |i: usize| row.get(i).cloned().flatten();
+        let required = |v: Option<i64>, what: &str| {
+            v.ok_or_else(|| Failure::Answer(format!("{what} is NULL")))
+        };
+        Ok(Granted {
+            shard: required(number(&cell(0), "shard")?, "shard")?,
+            epoch: required(number(&cell(1), "epoch")?, "epoch")?,
+            high_water: number(&cell(2), "high_water")?,
+            last: (
+                number(&cell(3), "last_second")?,
+                number(&cell(4), "last_sequence")?,
+            ),
+            seen: number(&cell(5), "seen")?,
+            layout: cell(6).unwrap_or_default(),
+            server: number(&cell(7), "the server's clock")?,
+        })
+    }
 }
 
 /// Takes the first free shard of the range, creating the table and the ID
@@ -147,61 +178,35 @@ pub(super) fn connect(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
 fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     let config = ask.config;
     let target = Target::parse(config)?;
-    let table = table(config);
     let mut conn = Conn::open(config)?;
     let layout = ask.layout.fingerprint();
     let timeout = config.op_timeout().max(Duration::from_secs(2));
-    let (first, last) = (i64::from(*ask.range.start()), i64::from(*ask.range.end()));
-    let skip: Vec<i64> = ask.skip.iter().map(|s| i64::from(*s)).collect();
-    let acquire = format!(
-        "UPDATE {table} AS t SET holder = $3, \
-             epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, \
-             expires_at = clock_timestamp() + make_interval(secs => $4::float8) \
-         FROM (SELECT shard FROM {table} \
-               WHERE space = $1 AND layout = $2 AND shard BETWEEN $5::bigint AND $6::bigint \
-                 AND shard <> ALL($7::bigint[]) AND expires_at <= clock_timestamp() \
-               ORDER BY expires_at, shard LIMIT 1 FOR UPDATE SKIP LOCKED) AS free \
-         WHERE t.space = $1 AND t.shard = free.shard \
-         RETURNING t.shard, t.epoch, t.high_water, t.last_second, t.last_sequence, t.seen, \
-             t.layout, extract(epoch FROM clock_timestamp())::float8"
-    );
-    let ttl = config.ttl.as_secs_f64();
+    let acquire = [sql::acquire(ask, &target, &layout)];
     let mut tries = 0;
     loop {
         tries += 1;
         let sent = Instant::now();
-        let granted = conn.run(&target, timeout, async |c| {
-            c.query_opt(
-                &acquire,
-                &[
-                    &config.prefix,
-                    &layout,
-                    &ask.token,
-                    &ttl,
-                    &first,
-                    &last,
-                    &skip,
-                ],
-            )
-            .await
-        });
-        let row = match granted {
-            Ok(row) => row,
+        let row = match conn.write(&target, timeout, &acquire) {
+            Ok(mut answers) => answers
+                .pop()
+                .and_then(|a: Answer| a.rows.into_iter().next()),
             Err(f) if f.code() == Some(UNDEFINED_TABLE) && tries < MAX_TRIES => {
-                create_table(&mut conn, &target, config, &table, timeout)?;
+                create_table(&mut conn, &target, config, timeout)?;
                 continue;
             }
             Err(f) => return Err(f.into_error("lease a shard from", config).into()),
         };
         if let Some(row) = row {
-            return granted_row(ask, target, table, conn, &row, sent, layout);
+            let granted =
+                Granted::read(&row).map_err(|f| f.into_error("lease a shard from", config))?;
+            return granted_row(ask, target, conn, granted, sent, layout);
         }
         // Nothing free: another layout's ID space, rows not created yet,
         // or every shard leased. Or a race: the row the statement chose was
         // taken by a concurrent acquisition after its snapshot, and
         // `LIMIT 1` then yields nothing rather than the next free row; a
         // new statement (a new snapshot) finds it.
-        if prepare_space(&mut conn, &target, ask, &table, &layout, timeout)? {
+        if prepare_space(&mut conn, &target, ask, &layout, timeout)? {
             continue;
         }
         if tries >= MAX_TRIES {
@@ -215,31 +220,30 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
 fn granted_row(
     ask: &Ask<'_>,
     target: Target,
-    table: String,
     conn: Conn,
-    row: &Row,
+    row: Granted,
     sent: Instant,
     layout: String,
 ) -> Result<(Box<dyn Engine>, Grant)> {
     let config = ask.config;
-    let shard = u32::try_from(row.get::<_, i64>(0)).unwrap_or(u32::MAX);
+    let shard = u32::try_from(row.shard).unwrap_or(u32::MAX);
     let lease = PgLease {
         config: config.clone(),
+        table: target.table(),
         target,
-        table,
         shard,
         token: ask.token.to_string(),
-        epoch: row.get(1),
+        epoch: row.epoch,
         layout,
         conn: Mutex::new(conn),
-        renew_conn: Mutex::new(Conn::open(config)?),
     };
+    let server = server_time(row.server);
     let record = lease.read(row, ask.layout);
     let grant = Grant {
         shard,
         record,
         at: sent,
-        server_time: server_time(row.get(7)),
+        server_time: server,
     };
     Ok((Box::new(lease), grant))
 }
