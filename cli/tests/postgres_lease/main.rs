@@ -25,6 +25,7 @@ use idutil_harness::state_dir;
 mod command;
 mod fleet;
 mod outages;
+mod poolers;
 mod rows;
 mod standbys;
 

@@ -4,6 +4,7 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use super::conn::{number, off_runtime, Conn, Failure};
+use super::replication::{self, Setup};
 use super::sql::{self, Key};
 use super::{server_time, PgLease};
 use crate::lease::{Engine, LeaseError, Renewed, Trouble};
@@ -84,11 +85,22 @@ impl Engine for PgLease {
             return Err(again(Failure::Timeout(timeout)));
         };
         let left = timeout.saturating_sub(start.elapsed());
-        let statement = sql::renew(&self.table, &self.key(), self.config.ttl);
-        let mut answers = conn
-            .write(&self.target, left, &[statement])
-            .map_err(again)?;
-        let Some(row) = answers.pop().and_then(|a| a.rows.into_iter().next()) else {
+        // The replication setup, read in the same round trip.
+        let statements = [
+            replication::PROBE.to_string(),
+            sql::renew(&self.table, &self.key(), self.config.ttl),
+        ];
+        let mut answers = conn.write(&self.target, left, &statements).map_err(again)?;
+        let renewed = answers.pop().and_then(|a| a.rows.into_iter().next());
+        let setup = answers
+            .pop()
+            .and_then(|a| a.rows.into_iter().next())
+            .and_then(|row| Setup::read(&row));
+        if let Some(setup) = setup {
+            replication::judge(&setup, &self.config, self.target.strict(), &self.warned)
+                .map_err(Trouble::Again)?;
+        }
+        let Some(row) = renewed else {
             return Err(self.gone(&mut conn, left, 0));
         };
         if row[1].as_deref() != Some(self.layout.as_str()) {

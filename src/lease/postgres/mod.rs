@@ -91,11 +91,13 @@
 mod conn;
 mod engine;
 mod inspect;
+mod replication;
 mod row;
 mod sql;
 mod target;
 mod tls;
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -135,6 +137,9 @@ struct PgLease {
     /// The holder's one connection, for renewals, raises and the close: a
     /// pooler's pool gives the holder one server connection at a time.
     conn: Mutex<Conn>,
+    /// Whether the replication setup's risk was warned about (once until
+    /// it changes).
+    warned: AtomicBool,
 }
 
 /// The row the acquiring statement returned, its columns read.
@@ -181,6 +186,16 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     let mut conn = Conn::open(config)?;
     let layout = ask.layout.fingerprint();
     let timeout = config.op_timeout().max(Duration::from_secs(2));
+    let warned = AtomicBool::new(false);
+    let setup = conn
+        .write(&target, timeout, &[replication::PROBE.to_string()])
+        .map_err(|f| f.into_error("read the replication setup of", config))?
+        .pop()
+        .and_then(|a| a.rows.into_iter().next())
+        .and_then(|row| replication::Setup::read(&row));
+    if let Some(setup) = &setup {
+        replication::judge(setup, config, target.strict(), &warned)?;
+    }
     let acquire = [sql::acquire(ask, &target, &layout)];
     let mut tries = 0;
     loop {
@@ -199,7 +214,7 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
         if let Some(row) = row {
             let granted =
                 Granted::read(&row).map_err(|f| f.into_error("lease a shard from", config))?;
-            return granted_row(ask, target, conn, granted, sent, layout);
+            return granted_row(ask, target, conn, granted, sent, layout, warned);
         }
         // Nothing free: another layout's ID space, rows not created yet,
         // or every shard leased. Or a race: the row the statement chose was
@@ -224,6 +239,7 @@ fn granted_row(
     row: Granted,
     sent: Instant,
     layout: String,
+    warned: AtomicBool,
 ) -> Result<(Box<dyn Engine>, Grant)> {
     let config = ask.config;
     let shard = u32::try_from(row.shard).unwrap_or(u32::MAX);
@@ -236,6 +252,7 @@ fn granted_row(
         epoch: row.epoch,
         layout,
         conn: Mutex::new(conn),
+        warned,
     };
     let server = server_time(row.server);
     let record = lease.read(row, ask.layout);
