@@ -194,6 +194,18 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: Option<StateAction>,
     },
+    /// Audit a lease store: what in its setup keeps the lease's promise and what does not
+    #[cfg(feature = "lease")]
+    #[command(
+        after_help = "Prints one line per finding: ok, warn or fail, the topic, and what to \
+                      change. Exit status 1 when a line says fail.\n\n\
+                      Examples:\n  idutil lease check postgres://app@db/app\n  \
+                      IDUTIL_LEASE_URL=postgres://app@db/app idutil lease check --json"
+    )]
+    Lease {
+        #[command(subcommand)]
+        action: LeaseAction,
+    },
     /// Print a shell completion script
     #[command(
         after_help = "Examples:\n  idutil completions bash > ~/.local/share/bash-completion/completions/idutil\n  \
@@ -215,6 +227,22 @@ pub(crate) enum Command {
         /// (default: the page of idutil itself)
         #[arg(value_name = "COMMAND")]
         command: Vec<String>,
+    },
+}
+
+#[cfg(feature = "lease")]
+#[derive(Subcommand)]
+pub(crate) enum LeaseAction {
+    /// Audit the store: durability settings, standbys and the synchronous setup, a pooler in
+    /// front, the schema and search path, privileges, clock skew, rows that never expire and
+    /// free shards (PostgreSQL)
+    Check {
+        /// The store (default: --lease, else IDUTIL_LEASE_URL)
+        #[arg(value_name = "URL", value_parser = parse_lease_url)]
+        url: Option<String>,
+        /// Print a JSON array of objects: verdict, topic, text
+        #[arg(long)]
+        json: bool,
     },
 }
 

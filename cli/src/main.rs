@@ -2,6 +2,8 @@
 
 mod args;
 mod decode;
+#[cfg(feature = "lease")]
+mod lease;
 mod manual;
 mod next;
 mod report;
@@ -77,6 +79,10 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             decode_lines(stdin.lock(), json, cli.common.layout(), &mut out)?
         }
         Command::Decode { ids, json } => decode(&ids, json, cli.common.layout(), &mut out)?,
+        #[cfg(feature = "lease")]
+        Command::Lease {
+            action: args::LeaseAction::Check { url, json },
+        } => lease::check(&cli.common, url.as_deref(), json, &mut out)?,
         Command::Completions { shell } => completions(shell, &mut out)?,
         Command::Man { command } => man(&command, &mut out)?,
         Command::State { json, action: None } => show_state(&cli.common, json, &mut out)?,

@@ -22,10 +22,12 @@ use idutil_harness::child::{self, MARK};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::state_dir;
 
+mod check;
 mod command;
 mod fleet;
 mod outages;
 mod poolers;
+mod replication;
 mod rows;
 mod standbys;
 

@@ -12,6 +12,7 @@ use idutil_harness::pgbouncer::{PgBouncer, Pool};
 use idutil_harness::postgres::Postgres;
 use idutil_harness::state_dir;
 
+use crate::check::{lease_check, line};
 use crate::{
     driven, is_no_free_shard, leased, open_when_free, server, wait_for_each_to_issue, Ids,
 };
@@ -93,6 +94,8 @@ fn through_pgbouncer_in_transaction_mode() {
     };
     let most = holders_through(&pg, &bouncer.url("postgres"), 8, Duration::from_secs(3));
     assert!(most <= 4, "{most} server connections for a pool of 4");
+    let (_, lines) = lease_check(&bouncer.url("postgres"), &[]);
+    line(&lines, "ok", "pooler", "transaction mode");
 }
 
 /// PgBouncer in session mode with a pool of 4 and 4 holders: each holder
@@ -105,6 +108,8 @@ fn through_pgbouncer_in_session_mode() {
     };
     let most = holders_through(&pg, &bouncer.url("postgres"), 4, Duration::from_secs(3));
     assert!(most <= 4, "{most} server connections for a pool of 4");
+    let (_, lines) = lease_check(&bouncer.url("postgres"), &[]);
+    line(&lines, "ok", "pooler", "session mode or a proxy");
 }
 
 /// Statement mode runs no transaction of two statements: refused, named.
@@ -120,6 +125,9 @@ fn pgbouncer_in_statement_mode_is_refused_by_name() {
         .err()
         .expect("statement mode refused");
     assert!(e.to_string().contains("statement mode"), "{e}");
+    let (ok, lines) = lease_check(&bouncer.url("postgres"), &[]);
+    assert!(!ok);
+    line(&lines, "fail", "connection", "statement mode");
 }
 
 /// Two services of one fleet: role `api`, which has a schema of its own
@@ -169,6 +177,16 @@ fn roles_with_different_search_paths_share_one_table() {
     let worker = open_when_free(&leased(&host_worker, config("worker")), ttl * 4);
     all.add(worker.next_ids(300_000).unwrap().map(u64::from), "worker");
     assert_eq!(pg.psql("SELECT count(*) FROM api.idutil_lease"), "0");
+    let (_, lines) = lease_check(&url("api"), &[]);
+    line(&lines, "warn", "schema", "finds \"api\".idutil_lease first");
+    line(&lines, "ok", "privileges", "SELECT, INSERT, UPDATE");
+    let (_, lines) = lease_check(&url("worker"), &[]);
+    line(
+        &lines,
+        "warn",
+        "schema",
+        "other idutil_lease tables exist in schema(s) api:",
+    );
     // A schema named in the URL or the configuration, and a conflict
     // between them, refused.
     for config in [

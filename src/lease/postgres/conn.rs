@@ -211,6 +211,21 @@ impl Conn {
         Ok(answers.drain(2..).collect())
     }
 
+    /// Opens a transaction block and rolls it back: a pooler in statement
+    /// mode refuses the block (it hands each statement any server
+    /// connection), and would break the lease's transactions as soon as one
+    /// statement in them failed, so it is refused up front.
+    pub(super) fn transaction_block(
+        &mut self,
+        target: &Target,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        self.run(target, timeout, async |c| {
+            c.simple_query("BEGIN").await?;
+            c.simple_query("ROLLBACK").await.map(drop)
+        })
+    }
+
     /// Runs `op` on the connection (connecting first if needed) within
     /// `timeout`, connection included, off any async caller's thread. A
     /// connection found closed (the server restarted, the session was

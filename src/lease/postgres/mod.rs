@@ -88,6 +88,7 @@
 //! fence. Opening a generator from async code is fine: the lease then
 //! connects from a short-lived thread of its own.
 
+mod audit;
 mod conn;
 mod engine;
 mod inspect;
@@ -103,6 +104,7 @@ use std::time::{Duration, Instant};
 
 use super::{Ask, Engine, Grant, LeaseConfig, LeaseError};
 use crate::error::Result;
+pub(crate) use audit::audit;
 use conn::{number, off_runtime, Answer, Conn, Failure};
 pub(crate) use inspect::inspect;
 use sql::{create_table, prepare_space};
@@ -186,6 +188,8 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     let mut conn = Conn::open(config)?;
     let layout = ask.layout.fingerprint();
     let timeout = config.op_timeout().max(Duration::from_secs(2));
+    conn.transaction_block(&target, timeout)
+        .map_err(|f| f.into_error("open a transaction in", config))?;
     let warned = AtomicBool::new(false);
     let setup = conn
         .write(&target, timeout, &[replication::PROBE.to_string()])

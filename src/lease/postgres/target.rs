@@ -103,6 +103,14 @@ impl Target {
         format!("{}.{}", quote(&self.schema), quote(super::sql::TABLE))
     }
 
+    /// The ports the URL names.
+    pub(super) fn ports(&self) -> Vec<u16> {
+        self.hosts
+            .iter()
+            .flat_map(|h| h.get_ports().iter().copied())
+            .collect()
+    }
+
     /// The schema the lease table is in.
     pub(super) fn schema(&self) -> &str {
         &self.schema

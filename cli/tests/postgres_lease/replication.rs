@@ -1,0 +1,156 @@
+//! What a commit means with standbys: a cancelled wait for the synchronous
+//! standby, and setups where a standby that lacks a raise can be promoted.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::Error;
+use idutil_harness as harness;
+use idutil_harness::postgres::Postgres;
+use idutil_harness::proxy::Proxy;
+use idutil_harness::state_dir;
+
+use crate::check::{lease_check, line};
+use crate::{leased, open_when_free, server, wait_until, Ids};
+
+/// The synchronous standby stalls (its link cut) while a holder bursts
+/// ahead of the clock; an operator cancels every backend stuck waiting for
+/// it (`pg_cancel_backend`, over and over), so each commit comes back with
+/// PostgreSQL's warning; then the primary dies and the standby is
+/// promoted. The holder counted none of those commits, so it issued
+/// nothing past the mark the standby has, and the next holder there issues
+/// nothing twice.
+#[test]
+fn a_cancelled_wait_for_the_synchronous_standby_is_not_a_commit() {
+    let Some(mut primary) = server() else { return };
+    let link = Proxy::start(primary.port());
+    let standby = primary.standby(Some(link.port()));
+    primary.synchronous(true);
+    primary.psql("CREATE TABLE probe (x int); INSERT INTO probe VALUES (1)");
+    let ttl = Duration::from_secs(3);
+    let config = |url: String| LeaseConfig::new(url).ttl(ttl).shards(4..=4);
+    let host_a = state_dir();
+    let a = leased(&host_a, config(primary.tcp_url())).open().unwrap();
+    let mut a_ids: Vec<u64> = a.next_ids(1000).unwrap().map(u64::from).collect();
+    link.cut();
+    let (stop, cancelled) = (AtomicBool::new(false), AtomicUsize::new(0));
+    thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(n) = primary.try_psql(
+                    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) \
+                     FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+                ) {
+                    cancelled.fetch_add(n.parse().unwrap_or(0), Ordering::Relaxed);
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        });
+        // A burst 20 seconds past the reservation needs raises; each one
+        // is cancelled on its way to the standby. Tried for a while, as
+        // an application retries, until one goes through.
+        let until = std::time::Instant::now() + ttl * 2;
+        while std::time::Instant::now() < until {
+            if let Ok(ids) = a.next_ids(1_500_000) {
+                a_ids.extend(ids.map(u64::from));
+                break;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(
+        cancelled.load(Ordering::Relaxed) > 0,
+        "no wait for the standby was cancelled: the test's premise failed"
+    );
+    primary.kill_immediate();
+    standby.promote();
+    thread::sleep(ttl);
+    let host_b = state_dir();
+    let b = open_when_free(
+        &leased(&host_b, config(standby.tcp_url())),
+        Duration::from_secs(20),
+    );
+    let mut all = Ids::default();
+    all.add(a_ids, "A (old primary)");
+    all.add(
+        b.next_ids(3_000_000).unwrap().map(u64::from),
+        "B (promoted)",
+    );
+    drop(a);
+}
+
+/// Runs `idutil --lease URL next`: its exit status and standard error.
+fn next_through(url: &str) -> (bool, String) {
+    let dir = state_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_idutil"))
+        .args(["--lease", url, "next"])
+        .env("IDUTIL_STATE_DIR", dir.path())
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
+        .env_remove("IDUTIL_SHARD")
+        .env_remove("IDUTIL_LEASE_URL")
+        .env_remove("IDUTIL_REDIS_URL")
+        .env_remove("IDUTIL_LAYOUT")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Sets `synchronous_standby_names` on `primary`.
+fn standby_names(primary: &Postgres, names: &str) {
+    primary.psql(&format!(
+        "ALTER SYSTEM SET synchronous_standby_names = '{names}'"
+    ));
+    primary.psql("SELECT pg_reload_conf()");
+}
+
+/// Two standbys, and settings under which only one of them confirms a
+/// commit (`ANY 1`, `*`) or none does: the lease says so, naming the
+/// setting and the safe ones, and refuses with `replication=strict` (or
+/// `LeaseConfig::strict_replication`). `ANY 2` of both is safe.
+#[test]
+fn a_standby_that_may_lack_a_raise_is_warned_about_or_refused() {
+    let Some(primary) = server() else { return };
+    let _s1 = primary.standby(None);
+    let _s2 = primary.standby(None);
+    wait_until("two standbys streaming", Duration::from_secs(20), || {
+        primary.psql("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'") == "2"
+    });
+    let url = primary.tcp_url();
+    let strict = format!("{url}&replication=strict");
+    for (names, says) in [
+        ("ANY 1 (standby)", "quorum of 1 of 2"),
+        ("*", "'*'"),
+        ("", "is empty"),
+    ] {
+        standby_names(&primary, names);
+        let (ok, stderr) = next_through(&url);
+        assert!(ok, "{names}: {stderr}");
+        assert!(stderr.contains(says), "{names}: {stderr}");
+        assert!(stderr.contains("ANY n"), "{names}: {stderr}");
+        let (ok, stderr) = next_through(&strict);
+        assert!(!ok, "{names}: leased under replication=strict");
+        assert!(stderr.contains(says), "{names}: {stderr}");
+        let refused = leased(
+            &state_dir(),
+            LeaseConfig::new(&url).strict_replication(true),
+        )
+        .open()
+        .err();
+        assert!(
+            matches!(refused, Some(Error::Lease(LeaseError::UnsafeStore { .. }))),
+            "{names}: {refused:?}"
+        );
+    }
+    standby_names(&primary, "ANY 2 (standby)");
+    let (ok, stderr) = next_through(&strict);
+    assert!(ok && stderr.is_empty(), "ANY 2 of 2: {stderr}");
+    let (_, lines) = lease_check(&strict, &[]);
+    line(&lines, "ok", "replication", "2 standby(s) streaming");
+}
