@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::runtime::{Builder, Runtime};
-use tokio_postgres::error::{DbError, SqlState};
+use tokio_postgres::error::{DbError, Severity, SqlState};
 use tokio_postgres::{AsyncMessage, Client, Connection, SimpleQueryMessage};
 
 use super::target::Target;
@@ -228,9 +228,12 @@ impl Conn {
 
     /// Runs `op` on the connection (connecting first if needed) within
     /// `timeout`, connection included, off any async caller's thread. A
-    /// connection found closed (the server restarted, the session was
-    /// terminated) is replaced once within the same deadline: every
-    /// operation of the lease is a conditional write that may run twice.
+    /// connection found closed or ended by the server while idle (the
+    /// server restarted, the session was terminated: a `FATAL` error that
+    /// the next request reads) is replaced once within the same deadline:
+    /// every operation of the lease is a conditional write that may run
+    /// twice, and a commit that may have gone through without the standby
+    /// is confirmed by the second one.
     fn run<T: Send>(
         &mut self,
         target: &Target,
@@ -257,7 +260,7 @@ impl Conn {
                 if let Some(s) = session.as_mut() {
                     s.notices.take();
                     match op(&mut s.client).await {
-                        Err(e) if e.is_closed() => *session = None,
+                        Err(e) if ended(&e) => *session = None,
                         done => return done.map(|v| (v, s.notices.take())),
                     }
                 }
@@ -289,6 +292,18 @@ impl Conn {
             }
         }
     }
+}
+
+/// The session is over: closed, or ended by the server (`FATAL`, as
+/// `pg_terminate_backend` and a restart send).
+fn ended(e: &tokio_postgres::Error) -> bool {
+    e.is_closed()
+        || e.as_db_error().is_some_and(|db| {
+            matches!(
+                db.parsed_severity(),
+                Some(Severity::Fatal | Severity::Panic)
+            )
+        })
 }
 
 /// PostgreSQL's warning that a commit did not wait for the synchronous

@@ -189,11 +189,11 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     let layout = ask.layout.fingerprint();
     let timeout = config.op_timeout().max(Duration::from_secs(2));
     conn.transaction_block(&target, timeout)
-        .map_err(|f| f.into_error("open a transaction in", config))?;
+        .map_err(|f| f.into_error("lease a shard from", config))?;
     let warned = AtomicBool::new(false);
     let setup = conn
         .write(&target, timeout, &[replication::PROBE.to_string()])
-        .map_err(|f| f.into_error("read the replication setup of", config))?
+        .map_err(|f| f.into_error("lease a shard from", config))?
         .pop()
         .and_then(|a| a.rows.into_iter().next())
         .and_then(|row| replication::Setup::read(&row));
