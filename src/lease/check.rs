@@ -44,6 +44,7 @@ pub struct Finding {
 }
 
 impl Finding {
+    #[cfg_attr(not(feature = "postgres-lease"), allow(dead_code))]
     pub(crate) fn new(verdict: Verdict, topic: &'static str, text: impl Into<String>) -> Finding {
         Finding {
             verdict,

@@ -18,10 +18,12 @@
 //! # The table
 //!
 //! One table, `idutil_lease`, created on first use (`CREATE TABLE IF NOT
-//! EXISTS`) in [`LeaseConfig::schema`], or else the first schema of the
-//! connection's `search_path` (set it in the URL with
-//! `options=-csearch_path%3Dmyschema`). One row per ID space
-//! ([`LeaseConfig::prefix`]) and shard:
+//! EXISTS`) in the schema `public`, or the one named by the URL's
+//! `schema=` option or [`LeaseConfig::schema`]. Every statement names the
+//! table with its schema, whatever the session's `search_path`: services
+//! whose roles have different search paths (a role `api` with a schema of
+//! its own name comes first on its default path) share one table, and so
+//! one ID space. One row per ID space ([`LeaseConfig::prefix`]) and shard:
 //!
 //! | column | meaning |
 //! |---|---|
@@ -45,14 +47,23 @@
 //! # What it promises, and on which deployment
 //!
 //! - **A raise is committed before an ID past it is issued**, with
-//!   `synchronous_commit` at least `on` for the lease's sessions whatever
-//!   the database's default. With a **synchronous standby**
-//!   (`synchronous_standby_names`), a committed raise is on the standby
-//!   too, so a failover to it loses no mark, and an old primary cut off
-//!   from its standby cannot commit: its holders can neither renew nor
-//!   raise, and fence themselves within three quarters of the TTL while the
-//!   promoted standby grants the shard to a new holder that resumes after
-//!   every mark. **No duplicate through failover or split brain.**
+//!   `synchronous_commit` at least `on` for each of the lease's
+//!   transactions whatever the database's default. With a **synchronous
+//!   standby** (`synchronous_standby_names`), a committed raise is on the
+//!   standby too, so a failover to it loses no mark, and an old primary
+//!   cut off from its standby cannot commit: its holders can neither renew
+//!   nor raise, and fence themselves within three quarters of the TTL while
+//!   the promoted standby grants the shard to a new holder that resumes
+//!   after every mark. **No duplicate through failover or split brain.**
+//! - **A commit counts only once the standby has it.** A commit whose wait
+//!   for the synchronous standby was cancelled (an operator's
+//!   `pg_cancel_backend` on a hung commit, a client cancel) comes back from
+//!   PostgreSQL as a success with the warning "canceling wait for
+//!   synchronous replication": the lease reads that warning and counts
+//!   such a raise or renewal as failed, as it does a connection lost during
+//!   the commit. The holder issues nothing past that mark; it writes again,
+//!   and only a later commit the standby confirms (which covers the earlier
+//!   one) lets it go on, or it fences itself.
 //! - With an **asynchronous standby**, a failover can lose the last raises
 //!   before it, as any asynchronous replica loses the last commits: a new
 //!   holder on the promoted standby can re-issue IDs in the seconds the lost
@@ -82,11 +93,81 @@
 //!   share of the round trip's deadline, so a host that drops packets or
 //!   never answers does not keep a connection from the next.
 //!
+//! The URL's own options, taken out before it is handed to `tokio-postgres`:
+//! `schema=NAME` (the table's schema, see [the table](#the-table)) and
+//! `replication=strict` (see [replication](#replication)).
+//!
 //! The client is `tokio-postgres` on a runtime of its own per connection,
 //! on the calling thread, rather than the synchronous `postgres` crate: it
 //! gives every round trip a deadline, so a renewal can never outlast the
 //! fence. Opening a generator from async code is fine: the lease then
 //! connects from a short-lived thread of its own.
+//!
+//! # Deploying the PostgreSQL lease
+//!
+//! `idutil lease check URL` (or [`check`](crate::lease::check)) audits a
+//! deployment, line by line: durability settings, standbys and the
+//! synchronous setup, a pooler in front, the schema and search path,
+//! privileges, clock skew, rows that never expire and free shards.
+//!
+//! ## Poolers
+//!
+//! The lease works through PgBouncer and the poolers built like it
+//! (Supabase's, Neon's `-pooler` hosts, Heroku's, RDS Proxy) in
+//! **transaction** and **session** mode. A holder has one connection, for
+//! its renewals, raises and close, so it takes one server connection at a
+//! time: in session mode, size the pool to the fleet (one per holder); in
+//! transaction mode a pool smaller than the fleet is fine. Every write is
+//! one transaction in one round trip of the simple query protocol: no
+//! prepared statement (named or not), and no session setting
+//! (`synchronous_commit` and `lock_timeout` are set with `SET LOCAL`
+//! semantics inside each transaction). A pooler in **statement** mode runs
+//! no transaction of several statements and is refused at open, by name.
+//! Poolers drop startup options such as `options=-csearch_path=...`: name
+//! the schema with `schema=` instead.
+//!
+//! ## Replication
+//!
+//! A mark must be on every standby that may be promoted. The lease reads
+//! `synchronous_standby_names`, `synchronous_commit` and
+//! `pg_stat_replication` at open and at every renewal (in the renewal's
+//! round trip), and warns (a `log::warn!`, once until the setup changes)
+//! when a standby that may lack a raise can be promoted:
+//!
+//! - standbys stream but `synchronous_standby_names` is empty (asynchronous
+//!   replication);
+//! - a quorum smaller than the standbys: `ANY 1 (s1, s2)`;
+//! - priority with more standbys than it waits for: `FIRST 1 (s1, s2)`,
+//!   `s1, s2`, or `*` with several standbys.
+//!
+//! The safe setups: `ANY n (s1, ..., sn)` or `FIRST n (...)` of all `n`
+//! standbys, or a failover manager that promotes only a synchronous
+//! standby (Patroni's synchronous mode, pg_auto_failover with its
+//! candidate priorities). `replication=strict` in the URL (or
+//! [`LeaseConfig::strict_replication`]) makes the warning a refusal
+//! ([`LeaseError::UnsafeStore`]): at open, and at a renewal, which then
+//! fails until the setup is safe again, so the holder fences itself.
+//!
+//! ## Backups and restores
+//!
+//! The marks live in the table, so a restore of it (or of the database)
+//! from an earlier backup takes the shards' marks back in time, and the
+//! next holders could re-issue what was issued since. Restore with the
+//! fleet stopped and wait out how far its holders may have run ahead of
+//! the clock before starting it again, or restore the table's rows with
+//! their `high_water` raised past the time of the restore. A logical dump
+//! (`pg_dump`) of the table is consistent; copying its rows by hand while
+//! holders run is not.
+//!
+//! ## Roles and schemas
+//!
+//! Give the fleet's roles `SELECT, INSERT, UPDATE` on the table (and
+//! `CREATE` on its schema for the first holder, or create the table with
+//! a migration: see [the table](#the-table) for its columns). Services
+//! of one fleet whose roles differ share one table as long as they name the
+//! same schema: the default `public` does, whatever their search paths.
+//! Fleets that must not share an ID space use different
+//! [`LeaseConfig::prefix`]es (or schemas).
 
 mod audit;
 mod conn;

@@ -381,6 +381,38 @@ mod tests {
     }
 
     #[test]
+    fn the_schema_and_the_replication_rule_come_from_the_url_or_the_config() {
+        let parse = |c: LeaseConfig| Target::parse(&c);
+        let t = parse(LeaseConfig::new("postgres://h/db")).unwrap();
+        assert_eq!(t.table(), "\"public\".\"idutil_lease\"");
+        assert!(!t.strict());
+        let t = parse(LeaseConfig::new("postgres://h/db?schema=api&replication=strict")).unwrap();
+        assert_eq!(t.table(), "\"api\".\"idutil_lease\"");
+        assert!(t.strict());
+        let t = parse(LeaseConfig::new("host=h schema=Odd\"Name").strict_replication(true)).unwrap();
+        assert_eq!(t.table(), "\"Odd\"\"Name\".\"idutil_lease\"");
+        assert!(t.strict());
+        let t = parse(LeaseConfig::new("postgres://h/db?schema=api").schema("api")).unwrap();
+        assert_eq!(t.schema(), "api");
+        for (config, says) in [
+            (LeaseConfig::new("postgres://h/db?schema=a").schema("b"), "name one"),
+            (LeaseConfig::new("postgres://h/db?schema="), "empty"),
+            (LeaseConfig::new("postgres://h/db?replication=maybe"), "replication=maybe"),
+        ] {
+            let e = parse(config).err().expect(says);
+            assert!(e.to_string().contains(says), "{e}");
+        }
+    }
+
+    #[test]
+    fn literals_mean_the_same_whatever_the_server_reads_backslashes_as() {
+        use super::super::conn::literal;
+        assert_eq!(literal("plain"), "E'plain'");
+        assert_eq!(literal("it's"), "E'it''s'");
+        assert_eq!(literal("a\\'; DROP TABLE x; --"), "E'a\\\\''; DROP TABLE x; --'");
+    }
+
+    #[test]
     fn bad_tls_settings_are_refused_with_a_reason() {
         for (url, says) in [
             ("postgres://h/db?sslmode=sometimes", "sslmode=sometimes"),
