@@ -66,6 +66,11 @@ impl Ids {
         }
     }
 
+    /// How many IDs were seen.
+    fn len(&self) -> usize {
+        self.seen.len()
+    }
+
     /// How many of `ids` were issued before (for the measured cases).
     fn count_duplicates(&mut self, ids: impl IntoIterator<Item = u64>, who: &str) -> usize {
         let mut dups = 0;

@@ -79,6 +79,10 @@ fn holders_through(server: &Postgres, url: &str, n: usize, ttl: Duration) -> usi
             &format!("next {i}"),
         );
     }
+    println!(
+        "{n} holders through {url}: {} IDs, no duplicate, at most {most} server connections",
+        all.len()
+    );
     most
 }
 

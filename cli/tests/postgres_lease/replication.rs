@@ -80,6 +80,11 @@ fn a_cancelled_wait_for_the_synchronous_standby_is_not_a_commit() {
         b.next_ids(3_000_000).unwrap().map(u64::from),
         "B (promoted)",
     );
+    println!(
+        "{} waits for the synchronous standby cancelled; {} IDs from A and B, no duplicate",
+        cancelled.load(Ordering::Relaxed),
+        all.len()
+    );
     drop(a);
 }
 

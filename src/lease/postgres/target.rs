@@ -386,18 +386,28 @@ mod tests {
         let t = parse(LeaseConfig::new("postgres://h/db")).unwrap();
         assert_eq!(t.table(), "\"public\".\"idutil_lease\"");
         assert!(!t.strict());
-        let t = parse(LeaseConfig::new("postgres://h/db?schema=api&replication=strict")).unwrap();
+        let t = parse(LeaseConfig::new(
+            "postgres://h/db?schema=api&replication=strict",
+        ))
+        .unwrap();
         assert_eq!(t.table(), "\"api\".\"idutil_lease\"");
         assert!(t.strict());
-        let t = parse(LeaseConfig::new("host=h schema=Odd\"Name").strict_replication(true)).unwrap();
+        let t =
+            parse(LeaseConfig::new("host=h schema=Odd\"Name").strict_replication(true)).unwrap();
         assert_eq!(t.table(), "\"Odd\"\"Name\".\"idutil_lease\"");
         assert!(t.strict());
         let t = parse(LeaseConfig::new("postgres://h/db?schema=api").schema("api")).unwrap();
         assert_eq!(t.schema(), "api");
         for (config, says) in [
-            (LeaseConfig::new("postgres://h/db?schema=a").schema("b"), "name one"),
+            (
+                LeaseConfig::new("postgres://h/db?schema=a").schema("b"),
+                "name one",
+            ),
             (LeaseConfig::new("postgres://h/db?schema="), "empty"),
-            (LeaseConfig::new("postgres://h/db?replication=maybe"), "replication=maybe"),
+            (
+                LeaseConfig::new("postgres://h/db?replication=maybe"),
+                "replication=maybe",
+            ),
         ] {
             let e = parse(config).err().expect(says);
             assert!(e.to_string().contains(says), "{e}");
@@ -409,7 +419,10 @@ mod tests {
         use super::super::conn::literal;
         assert_eq!(literal("plain"), "E'plain'");
         assert_eq!(literal("it's"), "E'it''s'");
-        assert_eq!(literal("a\\'; DROP TABLE x; --"), "E'a\\\\''; DROP TABLE x; --'");
+        assert_eq!(
+            literal("a\\'; DROP TABLE x; --"),
+            "E'a\\\\''; DROP TABLE x; --'"
+        );
     }
 
     #[test]
