@@ -46,16 +46,24 @@ impl Audit<'_> {
             .unwrap_or_default())
     }
 
-    /// The first row of one query, its cells as text ("" for NULL).
-    fn row(&mut self, sql: String) -> std::result::Result<Vec<String>, Failure> {
+    /// The first row of one query, its cells as text ("" for NULL): at
+    /// least `columns` of them, or a failure.
+    fn row(&mut self, sql: String, columns: usize) -> std::result::Result<Vec<String>, Failure> {
         let rows = self.rows(sql)?;
-        Ok(rows
+        let row: Vec<String> = rows
             .into_iter()
             .next()
             .unwrap_or_default()
             .into_iter()
             .map(Option::unwrap_or_default)
-            .collect())
+            .collect();
+        if row.len() < columns {
+            return Err(Failure::Answer(format!(
+                "{} columns answered where {columns} were asked for",
+                row.len()
+            )));
+        }
+        Ok(row)
     }
 
     fn failed(&mut self, topic: &'static str, f: Failure) {
@@ -85,6 +93,7 @@ fn audit_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<Finding>> {
          current_setting('synchronous_commit'), pg_backend_pid(), \
          current_setting('server_version')"
             .to_string(),
+        5,
     );
     let settings = match settings {
         Ok(row) => row,
@@ -180,7 +189,7 @@ fn pooler(a: &mut Audit<'_>, first_pid: &str) {
     let (mut mine, mut theirs) = (vec![first_pid.to_string()], Vec::new());
     let mut port = String::new();
     for _ in 0..3 {
-        match a.row(pid.clone()) {
+        match a.row(pid.clone(), 2) {
             Ok(row) => {
                 mine.push(row[0].clone());
                 port.clone_from(&row[1]);
@@ -238,7 +247,7 @@ fn schema(a: &mut Audit<'_>) -> bool {
         table_lit = literal(&table),
         bare = literal(TABLE),
         schema_lit = literal(&schema),
-    ));
+    ), 5);
     let row = match found {
         Ok(row) => row,
         Err(f) => {
@@ -306,7 +315,7 @@ fn privileges(a: &mut Audit<'_>, schema: &str, table: &str, exists: bool) {
     } else {
         format!("SELECT has_schema_privilege({}, 'CREATE')", literal(schema))
     };
-    let row = match a.row(sql) {
+    let row = match a.row(sql, if exists { 3 } else { 1 }) {
         Ok(row) => row,
         Err(f) => return a.failed("privileges", f),
     };
@@ -337,7 +346,8 @@ fn privileges(a: &mut Audit<'_>, schema: &str, table: &str, exists: bool) {
 }
 
 fn clock(a: &mut Audit<'_>) {
-    let row = match a.row("SELECT extract(epoch FROM clock_timestamp())::float8".to_string()) {
+    let clock_sql = "SELECT extract(epoch FROM clock_timestamp())::float8".to_string();
+    let row = match a.row(clock_sql, 1) {
         Ok(row) => row,
         Err(f) => return a.failed("clock", f),
     };

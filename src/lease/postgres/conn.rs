@@ -160,7 +160,7 @@ impl Conn {
     ///
     /// A commit the server reports with the warning that it cancelled the
     /// wait for the synchronous standby (an operator's `pg_cancel_backend`,
-    /// a `statement_timeout`) is committed on the primary only: it is a
+    /// a client's cancel request) is committed on the primary only: it is a
     /// [`Failure::Unreplicated`], never an acknowledgment, and the caller
     /// writes again (a later commit that the standby confirms covers it) or
     /// stops.
