@@ -235,8 +235,9 @@ fn pooler(a: &mut Audit<'_>, first_pid: &str) {
 fn schema(a: &mut Audit<'_>) -> bool {
     let schema = a.target.schema().to_string();
     let table = a.target.table();
-    let found = a.row(format!(
-        "SELECT n.oid IS NOT NULL, to_regclass({table_lit}) IS NOT NULL, \
+    let found = a.row(
+        format!(
+            "SELECT n.oid IS NOT NULL, to_regclass({table_lit}) IS NOT NULL, \
              COALESCE((SELECT s.nspname FROM pg_class c JOIN pg_namespace s \
                        ON s.oid = c.relnamespace WHERE c.oid = to_regclass({bare})), ''), \
              current_setting('search_path'), \
@@ -244,10 +245,12 @@ fn schema(a: &mut Audit<'_>) -> bool {
               FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace \
               WHERE c.relname = {bare} AND c.relkind IN ('r', 'p')) \
          FROM (SELECT 1) AS one LEFT JOIN pg_namespace n ON n.nspname = {schema_lit}",
-        table_lit = literal(&table),
-        bare = literal(TABLE),
-        schema_lit = literal(&schema),
-    ), 5);
+            table_lit = literal(&table),
+            bare = literal(TABLE),
+            schema_lit = literal(&schema),
+        ),
+        5,
+    );
     let row = match found {
         Ok(row) => row,
         Err(f) => {
