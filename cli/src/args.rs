@@ -236,6 +236,14 @@ pub(crate) enum LeaseAction {
     /// Audit the store: durability settings, standbys and the synchronous setup, a pooler in
     /// front, the schema and search path, privileges, clock skew, rows that never expire and
     /// free shards (PostgreSQL)
+    #[command(
+        after_help = "Prints one line per finding: ok, warn or fail, the topic, and what to \
+                      change. Exit status 1 when a line says fail. With --shard, only that \
+                      shard counts as the range; with --layout, the layout the fleet uses.\n\n\
+                      Examples:\n  idutil lease check postgres://app@db/app\n  \
+                      idutil lease check 'postgres://app@db/app?schema=ids&replication=strict'\n  \
+                      IDUTIL_LEASE_URL=postgres://app@db/app idutil lease check --json"
+    )]
     Check {
         /// The store (default: --lease, else IDUTIL_LEASE_URL)
         #[arg(value_name = "URL", value_parser = parse_lease_url)]

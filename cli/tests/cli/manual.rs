@@ -7,7 +7,7 @@ use crate::{idutil, text};
 #[test]
 fn help_for_every_command_has_examples() {
     let dir = tempfile::tempdir().unwrap();
-    for command in [
+    let mut commands = vec![
         &[][..],
         &["next"],
         &["decode"],
@@ -15,7 +15,11 @@ fn help_for_every_command_has_examples() {
         &["state", "recover"],
         &["completions"],
         &["man"],
-    ] {
+    ];
+    if cfg!(feature = "lease") {
+        commands.extend([&["lease"][..], &["lease", "check"]]);
+    }
+    for command in commands {
         for help in [vec!["--help"], vec!["-h"]] {
             let out = run(idutil(dir.path()).args(command).args(&help));
             let stdout = text(&out.stdout);
