@@ -159,3 +159,38 @@ fn a_standby_that_may_lack_a_raise_is_warned_about_or_refused() {
     let (_, lines) = lease_check(&strict, &[]);
     line(&lines, "ok", "replication", "2 standby(s) streaming");
 }
+
+/// A holder under `replication=strict` opened while every standby
+/// confirmed commits (`ANY 2` of two); the setup turns to `ANY 1`: its
+/// renewals refuse it, so it stops issuing, naming the setting, and goes on
+/// once the setup is safe again.
+#[test]
+fn a_setup_turned_unsafe_under_a_strict_holder_stops_it_until_it_is_safe() {
+    let Some(primary) = server() else { return };
+    let _s1 = primary.standby(None);
+    let _s2 = primary.standby(None);
+    wait_until("two standbys streaming", Duration::from_secs(20), || {
+        primary.psql("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'") == "2"
+    });
+    standby_names(&primary, "ANY 2 (standby)");
+    let ttl = Duration::from_secs(3);
+    let strict = LeaseConfig::new(format!("{}&replication=strict", primary.tcp_url())).ttl(ttl);
+    let host = state_dir();
+    let g = leased(&host, strict).open().unwrap();
+    g.next_id().unwrap();
+    standby_names(&primary, "ANY 1 (standby)");
+    let mut last = String::new();
+    wait_until("the holder stops", ttl * 3, || match g.next_id() {
+        Ok(_) => false,
+        Err(e) => {
+            last = e.to_string();
+            true
+        }
+    });
+    assert!(
+        last.contains("not known to be held") && last.contains("quorum of 1 of 2"),
+        "{last}"
+    );
+    standby_names(&primary, "ANY 2 (standby)");
+    wait_until("the holder goes on", ttl * 3, || g.next_id().is_ok());
+}
