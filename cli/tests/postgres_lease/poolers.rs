@@ -13,6 +13,7 @@ use idutil_harness::postgres::Postgres;
 use idutil_harness::state_dir;
 
 use crate::check::{lease_check, line};
+use crate::fleet::{lease_child, read_ids};
 use crate::{
     driven, is_no_free_shard, leased, open_when_free, server, wait_for_each_to_issue, Ids,
 };
@@ -87,9 +88,9 @@ fn holders_through(server: &Postgres, url: &str, n: usize, ttl: Duration) -> usi
 }
 
 /// PgBouncer in transaction mode (what most managed poolers run), a pool
-/// of 4 server connections and 8 holders at once: no prepared statement
-/// and no session setting is needed, so every holder leases, renews,
-/// raises and closes through it.
+/// of 4 server connections and 8 holders at once, then 6 holder processes
+/// at once: no prepared statement and no session setting is needed, so
+/// every holder leases, renews, raises and closes through it.
 #[test]
 fn through_pgbouncer_in_transaction_mode() {
     let Some(pg) = server() else { return };
@@ -100,6 +101,23 @@ fn through_pgbouncer_in_transaction_mode() {
     assert!(most <= 4, "{most} server connections for a pool of 4");
     let (_, lines) = lease_check(&bouncer.url("postgres"), &[]);
     line(&lines, "ok", "pooler", "transaction mode");
+    // Holders in processes of their own, as a fleet's are: each process
+    // would name its prepared statements alike, and one would find
+    // another's on a shared server connection.
+    pg.psql("CREATE DATABASE fleet");
+    let url = bouncer.url("postgres").replace("/postgres?", "/fleet?");
+    let mut children: Vec<_> = (0..6)
+        .map(|_| lease_child(&url, 3000, (0, 15), Some(5000), None))
+        .collect();
+    let mut all = Ids::default();
+    for (i, c) in children.iter_mut().enumerate() {
+        let leased = c.next().expect("the child reports its lease");
+        assert!(leased.starts_with("leased "), "child {i}: {leased}");
+        let (ids, other) = read_ids(c, usize::MAX);
+        assert_eq!(ids.len(), 5000, "child {i}: {other:?}");
+        assert_eq!(other, ["done"], "child {i}");
+        all.add(ids, &format!("child {i}"));
+    }
 }
 
 /// PgBouncer in session mode with a pool of 4 and 4 holders: each holder
