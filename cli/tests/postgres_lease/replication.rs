@@ -18,8 +18,9 @@ use crate::{leased, open_when_free, server, wait_until, Ids};
 
 /// The synchronous standby stalls (its link cut) while a holder bursts
 /// ahead of the clock; an operator cancels every backend stuck waiting for
-/// it (`pg_cancel_backend`, over and over), so each commit comes back with
-/// PostgreSQL's warning; then the primary dies and the standby is
+/// it (`pg_cancel_backend`, over and over, and now and then
+/// `pg_terminate_backend`), so each commit comes back with PostgreSQL's
+/// warning or a dead connection; then the primary dies and the standby is
 /// promoted. The holder counted none of those commits, so it issued
 /// nothing past the mark the standby has, and the next holder there issues
 /// nothing twice.
@@ -39,11 +40,20 @@ fn a_cancelled_wait_for_the_synchronous_standby_is_not_a_commit() {
     let (stop, cancelled) = (AtomicBool::new(false), AtomicUsize::new(0));
     thread::scope(|s| {
         s.spawn(|| {
+            // Cancelled, and every third time terminated: a connection
+            // that dies during the commit is no acknowledgment either.
+            let mut round = 0;
             while !stop.load(Ordering::Relaxed) {
-                if let Ok(n) = primary.try_psql(
-                    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) \
-                     FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
-                ) {
+                round += 1;
+                let how = if round % 3 == 0 {
+                    "pg_terminate_backend"
+                } else {
+                    "pg_cancel_backend"
+                };
+                if let Ok(n) = primary.try_psql(&format!(
+                    "SELECT count(*) FILTER (WHERE {how}(pid)) \
+                     FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+                )) {
                     cancelled.fetch_add(n.parse().unwrap_or(0), Ordering::Relaxed);
                 }
                 thread::sleep(Duration::from_millis(20));
@@ -81,7 +91,7 @@ fn a_cancelled_wait_for_the_synchronous_standby_is_not_a_commit() {
         "B (promoted)",
     );
     println!(
-        "{} waits for the synchronous standby cancelled; {} IDs from A and B, no duplicate",
+        "{} waits for the synchronous standby cancelled or terminated; {} IDs from A and B, no duplicate",
         cancelled.load(Ordering::Relaxed),
         all.len()
     );
