@@ -97,7 +97,7 @@ fn through_pgbouncer_in_transaction_mode() {
     let Some(bouncer) = pooler(&pg, "transaction", 4, &["postgres"]) else {
         return;
     };
-    let most = holders_through(&pg, &bouncer.url("postgres"), 8, Duration::from_secs(3));
+    let most = holders_through(&pg, &bouncer.url("postgres"), 8, Duration::from_secs(4));
     assert!(most <= 4, "{most} server connections for a pool of 4");
     let (_, lines) = lease_check(&bouncer.url("postgres"), &[]);
     line(&lines, "ok", "pooler", "transaction mode");
@@ -128,7 +128,7 @@ fn through_pgbouncer_in_session_mode() {
     let Some(bouncer) = pooler(&pg, "session", 4, &["postgres"]) else {
         return;
     };
-    let most = holders_through(&pg, &bouncer.url("postgres"), 4, Duration::from_secs(3));
+    let most = holders_through(&pg, &bouncer.url("postgres"), 4, Duration::from_secs(4));
     assert!(most <= 4, "{most} server connections for a pool of 4");
     let (_, lines) = lease_check(&bouncer.url("postgres"), &[]);
     line(&lines, "ok", "pooler", "session mode or a proxy");
