@@ -204,3 +204,53 @@ fn a_setup_turned_unsafe_under_a_strict_holder_stops_it_until_it_is_safe() {
     standby_names(&primary, "ANY 2 (standby)");
     wait_until("the holder goes on", ttl * 3, || g.next_id().is_ok());
 }
+
+/// What the warning is about, measured: `ANY 1` of two standbys, one of
+/// them cut off (lagging) while a holder bursts ahead of the clock, every
+/// raise confirmed by the other; the primary dies and the lagging standby
+/// is promoted. A new holder there re-issues IDs; under
+/// `replication=strict` the first holder would never have leased.
+#[test]
+fn any_1_of_two_with_the_lagging_one_promoted_is_measured() {
+    let Some(mut primary) = server() else { return };
+    let link = Proxy::start(primary.port());
+    let lagging = primary.standby(Some(link.port()));
+    let _other = primary.standby(None);
+    wait_until("two standbys streaming", Duration::from_secs(20), || {
+        primary.psql("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'") == "2"
+    });
+    standby_names(&primary, "ANY 1 (standby)");
+    let ttl = Duration::from_secs(2);
+    let config = |url: String| LeaseConfig::new(url).ttl(ttl).shards(6..=6);
+    let refused = leased(
+        &state_dir(),
+        config(format!("{}&replication=strict", primary.tcp_url())),
+    )
+    .open();
+    assert!(refused.is_err(), "leased under replication=strict");
+    let host_a = state_dir();
+    let a = leased(&host_a, config(primary.tcp_url())).open().unwrap();
+    let mut a_ids: Vec<u64> = a.next_ids(1000).unwrap().map(u64::from).collect();
+    link.cut();
+    a_ids.extend(a.next_ids(2_000_000).unwrap().map(u64::from));
+    primary.kill_immediate();
+    lagging.promote();
+    thread::sleep(ttl);
+    let host_b = state_dir();
+    let b = open_when_free(
+        &leased(&host_b, config(lagging.tcp_url())),
+        Duration::from_secs(20),
+    );
+    let mut all = Ids::default();
+    all.add(a_ids, "A");
+    let dups = all.count_duplicates(b.next_ids(100_000).unwrap().map(u64::from), "B");
+    println!(
+        "ANY 1 of two standbys, the lagging one promoted after a burst of 2,000,000: {dups} of \
+         B's 100,000 IDs re-issued"
+    );
+    assert!(
+        dups > 0,
+        "the lagging standby lost no raise: the measurement's premise failed"
+    );
+    drop(a);
+}
