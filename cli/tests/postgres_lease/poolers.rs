@@ -225,6 +225,17 @@ fn roles_with_different_search_paths_share_one_table() {
         pg.psql("SELECT string_agg(DISTINCT space, ',' ORDER BY space) FROM api.idutil_lease"),
         "more,other"
     );
+    // A role that may not read the standbys: leases, but not strictly.
+    pg.psql("REVOKE SELECT ON pg_catalog.pg_stat_replication FROM PUBLIC");
+    drop(worker);
+    let worker = open_when_free(&leased(&host_worker, config("worker")), ttl * 4);
+    worker.next_id().unwrap();
+    drop(worker);
+    let e = leased(&state_dir(), config("worker").strict_replication(true))
+        .open()
+        .map(drop)
+        .expect_err("strict without the replication setup");
+    assert!(e.to_string().contains("cannot be read"), "{e}");
     let named = LeaseConfig::new(format!("{}&schema=elsewhere", url("postgres"))).schema("api");
     let e: Error = leased(&state_dir(), named).open().err().unwrap();
     assert!(e.to_string().contains("name one"), "{e}");

@@ -85,11 +85,12 @@ impl Engine for PgLease {
             return Err(again(Failure::Timeout(timeout)));
         };
         let left = timeout.saturating_sub(start.elapsed());
-        // The replication setup, read in the same round trip.
-        let statements = [
-            replication::PROBE.to_string(),
-            sql::renew(&self.table, &self.key(), self.config.ttl),
-        ];
+        // The replication setup, read in the same round trip where it
+        // could be read at open.
+        let mut statements = vec![sql::renew(&self.table, &self.key(), self.config.ttl)];
+        if self.probe {
+            statements.insert(0, replication::PROBE.to_string());
+        }
         let mut answers = conn.write(&self.target, left, &statements).map_err(again)?;
         let renewed = answers.pop().and_then(|a| a.rows.into_iter().next());
         let setup = answers

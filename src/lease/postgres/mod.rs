@@ -146,7 +146,9 @@
 //! candidate priorities). `replication=strict` in the URL (or
 //! [`LeaseConfig::strict_replication`]) makes the warning a refusal
 //! ([`LeaseError::UnsafeStore`]): at open, and at a renewal, which then
-//! fails until the setup is safe again, so the holder fences itself.
+//! fails until the setup is safe again, so the holder fences itself. A role
+//! that may not read `pg_stat_replication` leases with a warning that the
+//! setup is not checked, and is refused under the strict rule.
 //!
 //! ## Backups and restores
 //!
@@ -223,6 +225,9 @@ struct PgLease {
     /// Whether the replication setup's risk was warned about (once until
     /// it changes).
     warned: AtomicBool,
+    /// Whether the replication setup could be read at open (and so is read
+    /// again at every renewal).
+    probe: bool,
 }
 
 /// The row the acquiring statement returned, its columns read.
@@ -272,14 +277,33 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     conn.transaction_block(&target, timeout)
         .map_err(|f| f.into_error("lease a shard from", config))?;
     let warned = AtomicBool::new(false);
-    let setup = conn
-        .write(&target, timeout, &[replication::PROBE.to_string()])
-        .map_err(|f| f.into_error("lease a shard from", config))?
-        .pop()
-        .and_then(|a| a.rows.into_iter().next())
-        .and_then(|row| replication::Setup::read(&row));
-    if let Some(setup) = &setup {
-        replication::judge(setup, config, target.strict(), &warned)?;
+    let setup = match conn.write(&target, timeout, &[replication::PROBE.to_string()]) {
+        Ok(mut answers) => answers
+            .pop()
+            .and_then(|a| a.rows.into_iter().next())
+            .and_then(|row| replication::Setup::read(&row)),
+        // A role that may not read `pg_stat_replication`: the setup is not
+        // checked (renewals do not try), unless the rule is strict.
+        Err(f) if f.code().is_some() => None,
+        Err(f) => return Err(f.into_error("lease a shard from", config).into()),
+    };
+    match &setup {
+        Some(setup) => replication::judge(setup, config, target.strict(), &warned)?,
+        None if target.strict() => {
+            return Err(LeaseError::UnsafeStore {
+                url: config.url_redacted(),
+                reason: "the replication setup cannot be read (synchronous_standby_names, \
+                         pg_stat_replication), and replication=strict asks for it"
+                    .to_string(),
+            }
+            .into())
+        }
+        None => log::warn!(
+            "the PostgreSQL lease at {} cannot read the replication setup \
+             (synchronous_standby_names, pg_stat_replication), so it cannot warn about one that \
+             lets a standby lacking a raise be promoted",
+            config.url_redacted()
+        ),
     }
     let acquire = [sql::acquire(ask, &target, &layout)];
     let mut tries = 0;
@@ -299,7 +323,8 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
         if let Some(row) = row {
             let granted =
                 Granted::read(&row).map_err(|f| f.into_error("lease a shard from", config))?;
-            return granted_row(ask, target, conn, granted, sent, layout, warned);
+            let probe = setup.is_some();
+            return granted_row(ask, target, conn, granted, sent, layout, (warned, probe));
         }
         // Nothing free: another layout's ID space, rows not created yet,
         // or every shard leased. Or a race: the row the statement chose was
@@ -324,7 +349,7 @@ fn granted_row(
     row: Granted,
     sent: Instant,
     layout: String,
-    warned: AtomicBool,
+    (warned, probe): (AtomicBool, bool),
 ) -> Result<(Box<dyn Engine>, Grant)> {
     let config = ask.config;
     let shard = u32::try_from(row.shard).unwrap_or(u32::MAX);
@@ -338,6 +363,7 @@ fn granted_row(
         layout,
         conn: Mutex::new(conn),
         warned,
+        probe,
     };
     let server = server_time(row.server);
     let record = lease.read(row, ask.layout);
