@@ -22,14 +22,17 @@ use idutil_harness::child::{self, MARK};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::state_dir;
 
+mod check;
 mod command;
 mod fleet;
 mod marks;
 mod outages;
+mod poolers;
+mod replication;
 mod rows;
 mod standbys;
-mod waiters;
 mod stuck;
+mod waiters;
 
 /// 1,024 shards of 2,048 IDs a second.
 const WIDE: &str = "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800";
@@ -73,6 +76,11 @@ impl Ids {
             .copied()
             .filter(|id| idutil::Id::from_u64(*id).is_some_and(|id| id.shard() == shard))
             .max()
+    }
+
+    /// How many IDs were seen.
+    fn len(&self) -> usize {
+        self.seen.len()
     }
 
     /// How many of `ids` were issued before (for the measured cases).
