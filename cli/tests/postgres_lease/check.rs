@@ -94,6 +94,15 @@ fn the_audit_names_what_is_safe_and_what_is_not() {
     let (ok, lines) = lease_check(&reader, &[]);
     assert!(!ok);
     line(&lines, "fail", "privileges", "lacks SELECT, INSERT, UPDATE");
+    // The history table needs them too.
+    pg.psql("GRANT SELECT, INSERT, UPDATE ON idutil_lease TO reader");
+    let (ok, lines) = lease_check(&reader, &[]);
+    assert!(!ok);
+    let lacks = line(&lines, "fail", "privileges", "lacks SELECT, INSERT, UPDATE");
+    assert!(
+        lacks.contains("idutil_lease_history") && !lacks.contains("\"idutil_lease\")"),
+        "{lacks}"
+    );
     let (ok, lines) = lease_check(&format!("{url}&schema=nowhere"), &[]);
     assert!(!ok);
     line(&lines, "fail", "schema", "\"nowhere\" does not exist");

@@ -153,10 +153,11 @@ fn pgbouncer_in_statement_mode_is_refused_by_name() {
 }
 
 /// Two services of one fleet: role `api`, which has a schema of its own
-/// name (first on its default search path, with a stray `idutil_lease` in
-/// it), and role `worker`, whose search path is `public`. Both lease from
-/// `public.idutil_lease`: while one holds the only shard the other finds
-/// none free, and the second resumes after the first. No duplicate.
+/// name (first on its default search path, with a stray `idutil_lease` and
+/// `idutil_lease_history` in it), and role `worker`, whose search path is
+/// `public`. Both lease from `public.idutil_lease` and keep its history in
+/// `public.idutil_lease_history`: while one holds the only shard the other
+/// finds none free, and the second resumes after the first. No duplicate.
 #[test]
 fn roles_with_different_search_paths_share_one_table() {
     let Some(pg) = server() else { return };
@@ -179,9 +180,12 @@ fn roles_with_different_search_paths_share_one_table() {
     pg.psql(
         "CREATE ROLE api LOGIN; CREATE ROLE worker LOGIN; \
          CREATE SCHEMA api AUTHORIZATION api; ALTER ROLE worker SET search_path = public; \
-         GRANT SELECT, INSERT, UPDATE ON public.idutil_lease TO api, worker; \
+         GRANT SELECT, INSERT, UPDATE ON public.idutil_lease, public.idutil_lease_history \
+             TO api, worker; \
          CREATE TABLE api.idutil_lease (LIKE public.idutil_lease INCLUDING ALL); \
-         ALTER TABLE api.idutil_lease OWNER TO api",
+         CREATE TABLE api.idutil_lease_history (LIKE public.idutil_lease_history INCLUDING ALL); \
+         ALTER TABLE api.idutil_lease OWNER TO api; \
+         ALTER TABLE api.idutil_lease_history OWNER TO api",
     );
     let host_api = state_dir();
     let api = leased(&host_api, config("api")).open().unwrap();
@@ -199,6 +203,10 @@ fn roles_with_different_search_paths_share_one_table() {
     let worker = open_when_free(&leased(&host_worker, config("worker")), ttl * 4);
     all.add(worker.next_ids(300_000).unwrap().map(u64::from), "worker");
     assert_eq!(pg.psql("SELECT count(*) FROM api.idutil_lease"), "0");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM api.idutil_lease_history"),
+        "0"
+    );
     let (_, lines) = lease_check(&url("api"), &[]);
     line(&lines, "warn", "schema", "finds \"api\".idutil_lease first");
     line(&lines, "ok", "privileges", "SELECT, INSERT, UPDATE");

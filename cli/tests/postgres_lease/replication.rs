@@ -22,8 +22,8 @@ use crate::{leased, open_when_free, server, wait_until, Ids};
 /// `pg_terminate_backend`), so each commit comes back with PostgreSQL's
 /// warning or a dead connection; then the primary dies and the standby is
 /// promoted. The holder counted none of those commits, so it issued
-/// nothing past the mark the standby has, and the next holder there issues
-/// nothing twice.
+/// nothing past the mark the standby has (checked on the standby itself),
+/// and the next holder there issues nothing twice.
 #[test]
 fn a_cancelled_wait_for_the_synchronous_standby_is_not_a_commit() {
     let Some(mut primary) = server() else { return };
@@ -78,6 +78,20 @@ fn a_cancelled_wait_for_the_synchronous_standby_is_not_a_commit() {
     );
     primary.kill_immediate();
     standby.promote();
+    // What the promoted standby has covers every ID A issued: the promoted
+    // standby's new timeline would make B start past A anyway, so this is
+    // what shows that no cancelled commit counted.
+    let a_last = *a_ids.iter().max().unwrap();
+    let a_last_second = idutil::Id::from_u64(a_last).unwrap().unix_seconds();
+    let mark: u64 = standby
+        .psql("SELECT COALESCE(max(high_water), 0) FROM idutil_lease WHERE shard = 4")
+        .parse()
+        .unwrap();
+    assert!(
+        a_last_second <= mark,
+        "A issued up to second {a_last_second}, past the standby's mark {mark}: a commit \
+         whose wait for the standby was cancelled counted"
+    );
     thread::sleep(ttl);
     let host_b = state_dir();
     let b = open_when_free(
@@ -87,7 +101,7 @@ fn a_cancelled_wait_for_the_synchronous_standby_is_not_a_commit() {
     let mut all = Ids::default();
     all.add(a_ids, "A (old primary)");
     all.add(
-        b.next_ids(3_000_000).unwrap().map(u64::from),
+        b.next_ids(1_000_000).unwrap().map(u64::from),
         "B (promoted)",
     );
     println!(
@@ -208,8 +222,11 @@ fn a_setup_turned_unsafe_under_a_strict_holder_stops_it_until_it_is_safe() {
 /// What the warning is about, measured: `ANY 1` of two standbys, one of
 /// them cut off (lagging) while a holder bursts ahead of the clock, every
 /// raise confirmed by the other; the primary dies and the lagging standby
-/// is promoted. A new holder there re-issues IDs; under
-/// `replication=strict` the first holder would never have leased.
+/// is promoted, its row lacking the burst's raises. Under
+/// `replication=strict` the first holder would never have leased. The
+/// promoted standby's new timeline is what saves the new holder there: the
+/// lease's history tells it apart, and the holder starts past every ID a
+/// holder can have issued, re-issuing none.
 #[test]
 fn any_1_of_two_with_the_lagging_one_promoted_is_measured() {
     let Some(mut primary) = server() else { return };
@@ -233,8 +250,19 @@ fn any_1_of_two_with_the_lagging_one_promoted_is_measured() {
     let mut a_ids: Vec<u64> = a.next_ids(1000).unwrap().map(u64::from).collect();
     link.cut();
     a_ids.extend(a.next_ids(2_000_000).unwrap().map(u64::from));
+    let a_last = *a_ids.iter().max().unwrap();
     primary.kill_immediate();
     lagging.promote();
+    let mark: u64 = lagging
+        .psql("SELECT COALESCE(max(high_water), 0) FROM idutil_lease WHERE shard = 6")
+        .parse()
+        .unwrap();
+    let a_last_second = idutil::Id::from_u64(a_last).unwrap().unix_seconds();
+    assert!(
+        mark < a_last_second,
+        "the lagging standby has the mark {mark} of A's last second {a_last_second}: it lost \
+         no raise, so the measurement's premise failed"
+    );
     thread::sleep(ttl);
     let host_b = state_dir();
     let b = open_when_free(
@@ -243,14 +271,18 @@ fn any_1_of_two_with_the_lagging_one_promoted_is_measured() {
     );
     let mut all = Ids::default();
     all.add(a_ids, "A");
-    let dups = all.count_duplicates(b.next_ids(100_000).unwrap().map(u64::from), "B");
+    let b_ids: Vec<u64> = b.next_ids(100_000).unwrap().map(u64::from).collect();
+    let b_first = b_ids[0];
+    let dups = all.count_duplicates(b_ids, "B");
     println!(
-        "ANY 1 of two standbys, the lagging one promoted after a burst of 2,000,000: {dups} of \
-         B's 100,000 IDs re-issued"
+        "ANY 1 of two standbys, the lagging one promoted after a burst of 2,000,000 (its mark \
+         {} s behind A's last ID): {dups} of B's 100,000 IDs re-issued",
+        a_last_second - mark
     );
+    assert_eq!(dups, 0, "B re-issued A's IDs");
     assert!(
-        dups > 0,
-        "the lagging standby lost no raise: the measurement's premise failed"
+        b_first > a_last,
+        "B started at {b_first}, not after A's {a_last}"
     );
     drop(a);
 }

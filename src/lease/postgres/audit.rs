@@ -243,13 +243,15 @@ fn schema(a: &mut Audit<'_>) -> bool {
              current_setting('search_path'), \
              (SELECT string_agg(s.nspname, ', ' ORDER BY s.nspname) \
               FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace \
-              WHERE c.relname = {bare} AND c.relkind IN ('r', 'p')) \
+              WHERE c.relname = {bare} AND c.relkind IN ('r', 'p')), \
+             to_regclass({history_lit}) IS NOT NULL \
          FROM (SELECT 1) AS one LEFT JOIN pg_namespace n ON n.nspname = {schema_lit}",
             table_lit = literal(&table),
             bare = literal(TABLE),
             schema_lit = literal(&schema),
+            history_lit = literal(&a.target.history_table()),
         ),
-        5,
+        6,
     );
     let row = match found {
         Ok(row) => row,
@@ -304,46 +306,64 @@ fn schema(a: &mut Audit<'_>) -> bool {
             ),
         );
     }
-    privileges(a, &schema, &table, exists);
+    let history = a.target.history_table();
+    privileges(a, &schema, &[(&table, exists), (&history, row[5] == "t")]);
     exists
 }
 
-fn privileges(a: &mut Audit<'_>, schema: &str, table: &str, exists: bool) {
-    let sql = if exists {
-        format!(
-            "SELECT has_table_privilege({t}, 'SELECT'), has_table_privilege({t}, 'INSERT'), \
-                 has_table_privilege({t}, 'UPDATE')",
-            t = literal(table)
-        )
-    } else {
-        format!("SELECT has_schema_privilege({}, 'CREATE')", literal(schema))
-    };
-    let row = match a.row(sql, if exists { 3 } else { 1 }) {
+/// What the lease needs on each of `tables` (name, whether it exists):
+/// `SELECT, INSERT, UPDATE` on a table there, `CREATE` on the schema for
+/// one the first holder creates.
+fn privileges(a: &mut Audit<'_>, schema: &str, tables: &[(&str, bool)]) {
+    const ON_TABLE: [&str; 3] = ["SELECT", "INSERT", "UPDATE"];
+    const ON_SCHEMA: [&str; 1] = ["CREATE on the schema"];
+    let mut columns = Vec::new();
+    for (table, exists) in tables {
+        if *exists {
+            let t = literal(table);
+            columns.extend(ON_TABLE.map(|p| format!("has_table_privilege({t}, '{p}')")));
+        } else {
+            columns.push(format!(
+                "has_schema_privilege({}, 'CREATE')",
+                literal(schema)
+            ));
+        }
+    }
+    let row = match a.row(format!("SELECT {}", columns.join(", ")), columns.len()) {
         Ok(row) => row,
         Err(f) => return a.failed("privileges", f),
     };
-    let names = if exists {
-        &["SELECT", "INSERT", "UPDATE"][..]
-    } else {
-        &["CREATE on the schema"][..]
-    };
-    let missing: Vec<&str> = names
-        .iter()
-        .zip(&row)
-        .filter(|(_, has)| *has != "t")
-        .map(|(name, _)| *name)
-        .collect();
-    if missing.is_empty() {
+    let (mut has, mut lacks) = (Vec::new(), Vec::new());
+    let mut answers = row.iter();
+    for (table, exists) in tables {
+        let names = if *exists {
+            &ON_TABLE[..]
+        } else {
+            &ON_SCHEMA[..]
+        };
+        let missing: Vec<&str> = names
+            .iter()
+            .zip(answers.by_ref())
+            .filter(|(_, granted)| *granted != "t")
+            .map(|(name, _)| *name)
+            .collect();
+        if missing.is_empty() {
+            has.push(format!("{} (for {table})", names.join(", ")));
+        } else {
+            lacks.push(format!("{} (for {table})", missing.join(", ")));
+        }
+    }
+    if lacks.is_empty() {
         a.say(
             Fine,
             "privileges",
-            format!("this role has {}", names.join(", ")),
+            format!("this role has {}", has.join("; ")),
         );
     } else {
         a.say(
             Fail,
             "privileges",
-            format!("this role lacks {} (on {table})", missing.join(", ")),
+            format!("this role lacks {}", lacks.join("; ")),
         );
     }
 }
@@ -405,7 +425,9 @@ fn rows(a: &mut Audit<'_>, layout: &Layout, range: &std::ops::RangeInclusive<u32
             "rows",
             format!(
                 "shard(s) {stuck} of ID space {:?} expire more than a day ahead (or never, \
-                 'infinity'): no holder renews that far, so they are never freed",
+                 'infinity'): no holder renews that far, so they never come free by \
+                 themselves; free each with `idutil lease release --shard N`, which keeps its \
+                 mark",
                 a.config.prefix
             ),
         );

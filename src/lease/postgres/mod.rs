@@ -38,8 +38,9 @@
 //!
 //! The rows of an ID space are created together, the first time a holder
 //! finds none in its range (under an advisory lock, so two layouts cannot
-//! mix); a row is never deleted by the lease. Beside it, a second table,
-//! `idutil_lease_history`, keeps what the rows were written under (below,
+//! mix); a row is never deleted by the lease. Beside it, in the same
+//! schema, a second table, `idutil_lease_history`, keeps what the rows were
+//! written under (below,
 //! [*Restores and rewound histories*](#restores-and-rewound-histories)).
 //! A lease whose `expires_at` is more than a day ahead (`'infinity'`, as a
 //! row edited by hand leaves it) never expires by itself: it is named in
@@ -197,24 +198,26 @@
 //!
 //! ## Backups and restores
 //!
-//! The marks live in the table, so a restore of it (or of the database)
-//! from an earlier backup takes the shards' marks back in time, and the
-//! next holders could re-issue what was issued since. Restore with the
-//! fleet stopped and wait out how far its holders may have run ahead of
-//! the clock before starting it again, or restore the table's rows with
-//! their `high_water` raised past the time of the restore. A logical dump
-//! (`pg_dump`) of the table is consistent; copying its rows by hand while
-//! holders run is not.
+//! A restore of the lease table (or of the database) from an earlier
+//! backup takes the shards' marks back in time. The lease tells it apart
+//! and jumps past what the fleet can have issued since, at the next lease
+//! (see [*Restores and rewound histories*](#restores-and-rewound-histories)):
+//! a dump restored comes back as a new table, a base backup on a new
+//! timeline or in another cluster. What it cannot tell apart is a mark
+//! lowered in place in a row no holder holds: never write old `high_water`
+//! values into the live table by hand. A logical dump (`pg_dump`) of the
+//! table is consistent; copying its rows by hand while holders run is not.
 //!
 //! ## Roles and schemas
 //!
-//! Give the fleet's roles `SELECT, INSERT, UPDATE` on the table (and
-//! `CREATE` on its schema for the first holder, or create the table with
-//! a migration: see [the table](#the-table) for its columns). Services
-//! of one fleet whose roles differ share one table as long as they name the
-//! same schema: the default `public` does, whatever their search paths.
-//! Fleets that must not share an ID space use different
-//! [`LeaseConfig::prefix`]es (or schemas).
+//! Give the fleet's roles `SELECT, INSERT, UPDATE` on the table and on
+//! `idutil_lease_history` beside it (and `CREATE` on their schema for the
+//! first holder, or create them with a migration: see [the
+//! table](#the-table) for the lease table's columns); `idutil lease check`
+//! says what a role lacks. Services of one fleet whose roles differ share
+//! one table as long as they name the same schema: the default `public`
+//! does, whatever their search paths. Fleets that must not share an ID
+//! space use different [`LeaseConfig::prefix`]es (or schemas).
 
 mod audit;
 mod conn;
