@@ -168,7 +168,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, IdError, Result};
 pub use generator::{
     Builder, Generator, IdBatch, DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN,
-    DEFAULT_MAX_CLOCK_STEP, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM, MAX_WINDOW,
+    DEFAULT_MAX_CLOCK_STEP, DEFAULT_MEMBER_WAIT, DEFAULT_WINDOW, HEADROOM, MAX_HEADROOM,
+    MAX_WINDOW,
 };
 pub use global::IdUtil;
 pub use id::Id;
