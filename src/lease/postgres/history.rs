@@ -15,6 +15,12 @@
 //! row) to the store's clock plus the largest lead cap a holder of the
 //! space recorded, plus the skew limit, plus one second, past every ID any
 //! holder can have issued, and records the new identity.
+//!
+//! Each check, once the tables are found (or created) and the server's
+//! identity read, is one transaction in one round trip of the holder's
+//! connection, like every write of the lease: the server compares and
+//! raises in one statement, under the ID space's advisory lock (the
+//! statements are in [`sql::history`](super::sql::history)).
 
 use std::time::Duration;
 
