@@ -178,10 +178,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: Option<StateAction>,
     },
-    /// Free a shard's lease that never expires by itself
+    /// Audit a lease store, or free a shard's lease that never expires by itself
     #[cfg(feature = "lease")]
     #[command(
-        after_help = "Examples:\n  idutil lease release --shard 3          # IDUTIL_LEASE_URL set\n  \
+        after_help = "Examples:\n  idutil lease check postgres://app@db/app\n  \
+                      IDUTIL_LEASE_URL=postgres://app@db/app idutil lease check --json\n  \
+                      idutil lease release --shard 3          # IDUTIL_LEASE_URL set\n  \
                       idutil --lease postgres://app@db/app lease release --shard 3"
     )]
     Lease {
@@ -215,6 +217,25 @@ pub(crate) enum Command {
 #[cfg(feature = "lease")]
 #[derive(Subcommand)]
 pub(crate) enum LeaseAction {
+    /// Audit the store: durability settings, standbys and the synchronous setup, a pooler in
+    /// front, the schema and search path, privileges, clock skew, rows that never expire and
+    /// free shards (PostgreSQL)
+    #[command(
+        after_help = "Prints one line per finding: ok, warn or fail, the topic, and what to \
+                      change. Exit status 1 when a line says fail. With --shard, only that \
+                      shard counts as the range; with --layout, the layout the fleet uses.\n\n\
+                      Examples:\n  idutil lease check postgres://app@db/app\n  \
+                      idutil lease check 'postgres://app@db/app?schema=ids&replication=strict'\n  \
+                      IDUTIL_LEASE_URL=postgres://app@db/app idutil lease check --json"
+    )]
+    Check {
+        /// The store (default: --lease, else IDUTIL_LEASE_URL)
+        #[arg(value_name = "URL", value_parser = parse_lease_url)]
+        url: Option<String>,
+        /// Print a JSON array of objects: verdict, topic, text
+        #[arg(long)]
+        json: bool,
+    },
     /// Free the lease of --shard if it never expires by itself (expires_at
     /// 'infinity' or more than a day ahead, as a row edited by hand leaves
     /// it) or has expired; the shard's mark is kept, so its next holder

@@ -3,7 +3,7 @@
 mod args;
 mod decode;
 #[cfg(feature = "lease")]
-mod lease_release;
+mod lease;
 mod manual;
 mod next;
 mod report;
@@ -81,8 +81,12 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         Command::Decode { ids, json } => decode(&ids, json, cli.common.layout(), &mut out)?,
         #[cfg(feature = "lease")]
         Command::Lease {
+            action: args::LeaseAction::Check { url, json },
+        } => lease::check(&cli.common, url.as_deref(), json, &mut out)?,
+        #[cfg(feature = "lease")]
+        Command::Lease {
             action: args::LeaseAction::Release,
-        } => lease_release::release(&cli.common, &mut out)?,
+        } => lease::release(&cli.common, &mut out)?,
         Command::Completions { shell } => completions(shell, &mut out)?,
         Command::Man { command } => man(&command, &mut out)?,
         Command::State { json, action: None } => show_state(&cli.common, json, &mut out)?,

@@ -69,6 +69,7 @@ pub struct LeaseConfig {
     pub(crate) max_skew: Duration,
     pub(crate) max_lead: Duration,
     pub(crate) schema: Option<String>,
+    pub(crate) strict_replication: bool,
 }
 
 impl fmt::Debug for LeaseConfig {
@@ -81,6 +82,7 @@ impl fmt::Debug for LeaseConfig {
             .field("max_skew", &self.max_skew)
             .field("max_lead", &self.max_lead)
             .field("schema", &self.schema)
+            .field("strict_replication", &self.strict_replication)
             .finish()
     }
 }
@@ -104,6 +106,7 @@ impl LeaseConfig {
             max_skew: DEFAULT_MAX_SKEW,
             max_lead: DEFAULT_MAX_LEAD,
             schema: None,
+            strict_replication: false,
         }
     }
 
@@ -208,12 +211,29 @@ impl LeaseConfig {
         self.max_lead
     }
 
-    /// The PostgreSQL schema of the lease table (default: the first schema
-    /// of the connection's `search_path`, usually `public`). It must exist;
+    /// The PostgreSQL schema of the lease table (default `public`, or the
+    /// URL's `schema=` option), whatever the connection's `search_path`:
+    /// see [the table](crate::lease::postgres#the-table). It must exist;
     /// the table in it is created on first use. Redis ignores it.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = Some(schema.into());
         self
+    }
+
+    /// Refuses to lease from a PostgreSQL server whose replication setup
+    /// lets a standby that may lack a raise be promoted, instead of the
+    /// loud warning (default `false`; the URL's `replication=strict` sets
+    /// it too): see [replication](crate::lease::postgres#replication).
+    /// Redis ignores it.
+    pub fn strict_replication(mut self, strict: bool) -> Self {
+        self.strict_replication = strict;
+        self
+    }
+
+    /// The rule set by
+    /// [`strict_replication`](LeaseConfig::strict_replication).
+    pub fn get_strict_replication(&self) -> bool {
+        self.strict_replication
     }
 
     /// The limit set by [`max_skew`](LeaseConfig::max_skew).

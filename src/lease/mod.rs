@@ -167,6 +167,7 @@
     allow(dead_code, unused_imports)
 )]
 
+mod check;
 mod config;
 mod error;
 mod holder;
@@ -188,6 +189,7 @@ use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub use check::{check, Finding, Verdict};
 pub use config::{
     LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL,
 };

@@ -17,7 +17,7 @@ fn help_for_every_command_has_examples() {
         &["man"],
     ];
     if cfg!(feature = "lease") {
-        commands.extend([&["lease"][..], &["lease", "release"]]);
+        commands.extend([&["lease"][..], &["lease", "check"], &["lease", "release"]]);
     }
     for command in commands {
         for help in [vec!["--help"], vec!["-h"]] {

@@ -15,7 +15,7 @@ use crate::{leased, server, Ids, WIDE};
 
 /// A child leasing from `url`; `skew` (libfaketime's `+1h`) moves its
 /// wall clock.
-fn lease_child(
+pub(crate) fn lease_child(
     url: &str,
     ttl_ms: u64,
     shards: (u32, u32),
@@ -50,7 +50,7 @@ fn kill(c: &mut ChildProc) {
 }
 
 /// A child's IDs until it ends, is killed, or `limit` IDs have arrived.
-fn read_ids(child: &mut ChildProc, limit: usize) -> (Vec<u64>, Vec<String>) {
+pub(crate) fn read_ids(child: &mut ChildProc, limit: usize) -> (Vec<u64>, Vec<String>) {
     let mut ids = Vec::new();
     let mut other = Vec::new();
     for line in child.by_ref() {

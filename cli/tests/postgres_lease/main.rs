@@ -22,10 +22,13 @@ use idutil_harness::child::{self, MARK};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::state_dir;
 
+mod check;
 mod command;
 mod fleet;
 mod marks;
 mod outages;
+mod poolers;
+mod replication;
 mod rows;
 mod standbys;
 mod stuck;
@@ -73,6 +76,11 @@ impl Ids {
             .copied()
             .filter(|id| idutil::Id::from_u64(*id).is_some_and(|id| id.shard() == shard))
             .max()
+    }
+
+    /// How many IDs were seen.
+    fn len(&self) -> usize {
+        self.seen.len()
     }
 
     /// How many of `ids` were issued before (for the measured cases).

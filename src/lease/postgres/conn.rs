@@ -1,4 +1,5 @@
-//! Connections to PostgreSQL whose every round trip has a deadline.
+//! Connections to PostgreSQL whose every round trip has a deadline, which
+//! keep the server's notices and use no prepared statement.
 //!
 //! Each connection runs on a Tokio runtime of its own, on the calling
 //! thread (no worker threads): `tokio-postgres` then gives a deadline to
@@ -10,10 +11,13 @@
 //! it.
 
 use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::runtime::{Builder, Runtime};
-use tokio_postgres::Client;
+use tokio_postgres::error::{DbError, Severity, SqlState};
+use tokio_postgres::{AsyncMessage, Client, Connection, SimpleQueryMessage};
 
 use super::target::Target;
 use super::ENGINE;
@@ -23,6 +27,17 @@ use crate::lease::{LeaseConfig, LeaseError};
 pub(super) enum Failure {
     Db(tokio_postgres::Error),
     Timeout(Duration),
+    /// The commit went through on the primary, but the wait for the
+    /// synchronous standby was cancelled (the server's warning).
+    Unreplicated(String),
+    /// An answer this crate cannot read.
+    Answer(String),
+}
+
+/// PgBouncer's refusal of a transaction block in `pool_mode = statement`.
+fn is_statement_pooling(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error()
+        .is_some_and(|db| db.message().contains("statement pooling mode"))
 }
 
 /// A `tokio-postgres` error whose message includes the server's own
@@ -57,7 +72,28 @@ impl std::error::Error for PgError {
 impl Failure {
     pub(super) fn into_error(self, action: &'static str, lease: &LeaseConfig) -> LeaseError {
         match self {
+            Failure::Db(e) if is_statement_pooling(&e) => LeaseError::invalid_config(format!(
+                "{} is a pooler in statement mode, which runs no transaction of more than one \
+                 statement: the lease needs transactions; connect through a pool in \
+                 transaction or session mode, or to the server itself",
+                lease.url_redacted()
+            )),
             Failure::Db(e) => LeaseError::store(ENGINE, action, &lease.url, PgError(e)),
+            Failure::Unreplicated(notice) => LeaseError::store(
+                ENGINE,
+                action,
+                &lease.url,
+                io::Error::other(format!(
+                    "the commit is not known to be on the synchronous standby, so it does not \
+                     count (the server said: {notice})"
+                )),
+            ),
+            Failure::Answer(what) => LeaseError::store(
+                ENGINE,
+                action,
+                &lease.url,
+                io::Error::new(io::ErrorKind::InvalidData, what),
+            ),
             Failure::Timeout(d) => LeaseError::store(
                 ENGINE,
                 action,
@@ -71,16 +107,31 @@ impl Failure {
     pub(super) fn code(&self) -> Option<&str> {
         match self {
             Failure::Db(e) => e.code().map(|c| c.code()),
-            Failure::Timeout(_) => None,
+            _ => None,
         }
     }
 }
 
 /// One connection, opened when first needed and dropped after any failure,
-/// on a runtime of its own.
+/// on a runtime of its own. A holder has one, for everything it does, so
+/// it takes one server connection of a pooler's pool at a time.
 pub(super) struct Conn {
     rt: Option<Runtime>,
-    client: Option<Client>,
+    session: Option<Session>,
+}
+
+/// An open connection and the notices its server sent.
+struct Session {
+    client: Client,
+    notices: Notices,
+}
+
+/// What one statement of a [`Conn::write`] answered: its rows, each column
+/// as the server's text (`None` for NULL), and how many rows it changed or
+/// returned.
+pub(super) struct Answer {
+    pub(super) rows: Vec<Vec<Option<String>>>,
+    pub(super) count: u64,
 }
 
 impl Conn {
@@ -92,16 +143,98 @@ impl Conn {
             .map_err(|e| LeaseError::store(ENGINE, "start a connection to", &lease.url, e))?;
         Ok(Conn {
             rt: Some(rt),
-            client: None,
+            session: None,
+        })
+    }
+
+    /// Runs `statements` as one transaction in one round trip, with the
+    /// lease's settings made for that transaction only (`SET LOCAL`, so a
+    /// transaction-mode pooler that hands the next transaction another
+    /// server connection loses nothing): `synchronous_commit` at least
+    /// `on`, and a `lock_timeout` of the round trip's deadline. Returns
+    /// each statement's [`Answer`].
+    ///
+    /// Uses the simple query protocol only: no prepared statement, named or
+    /// not, which poolers in transaction mode cannot keep. The statements
+    /// carry their values as literals ([`literal`]).
+    ///
+    /// A commit the server reports with the warning that it cancelled the
+    /// wait for the synchronous standby (an operator's `pg_cancel_backend`,
+    /// a client's cancel request) is committed on the primary only: it is a
+    /// [`Failure::Unreplicated`], never an acknowledgment, and the caller
+    /// writes again (a later commit that the standby confirms covers it) or
+    /// stops.
+    pub(super) fn write(
+        &mut self,
+        target: &Target,
+        timeout: Duration,
+        statements: &[String],
+    ) -> Result<Vec<Answer>, Failure> {
+        let mut sql = format!(
+            "BEGIN; SELECT set_config('synchronous_commit', \
+             CASE current_setting('synchronous_commit') \
+             WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, true), \
+             set_config('lock_timeout', '{}ms', true); ",
+            target.lock_timeout().as_millis()
+        );
+        for statement in statements {
+            sql.push_str(statement);
+            sql.push_str("; ");
+        }
+        sql.push_str("COMMIT");
+        let messages = self.run(target, timeout, async |c| c.simple_query(&sql).await)?;
+        let mut answers = Vec::new();
+        let mut rows = Vec::new();
+        for message in messages {
+            match message {
+                SimpleQueryMessage::Row(row) => rows.push(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_string))
+                        .collect(),
+                ),
+                SimpleQueryMessage::CommandComplete(count) => answers.push(Answer {
+                    rows: std::mem::take(&mut rows),
+                    count,
+                }),
+                _ => {}
+            }
+        }
+        // BEGIN, the settings, the statements, COMMIT.
+        if answers.len() != statements.len() + 3 {
+            return Err(Failure::Answer(format!(
+                "{} statements answered of {}",
+                answers.len(),
+                statements.len() + 3
+            )));
+        }
+        answers.pop();
+        Ok(answers.drain(2..).collect())
+    }
+
+    /// Opens a transaction block and rolls it back: a pooler in statement
+    /// mode refuses the block (it hands each statement any server
+    /// connection), and would break the lease's transactions as soon as one
+    /// statement in them failed, so it is refused up front.
+    pub(super) fn transaction_block(
+        &mut self,
+        target: &Target,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        self.run(target, timeout, async |c| {
+            c.simple_query("BEGIN").await?;
+            c.simple_query("ROLLBACK").await.map(drop)
         })
     }
 
     /// Runs `op` on the connection (connecting first if needed) within
     /// `timeout`, connection included, off any async caller's thread. A
-    /// connection found closed (the server restarted, the session was
-    /// terminated) is replaced once within the same deadline: every
-    /// operation of the lease is a conditional write that may run twice.
-    pub(super) fn run<T: Send>(
+    /// connection found closed or ended by the server while idle (the
+    /// server restarted, the session was terminated: a `FATAL` error that
+    /// the next request reads) is replaced once within the same deadline:
+    /// every operation of the lease is a conditional write that may run
+    /// twice, and a commit that may have gone through without the standby
+    /// is confirmed by the second one.
+    fn run<T: Send>(
         &mut self,
         target: &Target,
         timeout: Duration,
@@ -117,43 +250,133 @@ impl Conn {
         op: impl AsyncFn(&mut Client) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, Failure> {
         let timeout = timeout.max(Duration::from_millis(1));
-        let Conn { rt, client } = self;
+        let Conn { rt, session } = self;
         let rt = rt
             .as_ref()
             .expect("the runtime lives as long as the connection");
         let result = rt.block_on(async {
             let deadline = tokio::time::Instant::now() + timeout;
             tokio::time::timeout_at(deadline, async {
-                if let Some(c) = client.as_mut() {
-                    match op(c).await {
-                        Err(e) if e.is_closed() => *client = None,
-                        done => return done,
+                if let Some(s) = session.as_mut() {
+                    s.notices.take();
+                    match op(&mut s.client).await {
+                        Err(e) if ended(&e) => *session = None,
+                        done => return done.map(|v| (v, s.notices.take())),
                     }
                 }
-                let c = client.insert(target.connect(deadline).await?);
-                op(c).await
+                let (client, notices) = target.connect(deadline).await?;
+                let s = session.insert(Session { client, notices });
+                let value = op(&mut s.client).await?;
+                Ok((value, s.notices.take()))
             })
             .await
         });
         match result {
-            Ok(Ok(value)) => Ok(value),
+            Ok(Ok((value, notices))) => match notices.iter().find(|n| is_cancelled_sync_wait(n)) {
+                None => Ok(value),
+                Some(notice) => Err(Failure::Unreplicated(format!(
+                    "{}: {}",
+                    notice.message(),
+                    notice.detail().unwrap_or("")
+                ))),
+            },
             Ok(Err(e)) => {
                 // An error inside a transaction leaves it to roll back on
                 // the server; a fresh connection starts clean.
-                *client = None;
+                *session = None;
                 Err(Failure::Db(e))
             }
             Err(_) => {
-                *client = None;
+                *session = None;
                 Err(Failure::Timeout(timeout))
             }
         }
     }
 }
 
+/// The session is over: closed, or ended by the server (`FATAL`, as
+/// `pg_terminate_backend` and a restart send).
+fn ended(e: &tokio_postgres::Error) -> bool {
+    e.is_closed()
+        || e.as_db_error().is_some_and(|db| {
+            matches!(
+                db.parsed_severity(),
+                Some(Severity::Fatal | Severity::Panic)
+            )
+        })
+}
+
+/// PostgreSQL's warning that a commit did not wait for the synchronous
+/// standby: SQLSTATE `01000`, "canceling wait for synchronous replication
+/// ...", sent as a notice before the commit's normal completion.
+fn is_cancelled_sync_wait(notice: &DbError) -> bool {
+    notice.code() == &SqlState::WARNING && notice.message().contains("synchronous replication")
+}
+
+/// The notices a connection's server sent, kept by the task that drives
+/// the connection until the caller takes them. `tokio-postgres` hands
+/// notices only to a connection driven with `poll_message` (driven as a
+/// plain future it logs and drops them), and it delivers a notice before
+/// the messages that follow it, so a statement's notices are here when the
+/// statement's answer is.
+#[derive(Clone, Default)]
+pub(super) struct Notices(Arc<Mutex<Vec<DbError>>>);
+
+impl Notices {
+    fn take(&self) -> Vec<DbError> {
+        std::mem::take(&mut *crate::sync::lock(&self.0))
+    }
+
+    /// Drives `connection` until it closes, keeping its notices.
+    pub(super) async fn drive<S, T>(self, mut connection: Connection<S, T>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+        T: AsyncRead + AsyncWrite + Unpin,
+    {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notice(notice))) => {
+                    log::debug!(
+                        "PostgreSQL lease connection: {}: {}",
+                        notice.severity(),
+                        notice.message()
+                    );
+                    crate::sync::lock(&self.0).push(notice);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    log::debug!("PostgreSQL lease connection closed: {e}");
+                    return;
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// `text` as an SQL string literal that means the same whatever
+/// `standard_conforming_strings` is (`E'...'`, with `\` and `'` escaped).
+pub(super) fn literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// A column's text as a number, where the server's type is a number.
+pub(super) fn number<T: std::str::FromStr>(
+    cell: &Option<String>,
+    what: &str,
+) -> Result<Option<T>, Failure> {
+    match cell {
+        None => Ok(None),
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|_| Failure::Answer(format!("{what} = {text:?} is not a number"))),
+    }
+}
+
 impl Drop for Conn {
     fn drop(&mut self) {
-        self.client = None;
+        self.session = None;
         // Dropping a runtime may block, which an async caller's thread
         // forbids: let it go in the background.
         if let Some(rt) = self.rt.take() {

@@ -1,46 +1,66 @@
 //! A shard held in PostgreSQL: renewing, raising the mark, giving it back.
 
-use std::time::Duration;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
 
-use super::conn::{off_runtime, Conn, Failure};
+use super::conn::{number, off_runtime, Conn, Failure};
+use super::replication::{self, Setup};
+use super::sql::{self, Key};
 use super::{server_time, PgLease};
 use crate::lease::{Engine, LeaseError, Renewed, Trouble};
 
 impl PgLease {
-    fn key_args(&self) -> (String, i64, i64, String) {
-        (
-            self.config.prefix.clone(),
-            i64::from(self.shard),
-            self.epoch,
-            self.token.clone(),
-        )
+    pub(super) fn key(&self) -> Key<'_> {
+        Key {
+            space: &self.config.prefix,
+            shard: self.shard,
+            epoch: self.epoch,
+            token: &self.token,
+        }
+    }
+
+    /// The holder's connection, waited for until `deadline` at most: a
+    /// raise may be using it, and a renewal must not outlast the fence.
+    fn conn_by(&self, deadline: Instant) -> Option<MutexGuard<'_, Conn>> {
+        loop {
+            match self.conn.try_lock() {
+                Ok(conn) => return Some(conn),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+            }
+        }
     }
 
     /// A conditional write changed no row: why.
     fn gone(&self, conn: &mut Conn, timeout: Duration, known_mark: i64) -> Trouble {
-        let sql = format!(
-            "SELECT epoch, holder, COALESCE(high_water, 0) FROM {} \
-             WHERE space = $1 AND shard = $2::bigint",
-            self.table
-        );
-        let found = conn.run(&self.target, timeout, async |c| {
-            c.query_opt(&sql, &[&self.config.prefix, &i64::from(self.shard)])
-                .await
-        });
+        let found = conn
+            .write(&self.target, timeout, &[sql::row(&self.table, &self.key())])
+            .and_then(
+                |mut answers| match answers.pop().and_then(|a| a.rows.into_iter().next()) {
+                    None => Ok(None),
+                    Some(row) => {
+                        let epoch = number::<i64>(&row[0], "epoch")?.unwrap_or(0);
+                        let mark = number::<i64>(&row[2], "high_water")?.unwrap_or(0);
+                        Ok(Some((epoch, row[1].clone(), mark)))
+                    }
+                },
+            );
         match found {
             Ok(None) => Trouble::Lost(LeaseError::RecordLost {
                 shard: self.shard,
                 key: self.describe(),
             }),
-            Ok(Some(row))
-                if row.get::<_, i64>(0) == self.epoch
-                    && row.get::<_, Option<String>>(1).as_deref() == Some(&self.token)
-                    && row.get::<_, i64>(2) < known_mark =>
+            Ok(Some((epoch, holder, mark)))
+                if epoch == self.epoch
+                    && holder.as_deref() == Some(&self.token)
+                    && mark < known_mark =>
             {
                 Trouble::Lost(LeaseError::mark_lowered(self.shard, &self.describe()))
             }
-            Ok(Some(row)) => {
-                let epoch: i64 = row.get(0);
+            Ok(Some((epoch, _, _))) => {
                 let reason = if epoch != self.epoch {
                     format!(
                         "its fencing epoch moved from {} to {epoch}: another generator leased \
@@ -59,25 +79,32 @@ impl PgLease {
 
 impl Engine for PgLease {
     fn renew(&self, _known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble> {
-        let sql = format!(
-            "UPDATE {} SET expires_at = clock_timestamp() + make_interval(secs => $5::float8) \
-             WHERE space = $1 AND shard = $2::bigint AND epoch = $3::bigint AND holder = $4 \
-             RETURNING high_water, layout, extract(epoch FROM clock_timestamp())::float8",
-            self.table
-        );
-        let (space, shard, epoch, token) = self.key_args();
-        let ttl = self.config.ttl.as_secs_f64();
-        let mut conn = crate::sync::lock(&self.renew_conn);
-        let row = conn
-            .run(&self.target, timeout, async |c| {
-                c.query_opt(&sql, &[&space, &shard, &epoch, &token, &ttl])
-                    .await
-            })
-            .map_err(|f| Trouble::Again(f.into_error("renew the lease in", &self.config)))?;
-        let Some(row) = row else {
-            return Err(self.gone(&mut conn, timeout, 0));
+        let start = Instant::now();
+        let again = |f: Failure| Trouble::Again(f.into_error("renew the lease in", &self.config));
+        let Some(mut conn) = self.conn_by(start + timeout) else {
+            return Err(again(Failure::Timeout(timeout)));
         };
-        if row.get::<_, String>(1) != self.layout {
+        let left = timeout.saturating_sub(start.elapsed());
+        // The replication setup, read in the same round trip where it
+        // could be read at open.
+        let mut statements = vec![sql::renew(&self.table, &self.key(), self.config.ttl)];
+        if self.probe {
+            statements.insert(0, replication::PROBE.to_string());
+        }
+        let mut answers = conn.write(&self.target, left, &statements).map_err(again)?;
+        let renewed = answers.pop().and_then(|a| a.rows.into_iter().next());
+        let setup = answers
+            .pop()
+            .and_then(|a| a.rows.into_iter().next())
+            .and_then(|row| Setup::read(&row));
+        if let Some(setup) = setup {
+            replication::judge(&setup, &self.config, self.target.strict(), &self.warned)
+                .map_err(Trouble::Again)?;
+        }
+        let Some(row) = renewed else {
+            return Err(self.gone(&mut conn, left, 0));
+        };
+        if row[1].as_deref() != Some(self.layout.as_str()) {
             return Err(Trouble::Lost(LeaseError::invalid_record(
                 self.shard,
                 self.describe(),
@@ -85,42 +112,33 @@ impl Engine for PgLease {
                 "was changed while this generator held the shard",
             )));
         }
+        let mark = number::<i64>(&row[0], "high_water").map_err(again)?;
+        let server = number::<f64>(&row[2], "the server's clock").map_err(again)?;
         Ok(Renewed {
-            mark: row
-                .get::<_, Option<i64>>(0)
-                .map(|m| u64::try_from(m).unwrap_or(0)),
-            server_time: server_time(row.get(2)),
+            mark: mark.map(|m| u64::try_from(m).unwrap_or(0)),
+            server_time: server_time(server),
         })
     }
 
     fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble> {
-        let sql = format!(
-            "UPDATE {} SET high_water = GREATEST(COALESCE(high_water, 0), $5::bigint), \
-                 seen = CASE WHEN $6::bigint > 0 THEN GREATEST(COALESCE(seen, 0), $6::bigint) ELSE seen END, \
-                 last_second = NULL, last_sequence = NULL \
-             WHERE space = $1 AND shard = $2::bigint AND epoch = $3::bigint AND holder = $4 \
-                 AND COALESCE(high_water, 0) >= $7::bigint",
-            self.table
-        );
-        let (space, shard, epoch, token) = self.key_args();
         let (hw, seen) = (
             i64::try_from(high_water).unwrap_or(i64::MAX),
             i64::try_from(seen).unwrap_or(0),
         );
         let known = i64::try_from(known_mark).unwrap_or(i64::MAX);
+        let statement = sql::raise(&self.table, &self.key(), hw, seen, known);
         let timeout = self.config.op_timeout();
         let mut conn = crate::sync::lock(&self.conn);
         let changed = conn
-            .run(&self.target, timeout, async |c| {
-                c.execute(&sql, &[&space, &shard, &epoch, &token, &hw, &seen, &known])
-                    .await
-            })
+            .write(&self.target, timeout, &[statement])
             .map_err(|f| {
                 Trouble::Again(f.into_error(
                     "record the high-water second of the leased shard in",
                     &self.config,
                 ))
-            })?;
+            })?
+            .pop()
+            .map_or(0, |a| a.count);
         if changed == 1 {
             Ok(())
         } else {
@@ -133,39 +151,15 @@ impl Engine for PgLease {
     }
 
     fn finish(&self, last: Option<(u64, u32)>, seen: u64) -> Result<(), Trouble> {
-        let (space, shard, epoch, token) = self.key_args();
         let timeout = self.config.op_timeout();
+        let last_args =
+            last.map(|(sec, seq)| (i64::try_from(sec).unwrap_or(i64::MAX), i64::from(seq)));
+        let seen_arg = i64::try_from(seen).unwrap_or(0);
+        let statement = sql::finish(&self.table, &self.key(), last_args, seen_arg);
         let run = || -> Result<u64, Failure> {
             let mut conn = crate::sync::lock(&self.conn);
-            match last {
-                Some((sec, seq)) => {
-                    let sql = format!(
-                        "UPDATE {} SET high_water = GREATEST(COALESCE(high_water, 0), $5::bigint), \
-                             last_second = $5::bigint, last_sequence = $6::bigint, \
-                             seen = CASE WHEN $7::bigint > 0 THEN GREATEST(COALESCE(seen, 0), $7::bigint) \
-                                    ELSE seen END, \
-                             holder = NULL, expires_at = '-infinity' \
-                         WHERE space = $1 AND shard = $2::bigint AND epoch = $3::bigint AND holder = $4",
-                        self.table
-                    );
-                    let (sec, seq) = (i64::try_from(sec).unwrap_or(i64::MAX), i64::from(seq));
-                    let seen = i64::try_from(seen).unwrap_or(0);
-                    conn.run(&self.target, timeout, async |c| {
-                        c.execute(&sql, &[&space, &shard, &epoch, &token, &sec, &seq, &seen])
-                            .await
-                    })
-                }
-                None => {
-                    let sql = format!(
-                        "UPDATE {} SET holder = NULL, expires_at = '-infinity' \
-                         WHERE space = $1 AND shard = $2::bigint AND epoch = $3::bigint AND holder = $4",
-                        self.table
-                    );
-                    conn.run(&self.target, timeout, async |c| {
-                        c.execute(&sql, &[&space, &shard, &epoch, &token]).await
-                    })
-                }
-            }
+            let answers = conn.write(&self.target, timeout, &[statement])?;
+            Ok(answers.last().map_or(0, |a| a.count))
         };
         match off_runtime(run) {
             Ok(1) => Ok(()),

@@ -15,31 +15,21 @@
 //! row) to the store's clock plus the largest lead cap a holder of the
 //! space recorded, plus the skew limit, plus one second, past every ID any
 //! holder can have issued, and records the new identity.
+//!
+//! Each check, once the tables are found (or created) and the server's
+//! identity read, is one transaction in one round trip of the holder's
+//! connection, like every write of the lease: the server compares and
+//! raises in one statement, under the ID space's advisory lock (the
+//! statements are in [`sql::history`](super::sql::history)).
 
 use std::time::Duration;
 
-use tokio_postgres::types::Type;
-use tokio_postgres::Transaction;
-
-use super::conn::Conn;
-use super::sql::{create_table, quote};
+use super::conn::{number, Answer, Conn, Failure};
+use super::sql::{self, create_table};
 use super::target::Target;
 use super::UNDEFINED_TABLE;
 use crate::error::Result;
 use crate::lease::{LeaseConfig, LeaseError};
-
-/// The history table's name.
-const HISTORY: &str = "idutil_lease_history";
-/// The advisory lock taken while the history table is created.
-const LOCK_KEY: i64 = 0x6964_7568;
-
-/// The history table, qualified as the lease table is.
-fn history_table(config: &LeaseConfig) -> String {
-    match &config.schema {
-        Some(schema) => format!("{}.{HISTORY}", quote(schema)),
-        None => HISTORY.to_string(),
-    }
-}
 
 /// A history the rows may have forgotten: why, and the second every row
 /// concerned was raised to.
@@ -48,14 +38,33 @@ pub(super) struct Forgotten {
     pub(super) floor: i64,
 }
 
-/// The second past every ID a holder can have issued: the store's clock
-/// plus the lead cap and the skew limit, plus one.
-fn floor(server_now: f64, max_lead: i64, config: &LeaseConfig) -> i64 {
-    let skew = i64::try_from(config.max_skew.as_secs()).unwrap_or(i64::MAX);
-    (server_now.max(0.0) as i64)
-        .saturating_add(max_lead)
-        .saturating_add(skew)
-        .saturating_add(1)
+/// The lead cap and the skew limit, in whole seconds, as the statements
+/// add them.
+fn caps(config: &LeaseConfig) -> (u64, u64) {
+    let max = i64::MAX.unsigned_abs();
+    (
+        config.max_lead.as_secs().min(max),
+        config.max_skew.as_secs().min(max),
+    )
+}
+
+/// The first row of the last statement's answer.
+fn last_row(answers: Vec<Answer>) -> std::result::Result<Vec<Option<String>>, Failure> {
+    answers
+        .into_iter()
+        .last()
+        .and_then(|a| a.rows.into_iter().next())
+        .ok_or_else(|| Failure::Answer("the history check returned no row".to_string()))
+}
+
+/// Column `i` of a row (`None` for NULL, or past a short row).
+fn cell(row: &[Option<String>], i: usize) -> Option<String> {
+    row.get(i).cloned().flatten()
+}
+
+/// A boolean column (`t` or `f`).
+fn flag(cell: &Option<String>) -> bool {
+    cell.as_deref() == Some("t")
 }
 
 /// Before a shard is leased: compares the server and the table with what
@@ -66,40 +75,27 @@ pub(super) fn check_space(
     conn: &mut Conn,
     target: &Target,
     config: &LeaseConfig,
-    table: &str,
     timeout: Duration,
 ) -> Result<Option<Forgotten>> {
-    let history = history_table(config);
-    let found = conn.run(target, timeout, async |c| {
-        let exists: Option<i64> = c
-            .query_typed_one(
-                "SELECT to_regclass($1)::oid::bigint",
-                &[(&table, Type::TEXT)],
-            )
-            .await?
-            .get(0);
-        Ok(exists.is_some())
-    });
-    let exists = found.map_err(|f| f.into_error("lease a shard from", config))?;
-    if !exists {
-        create_table(conn, target, config, table, timeout)?;
+    let fail = |f: Failure| f.into_error("lease a shard from", config);
+    let exists = last_row(
+        conn.write(target, timeout, &[sql::history::tables(target)])
+            .map_err(fail)?,
+    )
+    .map_err(fail)?;
+    if !flag(&cell(&exists, 0)) {
+        create_table(conn, target, config, timeout)?;
+    }
+    if !flag(&cell(&exists, 1)) {
+        conn.write(target, timeout, &sql::history::create(target, timeout))
+            .map_err(|f| f.into_error("create the lease history table in", config))?;
     }
     // The server's identity on its own: a server that will not tell it
     // (Aurora has no `pg_current_wal_lsn()`, say) is compared without it.
-    let server = conn.run(target, timeout, async |c| {
-        let row = c
-            .query_typed_one(
-                "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') \
-                     THEN (SELECT system_identifier::text FROM pg_control_system()) END, \
-                     ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint",
-                &[],
-            )
-            .await?;
-        Ok((
-            row.get::<_, Option<String>>(0),
-            row.get::<_, Option<i64>>(1),
-        ))
-    });
+    let server = conn
+        .write(target, timeout, &[sql::history::IDENTITY.to_string()])
+        .and_then(last_row)
+        .and_then(|row| Ok((cell(&row, 0), number::<i64>(&cell(&row, 1), "timeline")?)));
     let (system, timeline) = server.unwrap_or_else(|f| {
         log::debug!(
             "the server's identity is not compared: {}",
@@ -107,119 +103,44 @@ pub(super) fn check_space(
         );
         (None, None)
     });
-    let max_lead = i64::try_from(config.max_lead.as_secs()).unwrap_or(i64::MAX);
-    let outcome = conn.run(target, timeout, async |c| {
-        let tx = c.transaction().await?;
-        tx.batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{}ms'",
-            timeout.as_millis()
-        ))
-        .await?;
-        create_history(&tx, &history).await?;
-        tx.query_typed(
-            "SELECT pg_advisory_xact_lock($1::int4, hashtext($2))",
-            &[(&(LOCK_KEY as i32), Type::INT4), (&config.prefix, Type::TEXT)],
-        )
-        .await?;
-        let now = tx
-            .query_typed_one(
-                "SELECT to_regclass($1)::oid::bigint, \
-                     pg_relation_filenode(to_regclass($1))::bigint, \
-                     extract(epoch FROM clock_timestamp())::float8",
-                &[(&table, Type::TEXT)],
-            )
-            .await?;
-        let current = Identity {
-            system: system.clone(),
-            timeline,
-            oid: now.get(0),
-            node: now.get(1),
-        };
-        let server_now: f64 = now.get(2);
-        let stored = tx
-            .query_typed_opt(
-                &format!(
-                    "SELECT system_identifier, timeline, table_oid, table_node, max_lead \
-                     FROM {history} WHERE space = $1 AND shard = -1"
-                ),
-                &[(&config.prefix, Type::TEXT)],
-            )
-            .await?;
-        let (why, lead) = match &stored {
-            Some(row) => {
-                let recorded = Identity {
-                    system: row.get(0),
-                    timeline: row.get(1),
-                    oid: row.get(2),
-                    node: row.get(3),
-                };
-                let lead: Option<i64> = row.get(4);
-                (recorded.differs(&current), lead.unwrap_or(0).max(max_lead))
-            }
-            None => {
-                let marked: bool = tx
-                    .query_typed_one(
-                        &format!(
-                            "SELECT EXISTS (SELECT 1 FROM {table} \
-                             WHERE space = $1 AND high_water IS NOT NULL)"
-                        ),
-                        &[(&config.prefix, Type::TEXT)],
-                    )
-                    .await?
-                    .get(0);
-                let why = marked.then(|| {
-                    "the ID space has marks but no recorded history (kept since this version \
-                     of idutil; or its history was dropped)"
-                        .to_string()
-                });
-                (why, max_lead)
-            }
-        };
-        let floor = floor(server_now, lead, config);
-        if why.is_some() {
-            tx.query_typed(
-                &format!(
-                    "UPDATE {table} SET high_water = $2, last_second = NULL, \
-                         last_sequence = NULL, \
-                         seen = COALESCE(seen, extract(epoch FROM clock_timestamp())::bigint) \
-                     WHERE space = $1 AND COALESCE(high_water, 0) < $2"
-                ),
-                &[(&config.prefix, Type::TEXT), (&floor, Type::INT8)],
-            )
-            .await?;
-        }
-        let unchanged = stored.as_ref().is_some_and(|row| {
-            why.is_none() && row.get::<_, Option<i64>>(4).unwrap_or(0) >= max_lead
-        });
-        if !unchanged {
-            tx.query_typed(
-                &format!(
-                    "INSERT INTO {history} AS h \
-                         (space, shard, system_identifier, timeline, table_oid, table_node, max_lead) \
-                     VALUES ($1, -1, $2, $3, $4, $5, $6) \
-                     ON CONFLICT (space, shard) DO UPDATE SET \
-                         system_identifier = COALESCE(EXCLUDED.system_identifier, \
-                             h.system_identifier), \
-                         timeline = COALESCE(EXCLUDED.timeline, h.timeline), \
-                         table_oid = EXCLUDED.table_oid, \
-                         table_node = EXCLUDED.table_node, \
-                         max_lead = GREATEST(h.max_lead, EXCLUDED.max_lead)"
-                ),
-                &[
-                    (&config.prefix, Type::TEXT),
-                    (&current.system, Type::TEXT),
-                    (&current.timeline, Type::INT8),
-                    (&current.oid, Type::INT8),
-                    (&current.node, Type::INT8),
-                    (&lead, Type::INT8),
-                ],
-            )
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(why.map(|why| Forgotten { why, floor }))
-    });
-    outcome.map_err(|f| f.into_error("lease a shard from", config).into())
+    let statements = sql::history::space(
+        target,
+        &config.prefix,
+        (system.as_deref(), timeline),
+        caps(config),
+        timeout,
+    );
+    let row = conn
+        .write(target, timeout, &statements)
+        .and_then(last_row)
+        .map_err(fail)?;
+    let read = |i: usize, what: &str| number::<i64>(&cell(&row, i), what).map_err(fail);
+    let recorded = Identity {
+        system: cell(&row, 0),
+        timeline: read(1, "timeline")?,
+        oid: read(2, "table_oid")?,
+        node: read(3, "table_node")?,
+    };
+    let current = Identity {
+        system: cell(&row, 4),
+        timeline: read(5, "timeline")?,
+        oid: read(6, "table_oid")?,
+        node: read(7, "table_node")?,
+    };
+    if !flag(&cell(&row, 9)) {
+        return Ok(None);
+    }
+    let why = if flag(&cell(&row, 8)) {
+        recorded
+            .differs(&current)
+            .unwrap_or_else(|| "the recorded history differs".to_string())
+    } else {
+        "the ID space has marks but no recorded history (kept since this version of idutil; \
+         or its history was dropped)"
+            .to_string()
+    };
+    let floor = read(10, "the raised mark")?.unwrap_or(0);
+    Ok(Some(Forgotten { why, floor }))
 }
 
 /// After a shard is leased: records that it has a mark, or, if its row has
@@ -230,100 +151,28 @@ pub(super) fn check_shard(
     conn: &mut Conn,
     target: &Target,
     config: &LeaseConfig,
-    table: &str,
     shard: u32,
     had_mark: bool,
     timeout: Duration,
 ) -> std::result::Result<Option<Forgotten>, LeaseError> {
-    let history = history_table(config);
-    let shard = i64::from(shard);
-    let outcome = conn.run(target, timeout, async |c| {
-        let tx = c.transaction().await?;
-        let known = tx
-            .query_typed_one(
-                &format!(
-                    "WITH known AS (SELECT max_lead FROM {history} \
-                         WHERE space = $1 AND shard IN (-1, $2)), \
-                     added AS (INSERT INTO {history} (space, shard) VALUES ($1, $2) \
-                         ON CONFLICT DO NOTHING RETURNING 1) \
-                     SELECT (SELECT count(*) FROM known)::bigint, \
-                         (SELECT max(max_lead) FROM known)::bigint, \
-                         extract(epoch FROM clock_timestamp())::float8"
-                ),
-                &[(&config.prefix, Type::TEXT), (&shard, Type::INT8)],
-            )
-            .await?;
-        // The space's row, and the shard's own: a row that once had a mark.
-        let rows: i64 = known.get(0);
-        if had_mark || rows < 2 {
-            tx.commit().await?;
-            return Ok(None);
-        }
-        let lead = known
-            .get::<_, Option<i64>>(1)
-            .unwrap_or(0)
-            .max(i64::try_from(config.max_lead.as_secs()).unwrap_or(i64::MAX));
-        let floor = floor(known.get(2), lead, config);
-        tx.query_typed(
-            &format!(
-                "UPDATE {table} SET high_water = GREATEST(COALESCE(high_water, 0), $3), \
-                     last_second = NULL, last_sequence = NULL, \
-                     seen = COALESCE(seen, extract(epoch FROM clock_timestamp())::bigint) \
-                 WHERE space = $1 AND shard = $2"
-            ),
-            &[
-                (&config.prefix, Type::TEXT),
-                (&shard, Type::INT8),
-                (&floor, Type::INT8),
-            ],
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(Some(Forgotten {
-            why: "its row had a mark once and has none now (deleted and created again)".to_string(),
-            floor,
-        }))
-    });
+    let statement = sql::history::shard(target, &config.prefix, shard, had_mark, caps(config));
+    let outcome = conn
+        .write(target, timeout, &[statement])
+        .and_then(last_row)
+        .and_then(|row| {
+            let raised = number::<i64>(&cell(&row, 0), "rows raised")?.unwrap_or(0);
+            let floor = number::<i64>(&cell(&row, 1), "the raised mark")?.unwrap_or(0);
+            Ok((raised > 0).then(|| Forgotten {
+                why: "its row had a mark once and has none now (deleted and created again)"
+                    .to_string(),
+                floor,
+            }))
+        });
     match outcome {
         // Dropped since `check_space`: the next acquisition finds it out.
         Err(f) if f.code() == Some(UNDEFINED_TABLE) => Ok(None),
         other => other.map_err(|f| f.into_error("check the lease history in", config)),
     }
-}
-
-/// Creates the history table if it is missing, under an advisory lock (two
-/// `CREATE TABLE IF NOT EXISTS` at once can fail).
-async fn create_history(
-    tx: &Transaction<'_>,
-    history: &str,
-) -> std::result::Result<(), tokio_postgres::Error> {
-    let exists: Option<i64> = tx
-        .query_typed_one(
-            "SELECT to_regclass($1)::oid::bigint",
-            &[(&history, Type::TEXT)],
-        )
-        .await?
-        .get(0);
-    if exists.is_some() {
-        return Ok(());
-    }
-    tx.query_typed(
-        "SELECT pg_advisory_xact_lock($1)",
-        &[(&LOCK_KEY, Type::INT8)],
-    )
-    .await?;
-    tx.batch_execute(&format!(
-        "CREATE TABLE IF NOT EXISTS {history} ( \
-             space text NOT NULL, \
-             shard bigint NOT NULL, \
-             system_identifier text, \
-             timeline bigint, \
-             table_oid bigint, \
-             table_node bigint, \
-             max_lead bigint, \
-             PRIMARY KEY (space, shard))"
-    ))
-    .await
 }
 
 /// What the rows were written under.

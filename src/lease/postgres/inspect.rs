@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use super::conn::{off_runtime, Conn};
+use super::conn::{literal, number, off_runtime, Conn, Failure};
 use super::row::raw_record;
-use super::sql::table;
 use super::target::Target;
 use super::UNDEFINED_TABLE;
 use crate::error::Result;
@@ -26,37 +25,40 @@ fn inspect_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>
              CASE WHEN expires_at > clock_timestamp() \
                   THEN extract(epoch FROM expires_at - clock_timestamp())::float8 END, \
              high_water, last_second, last_sequence, seen, layout, epoch \
-         FROM {} WHERE space = $1 AND shard BETWEEN $2::bigint AND $3::bigint ORDER BY shard",
-        table(config)
+         FROM {} WHERE space = {} AND shard BETWEEN {} AND {} ORDER BY shard",
+        target.table(),
+        literal(&config.prefix),
+        range.start(),
+        range.end()
     );
-    let (first, last) = (i64::from(*range.start()), i64::from(*range.end()));
     let timeout = config.op_timeout().max(Duration::from_secs(2));
-    let rows = match conn.run(&target, timeout, async |c| {
-        c.query(&sql, &[&config.prefix, &first, &last]).await
-    }) {
-        Ok(rows) => rows,
+    let rows = match conn.write(&target, timeout, &[sql]) {
+        Ok(mut answers) => answers.pop().map(|a| a.rows).unwrap_or_default(),
         Err(f) if f.code() == Some(UNDEFINED_TABLE) => Vec::new(),
         Err(f) => return Err(f.into_error("read the leases from", config).into()),
     };
     let start = *range.start();
     let mut out: Vec<ShardLease> = range.map(ShardLease::empty).collect();
+    let unreadable = |f: Failure| f.into_error("read the leases from", config);
     for row in rows {
-        let index = u32::try_from(row.get::<_, i64>(0))
-            .ok()
+        let cell = |i: usize| row.get(i).cloned().flatten();
+        let index = number::<u32>(&cell(0), "shard")
+            .map_err(unreadable)?
             .and_then(|s| s.checked_sub(start));
         let Some(entry) = index.and_then(|i| out.get_mut(i as usize)) else {
             continue;
         };
-        let left: Option<f64> = row.get(2);
-        entry.holder = row.get(1);
+        let left = number::<f64>(&cell(2), "expiry").map_err(unreadable)?;
+        entry.holder = cell(1);
         entry.expires_in = left
             .filter(|s| s.is_finite() && *s > 0.0 && entry.holder.is_some())
             .map(Duration::from_secs_f64);
-        entry.epoch = u64::try_from(row.get::<_, i64>(8)).ok();
-        let recorded: String = row.get(7);
+        entry.epoch = number::<u64>(&cell(8), "epoch").map_err(unreadable)?;
+        let recorded = cell(7).unwrap_or_default();
         entry.layout = Some(recorded.clone());
-        let last = (row.get(4), row.get(5));
-        match raw_record(row.get(3), last, row.get(6), recorded) {
+        let int = |i: usize, what| number::<i64>(&cell(i), what).map_err(unreadable);
+        let last = (int(4, "last_second")?, int(5, "last_sequence")?);
+        match raw_record(int(3, "high_water")?, last, int(6, "seen")?, recorded) {
             Ok(Some(raw)) => entry.show_record(&raw, layout),
             Ok(None) => {}
             Err((field, reason)) => entry.invalid.push(format!("{field} {reason}")),

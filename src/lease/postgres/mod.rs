@@ -18,10 +18,12 @@
 //! # The table
 //!
 //! One table, `idutil_lease`, created on first use (`CREATE TABLE IF NOT
-//! EXISTS`) in [`LeaseConfig::schema`], or else the first schema of the
-//! connection's `search_path` (set it in the URL with
-//! `options=-csearch_path%3Dmyschema`). One row per ID space
-//! ([`LeaseConfig::prefix`]) and shard:
+//! EXISTS`) in the schema `public`, or the one named by the URL's
+//! `schema=` option or [`LeaseConfig::schema`]. Every statement names the
+//! table with its schema, whatever the session's `search_path`: services
+//! whose roles have different search paths (a role `api` with a schema of
+//! its own name comes first on its default path) share one table, and so
+//! one ID space. One row per ID space ([`LeaseConfig::prefix`]) and shard:
 //!
 //! | column | meaning |
 //! |---|---|
@@ -36,8 +38,9 @@
 //!
 //! The rows of an ID space are created together, the first time a holder
 //! finds none in its range (under an advisory lock, so two layouts cannot
-//! mix); a row is never deleted by the lease. Beside it, a second table,
-//! `idutil_lease_history`, keeps what the rows were written under (below,
+//! mix); a row is never deleted by the lease. Beside it, in the same
+//! schema, a second table, `idutil_lease_history`, keeps what the rows were
+//! written under (below,
 //! [*Restores and rewound histories*](#restores-and-rewound-histories)).
 //! A lease whose `expires_at` is more than a day ahead (`'infinity'`, as a
 //! row edited by hand leaves it) never expires by itself: it is named in
@@ -52,14 +55,23 @@
 //! # What it promises, and on which deployment
 //!
 //! - **A raise is committed before an ID past it is issued**, with
-//!   `synchronous_commit` at least `on` for the lease's sessions whatever
-//!   the database's default. With a **synchronous standby**
-//!   (`synchronous_standby_names`), a committed raise is on the standby
-//!   too, so a failover to it loses no mark, and an old primary cut off
-//!   from its standby cannot commit: its holders can neither renew nor
-//!   raise, and fence themselves within three quarters of the TTL while the
-//!   promoted standby grants the shard to a new holder that resumes after
-//!   every mark. **No duplicate through failover or split brain.**
+//!   `synchronous_commit` at least `on` for each of the lease's
+//!   transactions whatever the database's default. With a **synchronous
+//!   standby** (`synchronous_standby_names`), a committed raise is on the
+//!   standby too, so a failover to it loses no mark, and an old primary
+//!   cut off from its standby cannot commit: its holders can neither renew
+//!   nor raise, and fence themselves within three quarters of the TTL while
+//!   the promoted standby grants the shard to a new holder that resumes
+//!   after every mark. **No duplicate through failover or split brain.**
+//! - **A commit counts only once the standby has it.** A commit whose wait
+//!   for the synchronous standby was cancelled (an operator's
+//!   `pg_cancel_backend` on a hung commit, a client cancel) comes back from
+//!   PostgreSQL as a success with the warning "canceling wait for
+//!   synchronous replication": the lease reads that warning and counts
+//!   such a raise or renewal as failed, as it does a connection lost during
+//!   the commit. The holder issues nothing past that mark; it writes again,
+//!   and only a later commit the standby confirms (which covers the earlier
+//!   one) lets it go on, or it fences itself.
 //! - With an **asynchronous standby**, a failover can lose the last raises
 //!   before it, as any asynchronous replica loses the last commits. The
 //!   promoted standby's new timeline tells this apart: the first holder to
@@ -127,34 +139,110 @@
 //!   share of the round trip's deadline, so a host that drops packets or
 //!   never answers does not keep a connection from the next.
 //!
+//! The URL's own options, taken out before it is handed to `tokio-postgres`:
+//! `schema=NAME` (the table's schema, see [the table](#the-table)) and
+//! `replication=strict` (see [replication](#replication)).
+//!
 //! The client is `tokio-postgres` on a runtime of its own per connection,
 //! on the calling thread, rather than the synchronous `postgres` crate: it
 //! gives every round trip a deadline, so a renewal can never outlast the
 //! fence. Opening a generator from async code is fine: the lease then
 //! connects from a short-lived thread of its own.
+//!
+//! # Deploying the PostgreSQL lease
+//!
+//! `idutil lease check URL` (or [`check`](crate::lease::check)) audits a
+//! deployment, line by line: durability settings, standbys and the
+//! synchronous setup, a pooler in front, the schema and search path,
+//! privileges, clock skew, rows that never expire and free shards.
+//!
+//! ## Poolers
+//!
+//! The lease works through PgBouncer and the poolers built like it
+//! (Supabase's, Neon's `-pooler` hosts, Heroku's, RDS Proxy) in
+//! **transaction** and **session** mode. A holder has one connection, for
+//! its renewals, raises and close, so it takes one server connection at a
+//! time: in session mode, size the pool to the fleet (one per holder); in
+//! transaction mode a pool smaller than the fleet is fine. Every write is
+//! one transaction in one round trip of the simple query protocol: no
+//! prepared statement (named or not), and no session setting
+//! (`synchronous_commit` and `lock_timeout` are set with `SET LOCAL`
+//! semantics inside each transaction). A pooler in **statement** mode runs
+//! no transaction of several statements and is refused at open, by name.
+//! Poolers drop startup options such as `options=-csearch_path=...`: name
+//! the schema with `schema=` instead.
+//!
+//! ## Replication
+//!
+//! A mark must be on every standby that may be promoted. The lease reads
+//! `synchronous_standby_names`, `synchronous_commit` and
+//! `pg_stat_replication` at open and at every renewal (in the renewal's
+//! round trip), and warns (a `log::warn!`, once until the setup changes)
+//! when a standby that may lack a raise can be promoted:
+//!
+//! - standbys stream but `synchronous_standby_names` is empty (asynchronous
+//!   replication);
+//! - a quorum smaller than the standbys: `ANY 1 (s1, s2)`;
+//! - priority with more standbys than it waits for: `FIRST 1 (s1, s2)`,
+//!   `s1, s2`, or `*` with several standbys.
+//!
+//! The safe setups: `ANY n (s1, ..., sn)` or `FIRST n (...)` of all `n`
+//! standbys, or a failover manager that promotes only a synchronous
+//! standby (Patroni's synchronous mode, pg_auto_failover with its
+//! candidate priorities). `replication=strict` in the URL (or
+//! [`LeaseConfig::strict_replication`]) makes the warning a refusal
+//! ([`LeaseError::UnsafeStore`]): at open, and at a renewal, which then
+//! fails until the setup is safe again, so the holder fences itself. A role
+//! that may not read `pg_stat_replication` leases with a warning that the
+//! setup is not checked, and is refused under the strict rule.
+//!
+//! ## Backups and restores
+//!
+//! A restore of the lease table (or of the database) from an earlier
+//! backup takes the shards' marks back in time. The lease tells it apart
+//! and jumps past what the fleet can have issued since, at the next lease
+//! (see [*Restores and rewound histories*](#restores-and-rewound-histories)):
+//! a dump restored comes back as a new table, a base backup on a new
+//! timeline or in another cluster. What it cannot tell apart is a mark
+//! lowered in place in a row no holder holds: never write old `high_water`
+//! values into the live table by hand. A logical dump (`pg_dump`) of the
+//! table is consistent; copying its rows by hand while holders run is not.
+//!
+//! ## Roles and schemas
+//!
+//! Give the fleet's roles `SELECT, INSERT, UPDATE` on the table and on
+//! `idutil_lease_history` beside it (and `CREATE` on their schema for the
+//! first holder, or create them with a migration: see [the
+//! table](#the-table) for the lease table's columns); `idutil lease check`
+//! says what a role lacks. Services of one fleet whose roles differ share
+//! one table as long as they name the same schema: the default `public`
+//! does, whatever their search paths. Fleets that must not share an ID
+//! space use different [`LeaseConfig::prefix`]es (or schemas).
 
+mod audit;
 mod conn;
 mod engine;
 mod history;
 mod inspect;
 mod release;
+mod replication;
 mod restore;
 mod row;
 mod sql;
 mod target;
 mod tls;
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::Row;
-
 use super::{Ask, Engine, Grant, LeaseConfig, LeaseError, Record};
 use crate::error::Result;
-use conn::{off_runtime, Conn};
+pub(crate) use audit::audit;
+use conn::{number, off_runtime, Answer, Conn, Failure};
 pub(crate) use inspect::inspect;
 pub(crate) use release::release;
-use sql::{create_table, prepare_space, table};
+use sql::{create_table, prepare_space};
 use target::Target;
 
 const ENGINE: &str = "PostgreSQL";
@@ -168,8 +256,10 @@ const EPOCH_MAX: i64 = i64::MAX;
 const UNDEFINED_TABLE: &str = "42P01";
 
 /// The store's clock from `extract(epoch FROM clock_timestamp())`.
-fn server_time(seconds: f64) -> Option<Duration> {
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+fn server_time(seconds: Option<f64>) -> Option<Duration> {
+    seconds
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 /// A shard held in PostgreSQL.
@@ -181,10 +271,47 @@ struct PgLease {
     token: String,
     epoch: i64,
     layout: String,
-    /// For raises and the close.
+    /// The holder's one connection, for renewals, raises and the close: a
+    /// pooler's pool gives the holder one server connection at a time.
     conn: Mutex<Conn>,
-    /// The renewal thread's own, so a slow write never delays a renewal.
-    renew_conn: Mutex<Conn>,
+    /// Whether the replication setup's risk was warned about (once until
+    /// it changes).
+    warned: AtomicBool,
+    /// Whether the replication setup could be read at open (and so is read
+    /// again at every renewal).
+    probe: bool,
+}
+
+/// The row the acquiring statement returned, its columns read.
+struct Granted {
+    shard: i64,
+    epoch: i64,
+    high_water: Option<i64>,
+    last: (Option<i64>, Option<i64>),
+    seen: Option<i64>,
+    layout: String,
+    server: Option<f64>,
+}
+
+impl Granted {
+    fn read(row: &[Option<String>]) -> std::result::Result<Granted, Failure> {
+        let cell = |i: usize| row.get(i).cloned().flatten();
+        let required = |v: Option<i64>, what: &str| {
+            v.ok_or_else(|| Failure::Answer(format!("{what} is NULL")))
+        };
+        Ok(Granted {
+            shard: required(number(&cell(0), "shard")?, "shard")?,
+            epoch: required(number(&cell(1), "epoch")?, "epoch")?,
+            high_water: number(&cell(2), "high_water")?,
+            last: (
+                number(&cell(3), "last_second")?,
+                number(&cell(4), "last_sequence")?,
+            ),
+            seen: number(&cell(5), "seen")?,
+            layout: cell(6).unwrap_or_default(),
+            server: number(&cell(7), "the server's clock")?,
+        })
+    }
 }
 
 /// Takes the first free shard of the range, creating the table and the ID
@@ -196,70 +323,77 @@ pub(super) fn connect(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
 fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
     let config = ask.config;
     let target = Target::parse(config)?;
-    let table = table(config);
     let mut conn = Conn::open(config)?;
     let layout = ask.layout.fingerprint();
     let timeout = config.op_timeout().max(Duration::from_secs(2));
-    let (first, last) = (i64::from(*ask.range.start()), i64::from(*ask.range.end()));
-    let skip: Vec<i64> = ask.skip.iter().map(|s| i64::from(*s)).collect();
-    let acquire = format!(
-        "UPDATE {table} AS t SET holder = $3, \
-             epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, \
-             expires_at = clock_timestamp() + make_interval(secs => $4::float8) \
-         FROM (SELECT shard FROM {table} \
-               WHERE space = $1 AND layout = $2 AND shard BETWEEN $5::bigint AND $6::bigint \
-                 AND shard <> ALL($7::bigint[]) AND expires_at <= clock_timestamp() \
-               ORDER BY expires_at, shard LIMIT 1 FOR UPDATE SKIP LOCKED) AS free \
-         WHERE t.space = $1 AND t.shard = free.shard \
-         RETURNING t.shard, t.epoch, t.high_water, t.last_second, t.last_sequence, t.seen, \
-             t.layout, extract(epoch FROM clock_timestamp())::float8"
-    );
-    if let Some(forgotten) = history::check_space(&mut conn, &target, config, &table, timeout)? {
+    conn.transaction_block(&target, timeout)
+        .map_err(|f| f.into_error("lease a shard from", config))?;
+    let warned = AtomicBool::new(false);
+    let setup = match conn.write(&target, timeout, &[replication::PROBE.to_string()]) {
+        Ok(mut answers) => answers
+            .pop()
+            .and_then(|a| a.rows.into_iter().next())
+            .and_then(|row| replication::Setup::read(&row)),
+        // A role that may not read `pg_stat_replication`: the setup is not
+        // checked (renewals do not try), unless the rule is strict.
+        Err(f) if f.code().is_some() => None,
+        Err(f) => return Err(f.into_error("lease a shard from", config).into()),
+    };
+    match &setup {
+        Some(setup) => replication::judge(setup, config, target.strict(), &warned)?,
+        None if target.strict() => {
+            return Err(LeaseError::UnsafeStore {
+                url: config.url_redacted(),
+                reason: "the replication setup cannot be read (synchronous_standby_names, \
+                         pg_stat_replication), and replication=strict asks for it"
+                    .to_string(),
+            }
+            .into())
+        }
+        None => log::warn!(
+            "the PostgreSQL lease at {} cannot read the replication setup \
+             (synchronous_standby_names, pg_stat_replication), so it cannot warn about one that \
+             lets a standby lacking a raise be promoted",
+            config.url_redacted()
+        ),
+    }
+    if let Some(forgotten) = history::check_space(&mut conn, &target, config, timeout)? {
         log::warn!(
-            "ID space {:?} in {table}: {}; every shard's mark is raised to {}, past every ID a \
+            "ID space {:?} in {}: {}; every shard's mark is raised to {}, past every ID a \
              holder can have issued before",
             config.prefix,
+            target.table(),
             forgotten.why,
             forgotten.floor
         );
     }
-    let ttl = config.ttl.as_secs_f64();
+    let acquire = [sql::acquire(ask, &target, &layout)];
     let mut tries = 0;
     loop {
         tries += 1;
         let sent = Instant::now();
-        let granted = conn.run(&target, timeout, async |c| {
-            c.query_opt(
-                &acquire,
-                &[
-                    &config.prefix,
-                    &layout,
-                    &ask.token,
-                    &ttl,
-                    &first,
-                    &last,
-                    &skip,
-                ],
-            )
-            .await
-        });
-        let row = match granted {
-            Ok(row) => row,
+        let row = match conn.write(&target, timeout, &acquire) {
+            Ok(mut answers) => answers
+                .pop()
+                .and_then(|a: Answer| a.rows.into_iter().next()),
             Err(f) if f.code() == Some(UNDEFINED_TABLE) && tries < MAX_TRIES => {
-                create_table(&mut conn, &target, config, &table, timeout)?;
+                create_table(&mut conn, &target, config, timeout)?;
                 continue;
             }
             Err(f) => return Err(f.into_error("lease a shard from", config).into()),
         };
         if let Some(row) = row {
-            return granted_row(ask, target, table, conn, &row, sent, layout);
+            let granted =
+                Granted::read(&row).map_err(|f| f.into_error("lease a shard from", config))?;
+            let probe = setup.is_some();
+            return granted_row(ask, target, conn, granted, sent, layout, (warned, probe));
         }
         // Nothing free: another layout's ID space, rows not created yet,
         // or every shard leased. Or a race: the row the statement chose was
         // taken by a concurrent acquisition after its snapshot, and
         // `LIMIT 1` then yields nothing rather than the next free row; a
         // new statement (a new snapshot) finds it.
-        if prepare_space(&mut conn, &target, ask, &table, &layout, timeout)? {
+        if prepare_space(&mut conn, &target, ask, &layout, timeout)? {
             continue;
         }
         if tries >= MAX_TRIES {
@@ -269,8 +403,7 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
                     &mut conn,
                     &target,
                     config,
-                    &table,
-                    (first, last),
+                    (*ask.range.start(), *ask.range.end()),
                     timeout,
                 );
             }
@@ -284,39 +417,33 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
 fn granted_row(
     ask: &Ask<'_>,
     target: Target,
-    table: String,
     conn: Conn,
-    row: &Row,
+    row: Granted,
     sent: Instant,
     layout: String,
+    (warned, probe): (AtomicBool, bool),
 ) -> Result<(Box<dyn Engine>, Grant)> {
     let config = ask.config;
-    let shard = u32::try_from(row.get::<_, i64>(0)).unwrap_or(u32::MAX);
+    let shard = u32::try_from(row.shard).unwrap_or(u32::MAX);
     let lease = PgLease {
         config: config.clone(),
+        table: target.table(),
         target,
-        table,
         shard,
         token: ask.token.to_string(),
-        epoch: row.get(1),
+        epoch: row.epoch,
         layout,
         conn: Mutex::new(conn),
-        renew_conn: Mutex::new(Conn::open(config)?),
+        warned,
+        probe,
     };
+    let server = server_time(row.server);
     let mut record = lease.read(row, ask.layout);
     if let Ok(read) = &record {
         let timeout = config.op_timeout().max(Duration::from_secs(2));
         let had_mark = read.high_water.is_some();
         let mut conn = crate::sync::lock(&lease.conn);
-        match history::check_shard(
-            &mut conn,
-            &lease.target,
-            config,
-            &lease.table,
-            shard,
-            had_mark,
-            timeout,
-        ) {
+        match history::check_shard(&mut conn, &lease.target, config, shard, had_mark, timeout) {
             Ok(None) => {}
             Ok(Some(forgotten)) => {
                 log::warn!(
@@ -339,7 +466,7 @@ fn granted_row(
         shard,
         record,
         at: sent,
-        server_time: server_time(row.get(7)),
+        server_time: server,
     };
     Ok((Box::new(lease), grant))
 }

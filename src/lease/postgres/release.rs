@@ -4,19 +4,13 @@
 
 use std::time::Duration;
 
-use tokio_postgres::types::Type;
-
-use super::conn::{off_runtime, Conn};
-use super::sql::table;
+use super::conn::{number, off_runtime, Conn};
+use super::sql;
 use super::target::Target;
-use super::{EPOCH_MAX, UNDEFINED_TABLE};
+use super::UNDEFINED_TABLE;
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::lease::{LeaseConfig, LeaseError, Released};
-
-/// A lease that expires further ahead than this never expires by itself
-/// as far as a fleet is concerned: no TTL is that long.
-const STUCK: &str = "interval '1 day'";
 
 /// The shards of the range whose lease is stuck, each with its expiry (as
 /// PostgreSQL writes it). Errors count as none: this only adds to a
@@ -25,32 +19,18 @@ pub(super) fn stuck_shards(
     conn: &mut Conn,
     target: &Target,
     config: &LeaseConfig,
-    table: &str,
-    range: (i64, i64),
+    range: (u32, u32),
     timeout: Duration,
 ) -> Vec<(u32, String)> {
-    let sql = format!(
-        "SELECT shard, expires_at::text FROM {table} \
-         WHERE space = $1 AND shard BETWEEN $2 AND $3 \
-             AND expires_at > clock_timestamp() + {STUCK} \
-         ORDER BY shard LIMIT 32"
-    );
-    let rows = conn.run(target, timeout, async |c| {
-        c.query_typed(
-            &sql,
-            &[
-                (&config.prefix, Type::TEXT),
-                (&range.0, Type::INT8),
-                (&range.1, Type::INT8),
-            ],
-        )
-        .await
-    });
+    let statement = sql::release::stuck(&target.table(), &config.prefix, range);
+    let rows = conn
+        .write(target, timeout, &[statement])
+        .map(|mut answers| answers.pop().map(|a| a.rows).unwrap_or_default());
     rows.map(|rows| {
-        rows.iter()
-            .map(|r| {
-                let shard = u32::try_from(r.get::<_, i64>(0)).unwrap_or(u32::MAX);
-                (shard, r.get::<_, String>(1))
+        rows.into_iter()
+            .filter_map(|row| {
+                let shard = number::<u32>(row.first()?, "shard").ok()??;
+                Some((shard, row.get(1)?.clone()?))
             })
             .collect()
     })
@@ -65,31 +45,14 @@ pub(crate) fn release(config: &LeaseConfig, layout: &Layout, shard: u32) -> Resu
 fn release_here(config: &LeaseConfig, layout: &Layout, shard: u32) -> Result<Released> {
     config.range(layout, Some(shard))?;
     let target = Target::parse(config)?;
-    let table = table(config);
+    let table = target.table();
     let mut conn = Conn::open(config)?;
     let timeout = config.op_timeout().max(Duration::from_secs(2));
     // The holder and expiry before, and whether the lease is stuck or
     // expired (and so was freed) rather than live.
-    let sql = format!(
-        "WITH old AS (SELECT holder, expires_at, \
-                 expires_at > clock_timestamp() + {STUCK} \
-                     OR expires_at <= clock_timestamp() AS free_it \
-             FROM {table} WHERE space = $1 AND shard = $2 FOR UPDATE), \
-         freed AS (UPDATE {table} AS t SET holder = NULL, expires_at = '-infinity', \
-                 epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int \
-             FROM old WHERE t.space = $1 AND t.shard = $2 AND old.free_it \
-             RETURNING 1) \
-         SELECT old.holder, old.expires_at::text, old.free_it, \
-             (extract(epoch FROM old.expires_at) - extract(epoch FROM clock_timestamp()))::float8 \
-             FROM old"
-    );
-    let number = i64::from(shard);
-    let found = conn.run(&target, timeout, async |c| {
-        c.query_typed_opt(&sql, &[(&config.prefix, Type::TEXT), (&number, Type::INT8)])
-            .await
-    });
-    let row = match found {
-        Ok(row) => row,
+    let statement = sql::release::release(&table, &config.prefix, shard);
+    let row = match conn.write(&target, timeout, &[statement]) {
+        Ok(mut answers) => answers.pop().and_then(|a| a.rows.into_iter().next()),
         Err(f) if f.code() == Some(UNDEFINED_TABLE) => None,
         Err(f) => return Err(f.into_error("release a lease in", config).into()),
     };
@@ -100,10 +63,13 @@ fn release_here(config: &LeaseConfig, layout: &Layout, shard: u32) -> Result<Rel
         ))
         .into());
     };
-    let holder: Option<String> = row.get(0);
-    let expires_at: String = row.get(1);
-    if !row.get::<_, bool>(2) {
-        let left: f64 = row.get(3);
+    let cell = |i: usize| row.get(i).cloned().flatten();
+    let holder = cell(0);
+    let expires_at = cell(1).unwrap_or_default();
+    if cell(2).as_deref() != Some("t") {
+        let left = number::<f64>(&cell(3), "the time left")
+            .map_err(|f| f.into_error("release a lease in", config))?
+            .unwrap_or(0.0);
         return Err(LeaseError::invalid_config(format!(
             "shard {shard} is leased by a live holder ({}) until {expires_at}, {left:.1} s from \
              now: it comes free by itself when its holder stops renewing; only a lease that \

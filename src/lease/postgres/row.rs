@@ -1,8 +1,6 @@
 //! A row's record columns, read as strictly as Redis's fields.
 
-use tokio_postgres::Row;
-
-use super::{PgLease, EPOCH_MAX};
+use super::{Granted, PgLease, EPOCH_MAX};
 use crate::layout::Layout;
 use crate::lease::record::{read_record, RawRecord, Record};
 use crate::lease::{Engine, LeaseError};
@@ -40,13 +38,15 @@ pub(super) fn raw_record(
 }
 
 impl PgLease {
-    /// The row's record, read strictly (columns 2 to 6: high_water,
-    /// last_second, last_sequence, seen, layout).
-    pub(super) fn read(&self, row: &Row, layout: &Layout) -> Result<Record, LeaseError> {
-        let high_water: Option<i64> = row.get(2);
-        let last = (row.get(3), row.get(4));
-        let seen: Option<i64> = row.get(5);
-        let recorded: String = row.get(6);
+    /// The granted row's record, read strictly.
+    pub(super) fn read(&self, row: Granted, layout: &Layout) -> Result<Record, LeaseError> {
+        let Granted {
+            high_water,
+            last,
+            seen,
+            layout: recorded,
+            ..
+        } = row;
         let invalid = |field, reason: &str| {
             LeaseError::invalid_record(self.shard, self.describe(), field, reason)
         };

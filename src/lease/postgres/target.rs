@@ -1,5 +1,5 @@
-//! Where to connect: the URL read, its own options taken out, one
-//! configuration per host.
+//! Where to connect: the URL read, its own options taken out (TLS, the
+//! schema, the replication rule), one configuration per host.
 
 use std::time::Duration;
 
@@ -7,8 +7,13 @@ use postgres_native_tls::MakeTlsConnector;
 use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
 use tokio_postgres::{Client, Config, NoTls};
 
+use super::conn::Notices;
 use super::tls::tls_for;
 use crate::lease::{LeaseConfig, LeaseError};
+
+/// The schema of the lease table when neither the URL nor the
+/// configuration names one.
+const DEFAULT_SCHEMA: &str = "public";
 
 /// Where and how to connect: the parsed URL, one configuration per host
 /// in the order they are tried, and the TLS settings.
@@ -21,15 +26,48 @@ pub(super) struct Target {
     /// has given up by then, and a statement left waiting would keep its
     /// session (one more at every retry) until the lock is released.
     lock_timeout: Duration,
+    /// The schema the lease table is in.
+    schema: String,
+    /// Refuse a replication setup that can lose a raise.
+    strict: bool,
 }
 
 impl Target {
     /// Parses `url` (a `postgres://` URL or `key=value` options), taking
     /// out the options this crate handles itself (`sslmode`,
-    /// `sslrootcert`).
+    /// `sslrootcert`, `schema`, `replication`).
     pub(super) fn parse(lease: &LeaseConfig) -> Result<Target, LeaseError> {
         let invalid = |reason: String| LeaseError::invalid_config(reason);
-        let (rest, options) = take_options(lease.url.trim(), &["sslmode", "sslrootcert"]);
+        let (rest, options) = take_options(
+            lease.url.trim(),
+            &["sslmode", "sslrootcert", "schema", "replication"],
+        );
+        let schema = match (options[2].as_deref(), lease.schema.as_deref()) {
+            (Some(url), Some(config)) if url != config => {
+                return Err(invalid(format!(
+                    "the lease URL names the schema {url:?} and the configuration {config:?}; \
+                     name one"
+                )))
+            }
+            (Some(""), _) => return Err(invalid("the lease URL's schema= is empty".into())),
+            (Some(name), _) | (None, Some(name)) => name.to_string(),
+            (None, None) => DEFAULT_SCHEMA.to_string(),
+        };
+        if schema.is_empty() || schema.contains('\0') {
+            return Err(invalid(format!(
+                "the lease schema {schema:?} is not a name"
+            )));
+        }
+        let strict = match options[3].as_deref() {
+            None => lease.strict_replication,
+            Some("strict") => true,
+            Some("warn") => lease.strict_replication,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "the lease URL's replication={other} is neither `strict` nor `warn`"
+                )))
+            }
+        };
         let mut config: Config = rest.parse().map_err(|e| {
             invalid(format!(
                 "the PostgreSQL URL {} cannot be read: {e}",
@@ -53,7 +91,45 @@ impl Target {
             hosts: per_host(&config),
             tls,
             lock_timeout: lease.op_timeout().max(Duration::from_millis(100)),
+            schema,
+            strict,
         })
+    }
+
+    /// The lease table, schema-qualified: every statement names it so,
+    /// whatever the session's `search_path`, so roles whose search paths
+    /// differ share one table.
+    pub(super) fn table(&self) -> String {
+        format!("{}.{}", quote(&self.schema), quote(super::sql::TABLE))
+    }
+
+    /// The history table beside the lease table, schema-qualified as it is.
+    pub(super) fn history_table(&self) -> String {
+        format!("{}.{}", quote(&self.schema), quote(super::sql::HISTORY))
+    }
+
+    /// The ports the URL names.
+    pub(super) fn ports(&self) -> Vec<u16> {
+        self.hosts
+            .iter()
+            .flat_map(|h| h.get_ports().iter().copied())
+            .collect()
+    }
+
+    /// The schema the lease table is in.
+    pub(super) fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Whether a replication setup that can lose a raise is refused
+    /// rather than warned about.
+    pub(super) fn strict(&self) -> bool {
+        self.strict
+    }
+
+    /// How long the server waits for a lock before giving up.
+    pub(super) fn lock_timeout(&self) -> Duration {
+        self.lock_timeout
     }
 
     /// Connects to the first host that answers (and accepts writes, with
@@ -66,7 +142,7 @@ impl Target {
     pub(super) async fn connect(
         &self,
         deadline: tokio::time::Instant,
-    ) -> Result<Client, tokio_postgres::Error> {
+    ) -> Result<(Client, Notices), tokio_postgres::Error> {
         let n = self.hosts.len();
         let mut failed = None;
         for (i, config) in self.hosts.iter().enumerate() {
@@ -88,43 +164,33 @@ impl Target {
         }
     }
 
-    async fn connect_one(&self, config: &Config) -> Result<Client, tokio_postgres::Error> {
+    /// Connects to one host. No setting is made for the session: a pooler
+    /// in transaction mode would not keep it (each transaction sets its own,
+    /// see [`Conn::write`](super::conn::Conn::write)).
+    async fn connect_one(
+        &self,
+        config: &Config,
+    ) -> Result<(Client, Notices), tokio_postgres::Error> {
+        let notices = Notices::default();
         let client = match &self.tls {
             None => {
                 let (client, connection) = config.connect(NoTls).await?;
-                tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        log::debug!("PostgreSQL lease connection closed: {e}");
-                    }
-                });
+                tokio::spawn(notices.clone().drive(connection));
                 client
             }
             Some(tls) => {
                 let (client, connection) = config.connect(tls.clone()).await?;
-                tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        log::debug!("PostgreSQL lease connection closed: {e}");
-                    }
-                });
+                tokio::spawn(notices.clone().drive(connection));
                 client
             }
         };
-        // The mark must be on the synchronous standby (where there is one)
-        // before an ID past it is issued, whatever the database's default.
-        // A lock held by someone else's long transaction: the server gives
-        // up when the client does, rather than keeping a session waiting at
-        // every retry.
-        client
-            .batch_execute(&format!(
-                "SELECT set_config('synchronous_commit', \
-                 CASE current_setting('synchronous_commit') \
-                 WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, false), \
-                 set_config('lock_timeout', '{}ms', false)",
-                self.lock_timeout.as_millis()
-            ))
-            .await?;
-        Ok(client)
+        Ok((client, notices))
     }
+}
+
+/// An identifier, quoted.
+pub(super) fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// One configuration per host of `config` (its port and address with it),
@@ -317,6 +383,51 @@ mod tests {
         assert_eq!(per_host(&mismatched).len(), 1);
         let single: Config = "postgres://u@a/app".parse().unwrap();
         assert_eq!(per_host(&single).len(), 1);
+    }
+
+    #[test]
+    fn the_schema_and_the_replication_rule_come_from_the_url_or_the_config() {
+        let parse = |c: LeaseConfig| Target::parse(&c);
+        let t = parse(LeaseConfig::new("postgres://h/db")).unwrap();
+        assert_eq!(t.table(), "\"public\".\"idutil_lease\"");
+        assert!(!t.strict());
+        let t = parse(LeaseConfig::new(
+            "postgres://h/db?schema=api&replication=strict",
+        ))
+        .unwrap();
+        assert_eq!(t.table(), "\"api\".\"idutil_lease\"");
+        assert!(t.strict());
+        let t =
+            parse(LeaseConfig::new("host=h schema=Odd\"Name").strict_replication(true)).unwrap();
+        assert_eq!(t.table(), "\"Odd\"\"Name\".\"idutil_lease\"");
+        assert!(t.strict());
+        let t = parse(LeaseConfig::new("postgres://h/db?schema=api").schema("api")).unwrap();
+        assert_eq!(t.schema(), "api");
+        for (config, says) in [
+            (
+                LeaseConfig::new("postgres://h/db?schema=a").schema("b"),
+                "name one",
+            ),
+            (LeaseConfig::new("postgres://h/db?schema="), "empty"),
+            (
+                LeaseConfig::new("postgres://h/db?replication=maybe"),
+                "replication=maybe",
+            ),
+        ] {
+            let e = parse(config).err().expect(says);
+            assert!(e.to_string().contains(says), "{e}");
+        }
+    }
+
+    #[test]
+    fn literals_mean_the_same_whatever_the_server_reads_backslashes_as() {
+        use super::super::conn::literal;
+        assert_eq!(literal("plain"), "E'plain'");
+        assert_eq!(literal("it's"), "E'it''s'");
+        assert_eq!(
+            literal("a\\'; DROP TABLE x; --"),
+            "E'a\\\\''; DROP TABLE x; --'"
+        );
     }
 
     #[test]

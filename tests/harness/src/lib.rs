@@ -17,6 +17,7 @@ pub mod ids;
 pub mod lease;
 pub mod ledger;
 pub mod node;
+pub mod pgbouncer;
 pub mod postgres;
 pub mod proxy;
 #[cfg(feature = "redis")]

@@ -254,6 +254,11 @@ impl Postgres {
         )
     }
 
+    /// The user the server runs as, for the tools beside it (PgBouncer).
+    pub(crate) fn user(&self) -> &Unprivileged {
+        &self.user
+    }
+
     /// The loopback TCP port (servers from [`Postgres::start_tcp`]).
     pub fn port(&self) -> u16 {
         self.port
@@ -402,7 +407,7 @@ fn run_to_end(cmd: &mut Command, what: &str) {
 /// The user the server runs as: `nobody` when the tests run as root
 /// (PostgreSQL refuses root), else the current user.
 #[derive(Clone)]
-struct Unprivileged {
+pub(crate) struct Unprivileged {
     /// `(uid, gid)` to switch to, when running as root.
     ids: Option<(u32, u32)>,
 }
@@ -429,7 +434,7 @@ impl Unprivileged {
     }
 
     /// Makes `path` the user's.
-    fn give(&self, path: &Path) {
+    pub(crate) fn give(&self, path: &Path) {
         if let Some((uid, gid)) = self.ids {
             std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
         }
@@ -437,7 +442,7 @@ impl Unprivileged {
 
     /// A command that runs `program` as the user (`setpriv` execs it, so
     /// the child's pid is the program's own).
-    fn command(&self, program: &Path) -> Command {
+    pub(crate) fn command(&self, program: &Path) -> Command {
         match self.ids {
             None => Command::new(program),
             Some((uid, gid)) => {

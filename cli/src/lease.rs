@@ -1,0 +1,94 @@
+//! `idutil lease`: `check`, a lease store's setup audited, one line per
+//! finding; `release`, freeing a shard's lease that never expires by
+//! itself ([`idutil::lease::release`]).
+
+use std::io::Write;
+
+use idutil::lease::{check as audit, Finding, LeaseConfig, Verdict};
+
+use crate::args::Common;
+use crate::report::CommandError;
+use crate::BoxError;
+
+/// Audits the lease store `url` names (else `--lease`,
+/// `IDUTIL_LEASE_URL`) and prints what is safe and what is not: `ok`,
+/// `warn` or `fail`, the topic, the finding. An error (status 1) when
+/// anything fails.
+pub(crate) fn check(
+    common: &Common,
+    url: Option<&str>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), BoxError> {
+    let config = match url {
+        Some(url) => LeaseConfig::new(url.trim()),
+        None => common.lease().ok_or_else(|| {
+            CommandError::Usage(format!(
+                "no lease URL: give one (idutil lease check postgres://...), --lease or {}",
+                idutil::env::LEASE_URL
+            ))
+        })?,
+    };
+    let config = match common.shard {
+        Some(shard) => config.shards(shard..=shard),
+        None => config,
+    };
+    let found = audit(&config, &common.layout())?;
+    if json {
+        let lines: Vec<serde_json::Value> = found
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "verdict": f.verdict.to_string(),
+                    "topic": f.topic,
+                    "text": f.text,
+                })
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut *out, &lines)?;
+        writeln!(out)?;
+    } else {
+        for f in &found {
+            writeln!(out, "{f}")?;
+        }
+    }
+    out.flush()?;
+    let failed: Vec<&Finding> = found
+        .iter()
+        .filter(|f| f.verdict == Verdict::Fail)
+        .collect();
+    match failed.len() {
+        0 => Ok(()),
+        n => Err(std::io::Error::other(format!(
+            "the lease check found {n} problem(s) that break the lease (the `fail` lines)"
+        ))
+        .into()),
+    }
+}
+
+/// Frees the lease of `--shard` if it never expires by itself, keeping
+/// its mark.
+pub(crate) fn release(common: &Common, out: &mut impl Write) -> Result<(), BoxError> {
+    let Some(config) = common.lease() else {
+        return Err(CommandError::Usage(
+            "no lease: give --lease URL or set IDUTIL_LEASE_URL".to_string(),
+        )
+        .into());
+    };
+    let Some(shard) = common.shard else {
+        return Err(CommandError::Usage(
+            "name the shard whose lease to release: --shard N".to_string(),
+        )
+        .into());
+    };
+    let released = idutil::lease::release(&config, &common.layout(), shard)?;
+    writeln!(
+        out,
+        "released shard {shard} of ID space {:?}: its lease (holder {}, expiring {}) is free; \
+         its mark is kept",
+        config.get_prefix(),
+        released.holder.as_deref().unwrap_or("none"),
+        released.expires_at
+    )?;
+    Ok(())
+}

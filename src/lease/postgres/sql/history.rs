@@ -1,0 +1,186 @@
+//! The history table's statements (see [`history`](super::super::history)):
+//! creating it, reading the server's identity, and the checks of an ID
+//! space and of a shard, each one statement whose decision is made by the
+//! server in the same transaction as the raise it may lead to.
+
+use std::time::Duration;
+
+use super::super::conn::literal;
+use super::super::target::Target;
+use super::lock_timeout;
+
+/// The advisory lock taken while the history table is created, and (as
+/// the first key, with the ID space's hash) while an ID space is checked.
+const LOCK_KEY: i64 = 0x6964_7568;
+
+/// The largest `bigint`: sums of seconds are capped here, not overflowed.
+const BIGINT_MAX: &str = "9223372036854775807";
+
+/// Whether the lease table and the history table exist, in that order.
+pub(in super::super) fn tables(target: &Target) -> String {
+    format!(
+        "SELECT to_regclass({}) IS NOT NULL, to_regclass({}) IS NOT NULL",
+        literal(&target.table()),
+        literal(&target.history_table())
+    )
+}
+
+/// Creates the history table, once, under an advisory lock (two `CREATE
+/// TABLE IF NOT EXISTS` at once can fail).
+pub(in super::super) fn create(target: &Target, timeout: Duration) -> Vec<String> {
+    vec![
+        lock_timeout(timeout),
+        format!("SELECT pg_advisory_xact_lock({LOCK_KEY})"),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} ( \
+                 space text NOT NULL, \
+                 shard bigint NOT NULL, \
+                 system_identifier text, \
+                 timeline bigint, \
+                 table_oid bigint, \
+                 table_node bigint, \
+                 max_lead bigint, \
+                 PRIMARY KEY (space, shard))",
+            target.history_table()
+        ),
+    ]
+}
+
+/// The server's system identifier (`NULL` where the role may not run
+/// `pg_control_system()`) and timeline. A server that cannot tell its
+/// timeline (no `pg_current_wal_lsn()`) fails it.
+pub(in super::super) const IDENTITY: &str =
+    "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') \
+         THEN (SELECT system_identifier::text FROM pg_control_system()) END, \
+     ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint";
+
+/// `text` as a literal, or `NULL`.
+fn or_null<T: ToString>(value: Option<T>, quote: bool) -> String {
+    match value {
+        Some(v) if quote => literal(&v.to_string()),
+        Some(v) => v.to_string(),
+        None => "NULL".to_string(),
+    }
+}
+
+/// `now + cap + skew + 1` in whole seconds, capped at the largest
+/// `bigint`.
+fn past(now: &str, cap: &str, skew: u64) -> String {
+    format!("LEAST(floor(GREATEST({now}, 0))::numeric + {cap} + {skew} + 1, {BIGINT_MAX})::bigint")
+}
+
+/// The check of an ID space before a shard is leased, as one transaction:
+/// compares the server's identity (`system`, `timeline`, read before) and
+/// the lease table's OID and file node with what the space's history
+/// recorded; where they differ (or the space has marks but no history),
+/// raises every row of the space past the server's clock plus the largest
+/// lead cap recorded (at least `max_lead`) plus `skew` plus one second;
+/// records the identity where it is new. The last statement returns the
+/// recorded identity (system, timeline, OID, node), the current one,
+/// whether a history was recorded, whether it was forgotten, and the
+/// second the rows were raised to.
+pub(in super::super) fn space(
+    target: &Target,
+    space: &str,
+    (system, timeline): (Option<&str>, Option<i64>),
+    (max_lead, skew): (u64, u64),
+    timeout: Duration,
+) -> Vec<String> {
+    let (table, history) = (target.table(), target.history_table());
+    let space = literal(space);
+    let mark = past("clock", "cap", skew);
+    vec![
+        // Holders of one ID space queue here for as long as this call may
+        // take, not only the lease's shorter lock timeout.
+        lock_timeout(timeout),
+        format!(
+            "SELECT pg_advisory_xact_lock({}, hashtext({space}))",
+            LOCK_KEY as i32
+        ),
+        format!(
+            "WITH now_is AS ( \
+                 SELECT {system}::text AS sys, {timeline}::bigint AS timeline, \
+                     to_regclass({table_text})::oid::bigint AS rel, \
+                     pg_relation_filenode(to_regclass({table_text}))::bigint AS node, \
+                     extract(epoch FROM clock_timestamp())::float8 AS clock), \
+             stored AS (SELECT system_identifier, timeline, table_oid, table_node, max_lead \
+                 FROM {history} WHERE space = {space} AND shard = -1), \
+             read AS (SELECT n.*, s.system_identifier AS was_sys, s.timeline AS was_timeline, \
+                     s.table_oid AS was_rel, s.table_node AS was_node, s.max_lead AS was_cap, \
+                     EXISTS (SELECT 1 FROM stored) AS recorded, \
+                     EXISTS (SELECT 1 FROM {table} \
+                         WHERE space = {space} AND high_water IS NOT NULL) AS marked \
+                 FROM now_is AS n LEFT JOIN stored AS s ON true), \
+             verdict AS (SELECT r.*, \
+                     CASE WHEN r.recorded THEN COALESCE(r.was_sys <> r.sys, false) \
+                         OR COALESCE(r.was_timeline <> r.timeline, false) \
+                         OR COALESCE(r.was_rel <> r.rel, false) \
+                         OR COALESCE(r.was_node <> r.node, false) \
+                     ELSE r.marked END AS forgotten, \
+                     GREATEST(COALESCE(r.was_cap, 0), {max_lead}) AS cap \
+                 FROM read AS r), \
+             f AS (SELECT v.*, {mark} AS mark FROM verdict AS v), \
+             raised AS (UPDATE {table} AS t SET high_water = f.mark, last_second = NULL, \
+                     last_sequence = NULL, \
+                     seen = COALESCE(t.seen, extract(epoch FROM clock_timestamp())::bigint) \
+                 FROM f WHERE f.forgotten AND t.space = {space} \
+                     AND COALESCE(t.high_water, 0) < f.mark \
+                 RETURNING 1), \
+             kept AS (INSERT INTO {history} AS h \
+                     (space, shard, system_identifier, timeline, table_oid, table_node, max_lead) \
+                 SELECT {space}, -1, f.sys, f.timeline, f.rel, f.node, f.cap FROM f \
+                 WHERE f.forgotten OR NOT f.recorded OR COALESCE(f.was_cap, 0) < {max_lead} \
+                 ON CONFLICT (space, shard) DO UPDATE SET \
+                     system_identifier = COALESCE(EXCLUDED.system_identifier, \
+                         h.system_identifier), \
+                     timeline = COALESCE(EXCLUDED.timeline, h.timeline), \
+                     table_oid = EXCLUDED.table_oid, \
+                     table_node = EXCLUDED.table_node, \
+                     max_lead = GREATEST(h.max_lead, EXCLUDED.max_lead) \
+                 RETURNING 1) \
+             SELECT was_sys, was_timeline, was_rel, was_node, sys, timeline, rel, node, \
+                 recorded, forgotten, mark FROM f",
+            system = or_null(system, true),
+            timeline = or_null(timeline, false),
+            table_text = literal(&table),
+        ),
+    ]
+}
+
+/// The check of a shard just leased, as one statement: records that the
+/// shard has a history; when its row had no mark (`had_mark` false) but
+/// the history knew the shard (the row was deleted and created again),
+/// raises the row past the server's clock plus the largest lead cap
+/// recorded (at least `max_lead`) plus `skew` plus one second. Returns how
+/// many rows were raised and the second they were raised to.
+pub(in super::super) fn shard(
+    target: &Target,
+    space: &str,
+    shard: u32,
+    had_mark: bool,
+    (max_lead, skew): (u64, u64),
+) -> String {
+    let (table, history) = (target.table(), target.history_table());
+    let space = literal(space);
+    let mark = past(
+        "extract(epoch FROM clock_timestamp())",
+        &format!("GREATEST(COALESCE((SELECT max(max_lead) FROM known), 0), {max_lead})"),
+        skew,
+    );
+    format!(
+        "WITH known AS (SELECT max_lead FROM {history} \
+             WHERE space = {space} AND shard IN (-1, {shard})), \
+         added AS (INSERT INTO {history} (space, shard) VALUES ({space}, {shard}) \
+             ON CONFLICT DO NOTHING RETURNING 1), \
+         f AS (SELECT (SELECT count(*) FROM known) AS known_rows, {mark} AS mark), \
+         raised AS (UPDATE {table} AS t \
+             SET high_water = GREATEST(COALESCE(t.high_water, 0), f.mark), \
+                 last_second = NULL, last_sequence = NULL, \
+                 seen = COALESCE(t.seen, extract(epoch FROM clock_timestamp())::bigint) \
+             FROM f WHERE {raise} AND f.known_rows >= 2 \
+                 AND t.space = {space} AND t.shard = {shard} \
+             RETURNING 1) \
+         SELECT (SELECT count(*) FROM raised), mark FROM f",
+        raise = !had_mark,
+    )
+}
