@@ -289,32 +289,13 @@ fn orphaned_holder(
     name: &str,
     st: &rfs::Stat,
 ) -> Option<(u32, Option<((u64, u64), PathBuf)>)> {
-    use std::io::Read as _;
-    let mut text = String::new();
-    File::open("/proc/locks")
-        .ok()?
-        .take(1 << 20)
-        .read_to_string(&mut text)
-        .ok()?;
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let dev = st.st_dev as u64;
-    let device = format!(
-        "{:02x}:{:02x}:",
-        rustix::fs::major(dev),
-        rustix::fs::minor(dev)
-    );
+    let device = device_of(st);
     let this = format!("{device}{}", st.st_ino);
     let gone = format!("{} (deleted)", dir.join(name).display());
-    let mut pids: Vec<u32> = text
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let at = fields.iter().position(|f| *f == "FLOCK")?;
-            let (pid, file) = (fields.get(at + 3)?, fields.get(at + 4)?);
-            (file.starts_with(&device) && *file != this)
-                .then(|| pid.parse().ok())
-                .flatten()
-        })
+    let mut pids: Vec<u32> = flocks()?
+        .into_iter()
+        .filter(|(_, file)| file.starts_with(&device) && *file != this)
+        .map(|(pid, _)| pid)
         .collect();
     pids.sort_unstable();
     pids.dedup();
@@ -357,6 +338,24 @@ fn holder_of(dir: &OwnedFd, name: &str) -> Option<(u32, Option<u32>)> {
 /// Reads `/proc/locks` (a few lines per lock on the host; capped) for
 /// the `FLOCK` on the file `st` describes.
 pub(super) fn flock_holder(st: &rfs::Stat) -> Option<u32> {
+    let want = format!("{}{}", device_of(st), st.st_ino);
+    // Another process's lock first: this one may hold it too.
+    let me = std::process::id();
+    let holders: Vec<u32> = flocks()?
+        .into_iter()
+        .filter(|(_, file)| *file == want)
+        .map(|(pid, _)| pid)
+        .collect();
+    holders
+        .iter()
+        .copied()
+        .find(|&pid| pid != me)
+        .or_else(|| holders.first().copied())
+}
+
+/// Every `FLOCK` line of `/proc/locks` (a few lines per lock on the host;
+/// capped): the holder's pid and the file as `MAJ:MIN:INODE`.
+fn flocks() -> Option<Vec<(u32, String)>> {
     use std::io::Read as _;
     let mut text = String::new();
     File::open("/proc/locks")
@@ -364,29 +363,29 @@ pub(super) fn flock_holder(st: &rfs::Stat) -> Option<u32> {
         .take(1 << 20)
         .read_to_string(&mut text)
         .ok()?;
+    Some(
+        text.lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                // "1: FLOCK ADVISORY WRITE 1234 00:1a:5678 0 EOF"; a blocked
+                // waiter's line has "->" after the number.
+                let at = fields.iter().position(|f| *f == "FLOCK")?;
+                let (pid, file) = (fields.get(at + 3)?, fields.get(at + 4)?);
+                Some((pid.parse().ok()?, file.to_string()))
+            })
+            .collect(),
+    )
+}
+
+/// The `MAJ:MIN:` prefix `/proc/locks` names `st`'s device by.
+fn device_of(st: &rfs::Stat) -> String {
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
     let dev = st.st_dev as u64;
-    let want = format!(
-        "{:02x}:{:02x}:{}",
+    format!(
+        "{:02x}:{:02x}:",
         rustix::fs::major(dev),
-        rustix::fs::minor(dev),
-        st.st_ino
-    );
-    // Another process's lock first: this one may hold it too.
-    let me = std::process::id();
-    let mut holders = text.lines().filter_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // "1: FLOCK ADVISORY WRITE 1234 00:1a:5678 0 EOF"; a blocked
-        // waiter's line has "->" after the number.
-        let at = fields.iter().position(|f| *f == "FLOCK")?;
-        let (pid, file) = (fields.get(at + 3)?, fields.get(at + 4)?);
-        (*file == want).then(|| pid.parse::<u32>().ok()).flatten()
-    });
-    let first = holders.next()?;
-    if first != me {
-        return Some(first);
-    }
-    holders.find(|&pid| pid != me).or(Some(first))
+        rustix::fs::minor(dev)
+    )
 }
 
 /// A process's real uid, from `/proc/<pid>/status`.

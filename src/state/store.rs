@@ -98,11 +98,7 @@ impl Store {
         if first {
             remove_stale_temporaries(&dir_fd, shard);
         }
-        let note =
-            read_lock_file(&lock).map_err(|e| Error::io("read the lock file", &lock_path, e))?;
-        if let Ok(mark) = note.mark {
-            let _ = write_lock_file(&lock, note.had_state, mark);
-        }
+        let note = sign_lock_file(&lock, &lock_path)?;
         drop(turn);
         Ok(Store {
             dir: dir.to_path_buf(),
@@ -214,13 +210,7 @@ impl Store {
         let lock_path = lock_path(dir, shard);
         let (lock, lock_id) = lock_shard(&dir_fd, dir, &lock_path, shard)?;
         remove_stale_temporaries(&dir_fd, shard);
-        let note =
-            read_lock_file(&lock).map_err(|e| Error::io("read the lock file", &lock_path, e))?;
-        // The pid is advice for error messages; the lock is what protects.
-        // A garbled mark is left as it is, for `load` to refuse.
-        if let Ok(mark) = note.mark {
-            let _ = write_lock_file(&lock, note.had_state, mark);
-        }
+        let note = sign_lock_file(&lock, &lock_path)?;
         Ok(Store {
             dir: dir.to_path_buf(),
             path: state_path(dir, shard),
@@ -455,6 +445,17 @@ impl Drop for Store {
     fn drop(&mut self) {
         let _ = fs2::FileExt::unlock(&self.lock);
     }
+}
+
+/// Reads the lock file's note and writes this process's pid into it,
+/// keeping the rest. The pid is advice for error messages; the lock is
+/// what protects. A garbled mark is left as it is, for `load` to refuse.
+fn sign_lock_file(lock: &File, lock_path: &Path) -> Result<LockNote> {
+    let note = read_lock_file(lock).map_err(|e| Error::io("read the lock file", lock_path, e))?;
+    if let Ok(mark) = note.mark {
+        let _ = write_lock_file(lock, note.had_state, mark);
+    }
+    Ok(note)
 }
 
 /// How the temporary files a writer of `shard` renames into place begin:
