@@ -108,9 +108,8 @@
 //! # In tests
 //!
 //! An application's tests call `IdUtil` as production does, with no
-//! setup: test processes running at once share the shard and never repeat
-//! each other's IDs. [`IdUtil`'s *In tests*](IdUtil#in-tests) says more,
-//! and when [`IdUtil::init_ephemeral`] is the better choice.
+//! setup: [`IdUtil`'s *In tests*](IdUtil#in-tests) says why, and when
+//! [`IdUtil::init_ephemeral`] is the better choice.
 //!
 //! # Features
 //!
@@ -120,7 +119,6 @@
 //! - `postgres-lease`: the shard leased from PostgreSQL ([`lease`]). The
 //!   recommended lease.
 //! - `redis`: the same lease from Redis.
-//! - `lease`: the lease interface alone, turned on by the two above.
 //! - `sqlx`: [`Id`] as a column type (`BIGINT` in PostgreSQL and MySQL,
 //!   `INTEGER` in SQLite) for any driver the application enables, in sqlx
 //!   0.9; `sqlx-0_8` the same in sqlx 0.8 (from 0.8.6).
@@ -169,7 +167,7 @@ mod global;
 pub mod host_lock;
 mod id;
 mod layout;
-#[cfg(feature = "lease")]
+#[cfg(any(feature = "postgres-lease", feature = "redis"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "postgres-lease", feature = "redis"))))]
 pub mod lease;
 #[cfg(feature = "serde")]

@@ -2,7 +2,7 @@
 
 mod args;
 mod decode;
-#[cfg(feature = "lease")]
+#[cfg(any(feature = "postgres-lease", feature = "redis"))]
 mod lease;
 mod manual;
 mod next;
@@ -79,11 +79,11 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             decode_lines(stdin.lock(), json, cli.common.layout(), &mut out)?
         }
         Command::Decode { ids, json } => decode(&ids, json, cli.common.layout(), &mut out)?,
-        #[cfg(feature = "lease")]
+        #[cfg(any(feature = "postgres-lease", feature = "redis"))]
         Command::Lease {
             action: args::LeaseAction::Check { url, json },
         } => lease::check(&cli.common, url.as_deref(), json, &mut out)?,
-        #[cfg(feature = "lease")]
+        #[cfg(any(feature = "postgres-lease", feature = "redis"))]
         Command::Lease {
             action: args::LeaseAction::Release,
         } => lease::release(&cli.common, &mut out)?,

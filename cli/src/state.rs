@@ -23,7 +23,7 @@ pub(crate) fn show_state(
     json: bool,
     out: &mut impl Write,
 ) -> Result<(), BoxError> {
-    #[cfg(feature = "lease")]
+    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
     if let Some(lease) = common.lease() {
         show_leases(&lease, &common.layout(), common.shard, json, out)?;
         // A leased shard's local state needs the shard named.
@@ -113,7 +113,7 @@ pub(crate) fn show_state(
 }
 
 /// The leases and the store's record of each shard (or of `only`).
-#[cfg(feature = "lease")]
+#[cfg(any(feature = "postgres-lease", feature = "redis"))]
 fn show_leases(
     config: &idutil::lease::LeaseConfig,
     layout: &idutil::Layout,

@@ -10,29 +10,28 @@
 
 mod open;
 mod shared;
+#[cfg(not(any(feature = "postgres-lease", feature = "redis")))]
+mod unleased;
 
 use std::path::Path;
 use std::sync::{Arc, Weak};
 
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-#[cfg(feature = "lease")]
-use crate::lease::Lease;
+#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+use crate::lease::{Lease, LeaseConfig};
 use crate::state::{StateFile, Store};
+#[cfg(not(any(feature = "postgres-lease", feature = "redis")))]
+use unleased::{Lease, LeaseConfig};
 
 pub(crate) use open::{open, Request, Settings};
 pub(crate) use shared::{Ask, Block};
-
-/// Called when the lease's fence goes up (`true`: the lease is not known
-/// to be held, issuing pauses) or down (`false`: issuing may go on).
-pub(crate) type FenceHook = Box<dyn Fn(bool) + Send + Sync>;
 
 /// The shard's durable state, owned by the generator's reservation thread:
 /// the only writer while the generator runs. Dropping it releases the
 /// shard's locks.
 pub(crate) struct Durable {
     store: Arc<Store>,
-    #[cfg(feature = "lease")]
     lease: Option<Arc<Lease>>,
 }
 
@@ -41,7 +40,6 @@ pub(crate) struct Durable {
 /// pauses (the lease's fence), and giving the shard back. Without a lease
 /// issuing never pauses and there is nothing to give back.
 pub(crate) struct ShardHold {
-    #[cfg(feature = "lease")]
     lease: Option<Arc<Lease>>,
     /// A member's store, to draw blocks from; `None` for an exclusive
     /// holder, which never draws. Owned by the reservation thread: gone,
@@ -53,16 +51,14 @@ impl Durable {
     fn new(store: Store) -> Durable {
         Durable {
             store: Arc::new(store),
-            #[cfg(feature = "lease")]
             lease: None,
         }
     }
 
-    #[cfg(feature = "lease")]
-    fn leased(store: Store, lease: Lease) -> Durable {
+    fn leased(store: Store, lease: Arc<Lease>) -> Durable {
         Durable {
             store: Arc::new(store),
-            lease: Some(Arc::new(lease)),
+            lease: Some(lease),
         }
     }
 
@@ -108,27 +104,20 @@ impl Durable {
     /// past it. The record covers every holder of the shard, the state file
     /// only this host: the later of the two wins, and the highest
     /// wall-clock second either saw goes into `file`.
-    #[cfg_attr(not(feature = "lease"), allow(unused_variables))]
     pub(crate) fn resume(&self, layout: &Layout, start: u64, file: &mut StateFile) -> u64 {
-        #[cfg(feature = "lease")]
-        if let Some(lease) = &self.lease {
-            let record = lease.record();
-            if let Some(seen) = record.seen {
-                file.seen_max = file.seen_max.max(seen);
-            }
-            return start.max(record.resume_at(layout));
+        match &self.lease {
+            Some(lease) => lease.resume(layout, start, &mut file.seen_max),
+            None => start,
         }
-        start
     }
 
     /// The generator's lead cap: `asked`, or with a lease at most the
     /// lease's ([`LeaseConfig::max_lead`](crate::lease::LeaseConfig::max_lead)).
     pub(crate) fn max_lead(&self, asked: Option<u64>) -> Option<u64> {
-        #[cfg(feature = "lease")]
-        if let Some(lease) = &self.lease {
-            return Some(lease.max_lead(asked));
+        match &self.lease {
+            Some(lease) => Some(lease.max_lead(asked)),
+            None => asked,
         }
-        asked
     }
 
     /// Reserves every second up to `until` (Unix seconds): writes `file`
@@ -138,12 +127,11 @@ impl Durable {
     /// # Errors
     ///
     /// As [`Store::save`], and a lost or untrustworthy lease.
-    #[cfg_attr(not(feature = "lease"), allow(unused_variables))]
+    ///
     /// The state as written: with other processes sharing the shard, `file`
     /// written over what they wrote.
     pub(crate) fn reserve(&self, file: &StateFile, until: u64) -> Result<StateFile> {
         let written = shared::save(&self.store, file)?;
-        #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
             lease.raise(until, written.seen_max)?;
         }
@@ -173,7 +161,6 @@ impl Durable {
         if let Err(Error::StateReplaced { .. }) = saved {
             return saved;
         }
-        #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
             lease.finish(file.last, file.seen_max);
         }
@@ -184,7 +171,6 @@ impl Durable {
     /// the shard back.
     pub(crate) fn hold(&self) -> ShardHold {
         ShardHold {
-            #[cfg(feature = "lease")]
             lease: self.lease.clone(),
             shared: self.store.is_shared().then(|| Arc::downgrade(&self.store)),
         }
@@ -215,9 +201,7 @@ impl ShardHold {
 
     /// Calls `hook` whenever the lease's fence goes up (`true`) or down
     /// (`false`). Without a lease it is never called.
-    #[cfg_attr(not(feature = "lease"), allow(unused_variables))]
-    pub(crate) fn on_fence(&self, hook: FenceHook) {
-        #[cfg(feature = "lease")]
+    pub(crate) fn on_fence(&self, hook: impl Fn(bool) + Send + Sync + 'static) {
         if let Some(lease) = &self.lease {
             lease.set_hook(hook);
         }
@@ -226,19 +210,13 @@ impl ShardHold {
     /// Why issuing is paused: the lease's trouble behind its fence.
     /// `None` without a lease, which never pauses issuing.
     pub(crate) fn why_paused(&self) -> Option<Error> {
-        #[cfg(feature = "lease")]
-        if let Some(lease) = &self.lease {
-            return Some(Error::Lease(lease.fence_error()));
-        }
-        None
+        self.lease.as_ref().map(|lease| lease.fence_error().into())
     }
 
     /// Gives the shard back without a last ID: every ID issued is below a
     /// reservation already recorded, and `seen` (Unix seconds) is the
     /// highest wall-clock second seen.
-    #[cfg_attr(not(feature = "lease"), allow(unused_variables))]
     pub(crate) fn give_up(&self, seen: u64) {
-        #[cfg(feature = "lease")]
         if let Some(lease) = &self.lease {
             lease.finish(None, seen);
         }

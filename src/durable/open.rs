@@ -4,13 +4,11 @@
 
 use std::path::Path;
 
-use super::Durable;
+use super::{Durable, Lease, LeaseConfig};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::host_lock;
 use crate::layout::Layout;
-#[cfg(feature = "lease")]
-use crate::lease::{Lease, LeaseConfig};
 use crate::shard::{self, ShardSource};
 use crate::state::{self, Store};
 
@@ -18,21 +16,17 @@ use crate::state::{self, Store};
 /// lease engine, the lease asked for (if any).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Settings {
-    #[cfg(feature = "lease")]
     pub(crate) lease: Option<LeaseConfig>,
 }
 
 /// Where a generator's state lives, as the builder asked for it.
 pub(crate) struct Request<'a> {
-    /// Read only with a lease.
-    #[cfg_attr(not(feature = "lease"), allow(dead_code))]
     pub(crate) settings: &'a Settings,
     pub(crate) shard: Option<u32>,
     pub(crate) state_dir: Option<&'a Path>,
     pub(crate) id_space: Option<&'a str>,
     pub(crate) layout: &'a Layout,
     /// A shard leased without a record starts at this clock's second.
-    #[cfg_attr(not(feature = "lease"), allow(dead_code))]
     pub(crate) time: &'a dyn Clock,
     /// An ephemeral generator (tests): no lease from the environment, and
     /// a shard of its own in its scratch directory.
@@ -45,31 +39,19 @@ pub(crate) struct Request<'a> {
 /// Takes the shard (from the settings, `IDUTIL_SHARD`, the host name, or a
 /// lease) and its state file's locks.
 pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
-    #[cfg(feature = "lease")]
-    {
-        let config = match &req.settings.lease {
-            Some(config) => Some(config.clone()),
-            None if req.ephemeral => None,
-            None => LeaseConfig::from_env()?,
-        };
-        if let Some(config) = config {
-            return open_leased(req, &config);
+    // A lease that was asked for is never silently turned off (a build
+    // without an engine refuses one from the environment).
+    let from_env;
+    let config = match &req.settings.lease {
+        Some(config) => Some(config),
+        None if req.ephemeral => None,
+        None => {
+            from_env = LeaseConfig::from_env()?;
+            from_env.as_ref()
         }
-    }
-    // A lease that was asked for is never silently turned off.
-    #[cfg(not(feature = "lease"))]
-    if let Some(url) = std::env::var_os(crate::env::LEASE_URL).filter(|_| !req.ephemeral) {
-        return Err(Error::InvalidEnv {
-            var: crate::env::LEASE_URL,
-            // A URL may hold a password.
-            value: if url.is_empty() {
-                String::new()
-            } else {
-                "***".into()
-            },
-            reason: "set, but this build of idutil has no lease engine (features \
-                     `postgres-lease`, `redis`); unset it, or build with one",
-        });
+    };
+    if let Some(config) = config {
+        return open_leased(req, config);
     }
     let (shard, source) = shard::resolve_shard(req.shard, req.layout)?;
     let dir = state::state_dir(req.state_dir)?;
@@ -87,7 +69,6 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
     Ok((Durable::new(store), shard, source))
 }
 
-#[cfg(feature = "lease")]
 fn open_leased(req: &Request<'_>, config: &LeaseConfig) -> Result<(Durable, u32, ShardSource)> {
     if req.shard.is_none() && std::env::var_os(crate::env::SHARD).is_some() {
         log::warn!("{} is ignored: the shard is leased", crate::env::SHARD);

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use super::redact::redact;
 use super::LeaseError;
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::layout::Layout;
+use crate::lease::LeaseResult as Result;
 
 /// Default name of the fleet's ID space in the store: the Redis key prefix,
 /// the `space` column in PostgreSQL.
@@ -23,25 +24,6 @@ pub const DEFAULT_MAX_LEAD: Duration = Duration::from_secs(30);
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// Shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
-
-/// Which engine a URL names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    #[cfg(feature = "redis")]
-    Redis,
-    #[cfg(feature = "postgres-lease")]
-    Postgres,
-}
-
-/// Each engine's URL schemes, and the feature that builds it.
-const SCHEMES: &[(&str, &str)] = &[
-    ("postgres", "postgres-lease"),
-    ("postgresql", "postgres-lease"),
-    ("redis", "redis"),
-    ("rediss", "redis"),
-    ("redis+unix", "redis"),
-    ("unix", "redis"),
-];
 
 /// How to lease a shard: the store (its URL names the engine), the fleet's
 /// ID space in it, the TTL, which shards may be leased and how far the
@@ -118,7 +100,7 @@ impl LeaseConfig {
     /// [`Error::InvalidEnv`] if the variable is set but empty, blank or not
     /// UTF-8: a lease that was meant to be on is never silently turned off
     /// (the shard would then come from `IDUTIL_SHARD` or the host name).
-    pub fn from_env() -> Result<Option<Self>> {
+    pub fn from_env() -> crate::Result<Option<Self>> {
         let var = crate::env::LEASE_URL;
         let Some(raw) = std::env::var_os(var) else {
             return Ok(None);
@@ -293,36 +275,6 @@ impl LeaseConfig {
         self.ttl / 5
     }
 
-    /// The engine the URL's scheme names.
-    pub(crate) fn kind(&self) -> Result<Kind> {
-        let url = self.url.trim();
-        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
-        let invalid = |reason: String| Error::from(LeaseError::invalid_config(reason));
-        // A PostgreSQL key-value string: `host=a,b dbname=app ...`.
-        let scheme = scheme.or_else(|| url.contains('=').then(|| "postgres".to_string()));
-        let Some(scheme) = scheme else {
-            return Err(invalid(format!(
-                "the lease URL {} has no scheme; give postgres://... or redis://...",
-                redact(url)
-            )));
-        };
-        let Some((_, feature)) = SCHEMES.iter().find(|(s, _)| *s == scheme) else {
-            return Err(invalid(format!(
-                "the lease URL's scheme {scheme}:// names no lease engine; give postgres://, \
-                 postgresql:// or redis://"
-            )));
-        };
-        match *feature {
-            #[cfg(feature = "redis")]
-            "redis" => Ok(Kind::Redis),
-            #[cfg(feature = "postgres-lease")]
-            "postgres-lease" => Ok(Kind::Postgres),
-            _ => Err(invalid(format!(
-                "a {scheme}:// lease needs idutil built with the feature `{feature}`"
-            ))),
-        }
-    }
-
     /// The shards that may be leased under `layout`, narrowed to `only`.
     pub(crate) fn range(&self, layout: &Layout, only: Option<u32>) -> Result<RangeInclusive<u32>> {
         let max = layout.max_shard();
@@ -336,24 +288,23 @@ impl LeaseConfig {
                 "shards {}..={} are not a non-empty range within the layout's 0..={max}",
                 range.start(),
                 range.end()
-            ))
-            .into());
+            )));
         }
         if self.ttl < MIN_TTL {
             return Err(LeaseError::invalid_config(format!(
                 "the lease TTL {:?} is below the minimum of 1 s",
                 self.ttl
-            ))
-            .into());
+            )));
         }
         if self.url.trim().is_empty() {
-            return Err(LeaseError::invalid_config("the lease URL is empty or blank").into());
+            return Err(LeaseError::invalid_config(
+                "the lease URL is empty or blank",
+            ));
         }
         if self.prefix.is_empty() || self.prefix.len() > 64 {
             return Err(LeaseError::invalid_config(
                 "the ID space name (key prefix) must be 1 to 64 bytes",
-            )
-            .into());
+            ));
         }
         Ok(range)
     }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use super::redact::redact;
 use crate::env;
-use crate::error::Error;
+
+/// `Result` with [`LeaseError`]: what the lease's functions return.
+pub type LeaseResult<T, E = LeaseError> = std::result::Result<T, E>;
 
 /// What went wrong with a shard lease.
 #[derive(Clone, Debug)]
@@ -395,11 +397,5 @@ impl std::error::Error for LeaseError {
             LeaseError::Store { source, .. } => Some(&**source),
             _ => None,
         }
-    }
-}
-
-impl From<LeaseError> for Error {
-    fn from(e: LeaseError) -> Self {
-        Error::Lease(e)
     }
 }

@@ -1,29 +1,32 @@
 //! A held lease, whatever the engine: acquiring a usable shard, raising its
 //! high-water second, and finishing with the exact last ID. The rules every
-//! engine shares live here and in `renewal.rs`.
+//! engine shares live here, in `renewal.rs` and in `standing.rs`.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::renewal::{ahead, check_skew, Renewer, Shared};
+use super::engines::engine_for;
+use super::interface::{host_time, Ask, Held, Trouble};
+use super::record::Record;
+use super::renewal::{ahead, check_skew, Renewer};
 use super::restore::restore_then_stop;
-use super::{connect, host_time, new_token, Ask, Engine, LeaseConfig, LeaseError, Record, Trouble};
+use super::standing::{FenceHook, Standing};
+use super::{LeaseConfig, LeaseError, LeaseResult as Result};
 use crate::clock::Clock;
-use crate::durable::FenceHook;
-use crate::error::{Error, Result};
 use crate::layout::Layout;
 
 /// A held lease: the shard, its engine and the renewal thread.
 pub(crate) struct Lease {
-    engine: Arc<dyn Engine>,
+    held: Arc<dyn Held>,
     config: LeaseConfig,
     shard: u32,
     record: Record,
     /// The layout's first and last Unix seconds.
     epoch: u64,
     last_second: u64,
-    shared: Arc<Shared>,
+    standing: Arc<Standing>,
     renewer: Mutex<Option<JoinHandle<()>>>,
     finished: AtomicBool,
 }
@@ -41,8 +44,9 @@ impl Lease {
         only: Option<u32>,
         skip: &[u32],
         time: &dyn Clock,
-    ) -> Result<Lease> {
+    ) -> Result<Arc<Lease>> {
         let range = config.range(layout, only)?;
+        let engine = engine_for(config)?;
         let token = new_token();
         let mut skip = skip.to_vec();
         let mut skipped = Vec::new();
@@ -52,33 +56,31 @@ impl Lease {
                 layout,
                 range: range.clone(),
                 skip: &skip,
-                time,
                 token: &token,
             };
-            let (engine, grant) = match connect(&ask) {
+            let (held, grant) = match engine.connect(&ask, time) {
                 Ok(granted) => granted,
-                Err(Error::Lease(LeaseError::NoFreeShard {
+                Err(LeaseError::NoFreeShard {
                     first,
                     last,
                     prefix,
                     stuck,
                     ..
-                })) => {
+                }) => {
                     return Err(LeaseError::NoFreeShard {
                         first,
                         last,
                         prefix,
                         skipped,
                         stuck,
-                    }
-                    .into())
+                    })
                 }
                 Err(e) => return Err(e),
             };
-            let engine: Arc<dyn Engine> = Arc::from(engine);
+            let held: Arc<dyn Held> = Arc::from(held);
             let shard = grant.shard;
             let give_back = |e: LeaseError| {
-                if let Err(trouble) = engine.finish(None, 0) {
+                if let Err(trouble) = held.finish(None, 0) {
                     log::warn!(
                         "cannot give back the lease on shard {shard}: {}",
                         trouble.into_error()
@@ -90,13 +92,13 @@ impl Lease {
                 .server_time
                 .and_then(|server| check_skew(config, None, host_time(), server))
             {
-                return Err(give_back(e).into());
+                return Err(give_back(e));
             }
             let record = match grant.record {
                 Ok(record) if record.resume_at(layout) >= layout.counter_end() => {
                     Err(LeaseError::invalid_record(
                         shard,
-                        engine.describe(),
+                        held.describe(),
                         "high_water",
                         format!(
                             "= {} is the layout's last second: the shard has no second left",
@@ -110,11 +112,11 @@ impl Lease {
                 Ok(record) => record,
                 // One ID space is one layout: a shard of another is refused,
                 // not skipped.
-                Err(e @ LeaseError::LayoutMismatch { .. }) => return Err(give_back(e).into()),
+                Err(e @ LeaseError::LayoutMismatch { .. }) => return Err(give_back(e)),
                 // The store failed while the grant was checked: not the
                 // shard's fault.
-                Err(e @ LeaseError::Store { .. }) => return Err(give_back(e).into()),
-                Err(e) if only.is_some() => return Err(give_back(e).into()),
+                Err(e @ LeaseError::Store { .. }) => return Err(give_back(e)),
+                Err(e) if only.is_some() => return Err(give_back(e)),
                 Err(e) => {
                     let e = give_back(e);
                     log::warn!("skipping shard {shard}: {e}");
@@ -123,28 +125,27 @@ impl Lease {
                     continue;
                 }
             };
-            let shared = Arc::new(Shared::new(
+            let standing = Arc::new(Standing::new(
+                shard,
                 record.high_water.unwrap_or(0),
                 record.seen.unwrap_or(0),
+                grant.server_time,
             ));
-            if let Some(server) = grant.server_time {
-                shared.lock().server = Some((server, std::time::Instant::now()));
-            }
             let renewer = Renewer {
                 config: config.clone(),
-                engine: Arc::clone(&engine),
+                held: Arc::clone(&held),
                 shard,
-                shared: Arc::clone(&shared),
+                standing: Arc::clone(&standing),
                 last_ok: grant.at,
             };
             let lease = Lease {
-                engine,
+                held,
                 config: config.clone(),
                 shard,
                 record,
                 epoch: layout.epoch(),
                 last_second: layout.last_unix_second(),
-                shared,
+                standing,
                 renewer: Mutex::new(None),
                 finished: false.into(),
             };
@@ -156,7 +157,7 @@ impl Lease {
                     LeaseError::invalid_config(format!("cannot start the renewal thread: {e}"))
                 })?;
             *crate::sync::lock(&lease.renewer) = Some(handle);
-            return Ok(lease);
+            return Ok(Arc::new(lease));
         }
     }
 
@@ -172,28 +173,29 @@ impl Lease {
         asked.map_or(cap, |asked| asked.min(cap))
     }
 
-    /// The shard's record as found when the lease was granted, or created.
-    pub(crate) fn record(&self) -> &Record {
-        &self.record
+    /// Where the shard resumes: at `start` (worked out from this host's
+    /// state file), or later if the record says a holder elsewhere issued
+    /// past it. The record covers every holder of the shard, the state file
+    /// only this host: the later of the two wins, and the highest wall-clock
+    /// second either saw goes into `seen`.
+    pub(crate) fn resume(&self, layout: &Layout, start: u64, seen: &mut u64) -> u64 {
+        if let Some(recorded) = self.record.seen {
+            *seen = (*seen).max(recorded);
+        }
+        start.max(self.record.resume_at(layout))
     }
 
     /// Installs the hook that stops and resumes the generator's issuing,
     /// and applies the current state.
-    pub(crate) fn set_hook(&self, hook: FenceHook) {
-        let state = self.shared.lock();
-        *crate::sync::lock(&self.shared.hook) = Some(hook);
-        if state.stopped().is_some() {
-            self.shared.apply(&state);
-        }
+    pub(crate) fn set_hook(&self, hook: impl Fn(bool) + Send + Sync + 'static) {
+        self.standing.set_hook(Box::new(hook) as FenceHook);
     }
 
     /// Why the generator issues nothing (for its error): the fence, a
     /// skew, or a lost lease.
     pub(crate) fn fence_error(&self) -> LeaseError {
-        self.shared
-            .lock()
+        self.standing
             .stopped()
-            .cloned()
             .unwrap_or_else(|| LeaseError::fenced(self.shard, "the lease is being renewed"))
     }
 
@@ -205,32 +207,32 @@ impl Lease {
     /// generator whose clock has read further ahead of the store's than the
     /// skew limit: the mark is never raised for such a clock.
     pub(crate) fn raise(&self, high_water: u64, seen: u64) -> Result<()> {
-        let server_now = self.shared.lock().server_now();
-        if let Some(server) = server_now {
+        if let Some(server) = self.standing.server_now() {
             let limit = self.config.max_skew;
-            let ahead = ahead(std::time::Duration::from_secs(seen), server);
+            let ahead = ahead(Duration::from_secs(seen), server);
             if ahead > limit.as_secs_f64() + 1.0 {
                 let e = LeaseError::ClockSkew {
                     shard: Some(self.shard),
                     ahead,
                     limit,
                 };
-                self.shared.stop_for_good(self.shard, e.clone());
-                return Err(e.into());
+                self.standing.stop_for_good(e.clone());
+                return Err(e);
             }
         }
-        let known = self.shared.known_hw.load(Relaxed);
         let seen = self.seen_arg(seen);
-        match self.engine.raise(high_water, seen, known) {
+        match self
+            .held
+            .raise(high_water, seen, self.standing.known_mark())
+        {
             Ok(()) => {
-                self.shared.known_hw.fetch_max(high_water, Relaxed);
-                self.shared.known_seen.fetch_max(seen, Relaxed);
+                self.standing.raised(high_water, seen);
                 Ok(())
             }
-            Err(Trouble::Again(e)) => Err(e.into()),
+            Err(Trouble::Again(e)) => Err(e),
             Err(Trouble::Lost(e)) => {
-                restore_then_stop(&*self.engine, &self.shared, self.shard, e.clone());
-                Err(e.into())
+                restore_then_stop(&*self.held, &self.standing, e.clone());
+                Err(e)
             }
         }
     }
@@ -254,11 +256,11 @@ impl Lease {
     pub(crate) fn finish(&self, last: Option<(u64, u32)>, seen: u64) {
         self.finished.store(true, Relaxed);
         self.stop_renewing();
-        let known = self.shared.known_hw.load(Relaxed);
+        let known = self.standing.known_mark();
         let last = last.filter(|(second, _)| *second <= known);
-        let lost = self.shared.lock().lost.is_some();
+        let lost = self.standing.is_lost();
         let seen = if lost { 0 } else { self.seen_arg(seen) };
-        match self.engine.finish(last.filter(|_| !lost), seen) {
+        match self.held.finish(last.filter(|_| !lost), seen) {
             Ok(()) => {}
             Err(trouble) => log::warn!(
                 "shard {}: the lease was not given back cleanly ({}); it expires within {:?}, \
@@ -271,8 +273,7 @@ impl Lease {
     }
 
     fn stop_renewing(&self) {
-        self.shared.lock().stop = true;
-        self.shared.changed.notify_all();
+        self.standing.close();
         let handle = crate::sync::lock(&self.renewer).take();
         if let Some(handle) = handle {
             if handle.thread().id() != thread::current().id() {
@@ -296,18 +297,14 @@ impl Drop for Lease {
 /// after: what one renewal costs a holder (a round trip and a write on the
 /// store). For the crate's benchmarks; not part of the API.
 #[doc(hidden)]
-pub fn time_renewals(
-    config: &LeaseConfig,
-    layout: &Layout,
-    n: usize,
-) -> Result<Vec<std::time::Duration>> {
+pub fn time_renewals(config: &LeaseConfig, layout: &Layout, n: usize) -> Result<Vec<Duration>> {
     let lease = Lease::acquire(config, layout, None, &[], &crate::SystemClock)?;
-    let known = lease.shared.known_hw.load(Relaxed);
+    let known = lease.standing.known_mark();
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
-        let start = std::time::Instant::now();
+        let start = Instant::now();
         lease
-            .engine
+            .held
             .renew(known, config.op_timeout())
             .map_err(Trouble::into_error)?;
         times.push(start.elapsed());
@@ -323,4 +320,19 @@ fn short(e: &LeaseError) -> String {
         Some((first, _)) => first.to_string(),
         None => text,
     }
+}
+
+static TOKENS: AtomicU64 = AtomicU64::new(0);
+
+/// A token naming this holder: host, pid, time and a counter, so `idutil
+/// state` can say who holds a shard.
+fn new_token() -> String {
+    let host = hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown-host".to_string());
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = TOKENS.fetch_add(1, Relaxed);
+    format!("{host}:{}:{nanos}:{n}", std::process::id())
 }

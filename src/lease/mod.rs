@@ -40,7 +40,7 @@
 //!
 //! A fleet larger than the layout's shards chooses a layout with more
 //! shard bits without code ([`env::LAYOUT`](crate::env::LAYOUT),
-//! `idutil --layout`; ready layouts under [`Layout`]'s
+//! `idutil --layout`; ready layouts under [`Layout`](crate::Layout)'s
 //! `FromStr`); the store remembers each ID space's layout and refuses
 //! another.
 //!
@@ -75,8 +75,9 @@
 //! # What every engine promises
 //!
 //! The rules below hold whatever the store; they live in this module
-//! (`holder.rs`, `renewal.rs`, `restore.rs`, `record.rs`), and an engine
-//! only says what its store answered:
+//! (`holder.rs`, `renewal.rs`, `standing.rs`, `restore.rs`, `record.rs`),
+//! and an engine only says what its store answered (`interface.rs` is what
+//! an engine implements):
 //!
 //! - **A free shard is taken atomically**, by one statement or script, and
 //!   never shared: with every shard leased, opening fails with
@@ -152,31 +153,19 @@
 //!   use different ID spaces ([`LeaseConfig::prefix`]). Shards given to
 //!   hosts by other means must be kept out of the leased range
 //!   ([`LeaseConfig::shards`]).
-//!
-//! # Adding an engine
-//!
-//! An engine is a folder here with a `connect` function that takes a free
-//! shard and returns an `Engine` (the crate-private trait in this module)
-//! and its `Grant`; its feature turns on `lease` and its dependencies, and
-//! `config::Kind` names its URL schemes.
 
-// The interface alone (feature `lease` without an engine) builds, but has
-// nothing to call it.
-#![cfg_attr(
-    not(any(feature = "postgres-lease", feature = "redis")),
-    allow(dead_code, unused_imports)
-)]
-
-mod check;
+mod commands;
 mod config;
+mod engines;
 mod error;
 mod holder;
-mod inspect;
+mod interface;
 mod record;
 mod redact;
-mod release;
 mod renewal;
+mod reports;
 mod restore;
+mod standing;
 
 #[cfg(feature = "postgres-lease")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres-lease")))]
@@ -185,139 +174,12 @@ pub mod postgres;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 
-use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-pub use check::{check, Finding, Verdict};
+pub use commands::{check, inspect, release};
 pub use config::{
     LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL,
 };
-pub use error::LeaseError;
+pub use error::{LeaseError, LeaseResult};
 #[doc(hidden)]
 pub use holder::time_renewals;
 pub(crate) use holder::Lease;
-pub use inspect::{inspect, ShardLease};
-pub(crate) use record::Record;
-pub use release::{release, Released};
-
-use crate::clock::Clock;
-use crate::layout::Layout;
-
-/// What an engine is asked to lease.
-pub(crate) struct Ask<'a> {
-    pub(crate) config: &'a LeaseConfig,
-    pub(crate) layout: &'a Layout,
-    /// The shards that may be leased.
-    pub(crate) range: RangeInclusive<u32>,
-    /// Shards to leave out (unusable, or held on this host).
-    pub(crate) skip: &'a [u32],
-    /// A new record (Redis's first use of a shard) starts at this clock.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) time: &'a dyn Clock,
-    /// Names this holder in the store.
-    pub(crate) token: &'a str,
-}
-
-/// A shard an engine leased, with its record as the store held it.
-pub(crate) struct Grant {
-    pub(crate) shard: u32,
-    /// `Ok`: the record, read strictly. `Err`: what is wrong with it (the
-    /// shard is then given back or refused).
-    pub(crate) record: Result<Record, LeaseError>,
-    /// Send time of the request that granted (or last renewed) the lease:
-    /// the fence counts from it.
-    pub(crate) at: Instant,
-    /// The store's clock as the engine hands the grant over (when the
-    /// store answered, moved on by the time since), if it tells it.
-    pub(crate) server_time: Option<Duration>,
-}
-
-/// What a renewal found.
-pub(crate) struct Renewed {
-    /// The record's high-water second (Unix seconds), if it has one.
-    pub(crate) mark: Option<u64>,
-    /// The store's clock, if it tells it.
-    pub(crate) server_time: Option<Duration>,
-}
-
-/// Why a store operation did not go through.
-#[derive(Debug)]
-pub(crate) enum Trouble {
-    /// The store could not be reached, did not answer in time, or the lease
-    /// is not known to be held right now: try again; the fence holds
-    /// meanwhile.
-    Again(LeaseError),
-    /// The lease or the record is gone for good.
-    Lost(LeaseError),
-}
-
-impl Trouble {
-    pub(crate) fn into_error(self) -> LeaseError {
-        match self {
-            Trouble::Again(e) | Trouble::Lost(e) => e,
-        }
-    }
-}
-
-/// A held lease in one store: the operations the rules above are built
-/// from. Each call is bounded in time by the engine (at most
-/// [`LeaseConfig::op_timeout`] per round trip), and takes its own
-/// connection, so a slow write never delays a renewal.
-pub(crate) trait Engine: Send + Sync {
-    /// Keeps the lease; answers the record's mark and the store's clock.
-    fn renew(&self, known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble>;
-    /// Raises the mark to `high_water` (and `seen`, if it is not 0), never
-    /// lowering either, if the lease is still this holder's and the mark is
-    /// not below `known_mark` (the highest this holder raised it to: a
-    /// lower one was rewritten or lost, and is [`Trouble::Lost`]);
-    /// committed (and replicated where the engine waits for replicas)
-    /// before it returns.
-    fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble>;
-    /// Raises the record's mark to at least `high_water` (and `seen`, if
-    /// it is not 0) whoever holds the shard, re-creating the record if it
-    /// is gone and dropping an exact last ID below the new mark: a holder
-    /// that lost its record restores what it knows before it stops
-    /// (`restore.rs`). Never lowers anything; a record of another layout is
-    /// left alone.
-    fn restore(&self, high_water: u64, seen: u64) -> Result<(), Trouble>;
-    /// Clean close: records the exact last ID (raising the mark to its
-    /// second if it were ever below) and gives the lease back. `None`: just
-    /// gives it back.
-    fn finish(&self, last: Option<(u64, u32)>, seen: u64) -> Result<(), Trouble>;
-    /// The store, for messages (password hidden).
-    fn describe(&self) -> String;
-}
-
-/// Takes a free shard from the engine the URL names.
-pub(crate) fn connect(ask: &Ask<'_>) -> crate::error::Result<(Box<dyn Engine>, Grant)> {
-    match ask.config.kind()? {
-        #[cfg(feature = "redis")]
-        config::Kind::Redis => redis::connect(ask),
-        #[cfg(feature = "postgres-lease")]
-        config::Kind::Postgres => postgres::connect(ask),
-    }
-}
-
-static TOKENS: AtomicU64 = AtomicU64::new(0);
-
-/// A token naming this holder: host, pid, time and a counter, so `idutil
-/// state` can say who holds a shard.
-pub(crate) fn new_token() -> String {
-    let host = hostname::get()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown-host".to_string());
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let n = TOKENS.fetch_add(1, Relaxed);
-    format!("{host}:{}:{nanos}:{n}", std::process::id())
-}
-
-/// The host's wall clock, to the nanosecond (through the C library, so
-/// `faketime` moves it as it moves [`SystemClock`](crate::SystemClock)).
-pub(crate) fn host_time() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-}
+pub use reports::{Finding, Released, ShardLease, Verdict};

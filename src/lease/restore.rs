@@ -9,17 +9,17 @@
 //! restore that does not go through is logged; the shard's state file on
 //! this host still keeps the mark for a holder here.
 
-use std::sync::atomic::Ordering::Relaxed;
-
-use super::renewal::Shared;
-use super::{Engine, LeaseError};
+use super::interface::Held;
+use super::standing::Standing;
+use super::LeaseError;
 
 /// Stops the holder for good with `e`, after restoring the record's mark
 /// (once; a holder already stopped has restored it).
-pub(super) fn restore_then_stop(engine: &dyn Engine, shared: &Shared, shard: u32, e: LeaseError) {
-    let mark = shared.known_hw.load(Relaxed);
-    if mark > 0 && shared.lock().lost.is_none() {
-        match engine.restore(mark, shared.known_seen.load(Relaxed)) {
+pub(super) fn restore_then_stop(held: &dyn Held, standing: &Standing, e: LeaseError) {
+    let mark = standing.known_mark();
+    let shard = standing.shard();
+    if mark > 0 && !standing.is_lost() {
+        match held.restore(mark, standing.known_seen()) {
             Ok(()) => log::warn!(
                 "shard {shard}: {e}; the record's high-water second is raised back to {mark}, \
                  the highest this holder raised it to, so the next holder starts after it"
@@ -32,5 +32,5 @@ pub(super) fn restore_then_stop(engine: &dyn Engine, shared: &Shared, shard: u32
             ),
         }
     }
-    shared.stop_for_good(shard, e);
+    standing.stop_for_good(e);
 }

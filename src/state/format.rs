@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::Remedy;
+use super::remedy::Remedy;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 

@@ -12,8 +12,8 @@ use rustix::fs::{self as rfs, Mode, OFlags};
 
 use super::format::StateFile;
 use super::paths::lock_name;
+use super::remedy::Remedy;
 use super::trust::{check_file, file_id, open_in};
-use super::Remedy;
 use crate::error::{Error, Result};
 
 /// What the lock file says, besides the lock itself.

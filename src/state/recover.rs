@@ -9,6 +9,7 @@ use super::format::StateFile;
 use super::inspect::peek;
 use super::options::RecoverOptions;
 use super::paths::state_path;
+use super::remedy::Remedy;
 use super::salvage::Salvage;
 use super::store::Store;
 use crate::clock::{wall_now, whole_seconds};
@@ -47,25 +48,6 @@ impl std::fmt::Display for OldState {
             OldState::Damaged { reason } => write!(f, "the state file is damaged: {reason}"),
         }
     }
-}
-
-/// What would let a shard go on: after a state file that cannot be
-/// trusted ([`Error::BadState`]), or a refused recovery
-/// ([`Error::RecoveryRefused`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Remedy {
-    /// A recovery ([`recover`], the command's `idutil state recover`); it
-    /// may still ask for a vouched time if the file's mark is not certain.
-    Recover,
-    /// A recovery with a time no ID of the shard is later than, vouched for
-    /// with [`RecoverOptions::after`] (the command's `--after TIME`).
-    After,
-    /// Forcing the recovery with [`RecoverOptions::force`] (the command's
-    /// `--force`): the state file is healthy.
-    Force,
-    /// Working the recovery out again: the state file changed meanwhile.
-    Retry,
 }
 
 /// A recovery worked out by [`plan_recovery`]: what was found, where the

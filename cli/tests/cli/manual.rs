@@ -16,7 +16,7 @@ fn help_for_every_command_has_examples() {
         &["completions"],
         &["man"],
     ];
-    if cfg!(feature = "lease") {
+    if cfg!(any(feature = "postgres-lease", feature = "redis")) {
         commands.extend([&["lease"][..], &["lease", "check"], &["lease", "release"]]);
     }
     for command in commands {

@@ -7,10 +7,11 @@ use super::conn::{literal, number, off_runtime, Answer, Conn, Failure};
 use super::replication::{Setup, PROBE};
 use super::sql::TABLE;
 use super::target::{quote, Target};
-use crate::error::Result;
 use crate::layout::Layout;
-use crate::lease::check::{Finding, Verdict};
-use crate::lease::{host_time, LeaseConfig};
+use crate::lease::interface::host_time;
+use crate::lease::LeaseConfig;
+use crate::lease::LeaseResult as Result;
+use crate::lease::{Finding, Verdict};
 
 use Verdict::{Fail, Ok as Fine, Warn};
 
@@ -33,7 +34,11 @@ struct Audit<'a> {
 
 impl Audit<'_> {
     fn say(&mut self, verdict: Verdict, topic: &'static str, text: impl Into<String>) {
-        self.found.push(Finding::new(verdict, topic, text));
+        self.found.push(Finding {
+            verdict,
+            topic,
+            text: text.into(),
+        });
     }
 
     /// The rows of one query.

@@ -28,7 +28,7 @@ use super::conn::{number, Answer, Conn, Failure};
 use super::sql::{self, create_table};
 use super::target::Target;
 use super::UNDEFINED_TABLE;
-use crate::error::Result;
+use crate::lease::LeaseResult as Result;
 use crate::lease::{LeaseConfig, LeaseError};
 
 /// A history the rows may have forgotten: why, and the second every row

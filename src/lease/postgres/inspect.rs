@@ -6,8 +6,8 @@ use super::conn::{literal, number, off_runtime, Conn, Failure};
 use super::row::raw_record;
 use super::target::Target;
 use super::UNDEFINED_TABLE;
-use crate::error::Result;
 use crate::layout::Layout;
+use crate::lease::LeaseResult as Result;
 use crate::lease::{LeaseConfig, ShardLease};
 
 /// Reads the rows of every shard of the range, for display. A shard
@@ -35,7 +35,7 @@ fn inspect_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>
     let rows = match conn.write(&target, timeout, &[sql]) {
         Ok(mut answers) => answers.pop().map(|a| a.rows).unwrap_or_default(),
         Err(f) if f.code() == Some(UNDEFINED_TABLE) => Vec::new(),
-        Err(f) => return Err(f.into_error("read the leases from", config).into()),
+        Err(f) => return Err(f.into_error("read the leases from", config)),
     };
     let start = *range.start();
     let mut out: Vec<ShardLease> = range.map(ShardLease::empty).collect();

@@ -44,7 +44,7 @@
 //! [*Restores and rewound histories*](#restores-and-rewound-histories)).
 //! A lease whose `expires_at` is more than a day ahead (`'infinity'`, as a
 //! row edited by hand leaves it) never expires by itself: it is named in
-//! [`LeaseError::NoFreeShard`] and freed by
+//! [`LeaseError::NoFreeShard`](crate::lease::LeaseError::NoFreeShard) and freed by
 //! [`release`](crate::lease::release) (`idutil lease release --shard N`),
 //! which keeps the mark. A row whose `high_water` is `NULL` is a
 //! shard never used: with a database that keeps what it commits, there is
@@ -191,7 +191,7 @@
 //! standby (Patroni's synchronous mode, pg_auto_failover with its
 //! candidate priorities). `replication=strict` in the URL (or
 //! [`LeaseConfig::strict_replication`]) makes the warning a refusal
-//! ([`LeaseError::UnsafeStore`]): at open, and at a renewal, which then
+//! ([`LeaseError::UnsafeStore`](crate::lease::LeaseError::UnsafeStore)): at open, and at a renewal, which then
 //! fails until the setup is safe again, so the holder fences itself. A role
 //! that may not read `pg_stat_replication` leases with a warning that the
 //! setup is not checked, and is refused under the strict rule.
@@ -219,31 +219,26 @@
 //! does, whatever their search paths. Fleets that must not share an ID
 //! space use different [`LeaseConfig::prefix`]es (or schemas).
 
+mod acquire;
 mod audit;
 mod conn;
-mod engine;
+mod held;
 mod history;
 mod inspect;
 mod release;
 mod replication;
-mod restore;
 mod row;
 mod sql;
 mod target;
 mod tls;
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{Ask, Engine, Grant, LeaseConfig, LeaseError, Record};
-use crate::error::Result;
-pub(crate) use audit::audit;
-use conn::{number, off_runtime, Answer, Conn, Failure};
-pub(crate) use inspect::inspect;
-pub(crate) use release::release;
-use sql::{create_table, prepare_space};
-use target::Target;
+use crate::clock::Clock;
+use crate::layout::Layout;
+use crate::lease::interface::{Ask, Engine, Grant, Held};
+use crate::lease::LeaseConfig;
+use crate::lease::{Finding, LeaseResult, Released, ShardLease};
 
 const ENGINE: &str = "PostgreSQL";
 /// How many times an acquisition is tried before every shard counts as
@@ -262,211 +257,23 @@ fn server_time(seconds: Option<f64>) -> Option<Duration> {
         .map(Duration::from_secs_f64)
 }
 
-/// A shard held in PostgreSQL.
-struct PgLease {
-    config: LeaseConfig,
-    target: Target,
-    table: String,
-    shard: u32,
-    token: String,
-    epoch: i64,
-    layout: String,
-    /// The holder's one connection, for renewals, raises and the close: a
-    /// pooler's pool gives the holder one server connection at a time.
-    conn: Mutex<Conn>,
-    /// Whether the replication setup's risk was warned about (once until
-    /// it changes).
-    warned: AtomicBool,
-    /// Whether the replication setup could be read at open (and so is read
-    /// again at every renewal).
-    probe: bool,
-}
+/// The PostgreSQL engine ([`LeaseConfig::new`] with `postgres://`).
+pub(crate) struct Postgres;
 
-/// The row the acquiring statement returned, its columns read.
-struct Granted {
-    shard: i64,
-    epoch: i64,
-    high_water: Option<i64>,
-    last: (Option<i64>, Option<i64>),
-    seen: Option<i64>,
-    layout: String,
-    server: Option<f64>,
-}
+impl Engine for Postgres {
+    fn connect(&self, ask: &Ask<'_>, _time: &dyn Clock) -> LeaseResult<(Box<dyn Held>, Grant)> {
+        acquire::connect(ask)
+    }
 
-impl Granted {
-    fn read(row: &[Option<String>]) -> std::result::Result<Granted, Failure> {
-        let cell = |i: usize| row.get(i).cloned().flatten();
-        let required = |v: Option<i64>, what: &str| {
-            v.ok_or_else(|| Failure::Answer(format!("{what} is NULL")))
-        };
-        Ok(Granted {
-            shard: required(number(&cell(0), "shard")?, "shard")?,
-            epoch: required(number(&cell(1), "epoch")?, "epoch")?,
-            high_water: number(&cell(2), "high_water")?,
-            last: (
-                number(&cell(3), "last_second")?,
-                number(&cell(4), "last_sequence")?,
-            ),
-            seen: number(&cell(5), "seen")?,
-            layout: cell(6).unwrap_or_default(),
-            server: number(&cell(7), "the server's clock")?,
-        })
+    fn inspect(&self, config: &LeaseConfig, layout: &Layout) -> LeaseResult<Vec<ShardLease>> {
+        inspect::inspect(config, layout)
     }
-}
 
-/// Takes the first free shard of the range, creating the table and the ID
-/// space's rows on first use.
-pub(super) fn connect(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
-    off_runtime(|| connect_here(ask))
-}
+    fn release(&self, config: &LeaseConfig, layout: &Layout, shard: u32) -> LeaseResult<Released> {
+        release::release(config, layout, shard)
+    }
 
-fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
-    let config = ask.config;
-    let target = Target::parse(config)?;
-    let mut conn = Conn::open(config)?;
-    let layout = ask.layout.fingerprint();
-    let timeout = config.op_timeout().max(Duration::from_secs(2));
-    conn.transaction_block(&target, timeout)
-        .map_err(|f| f.into_error("lease a shard from", config))?;
-    let warned = AtomicBool::new(false);
-    let setup = match conn.write(&target, timeout, &[replication::PROBE.to_string()]) {
-        Ok(mut answers) => answers
-            .pop()
-            .and_then(|a| a.rows.into_iter().next())
-            .and_then(|row| replication::Setup::read(&row)),
-        // A role that may not read `pg_stat_replication`: the setup is not
-        // checked (renewals do not try), unless the rule is strict.
-        Err(f) if f.code().is_some() => None,
-        Err(f) => return Err(f.into_error("lease a shard from", config).into()),
-    };
-    match &setup {
-        Some(setup) => replication::judge(setup, config, target.strict(), &warned)?,
-        None if target.strict() => {
-            return Err(LeaseError::UnsafeStore {
-                url: config.url_redacted(),
-                reason: "the replication setup cannot be read (synchronous_standby_names, \
-                         pg_stat_replication), and replication=strict asks for it"
-                    .to_string(),
-            }
-            .into())
-        }
-        None => log::warn!(
-            "the PostgreSQL lease at {} cannot read the replication setup \
-             (synchronous_standby_names, pg_stat_replication), so it cannot warn about one that \
-             lets a standby lacking a raise be promoted",
-            config.url_redacted()
-        ),
+    fn check(&self, config: &LeaseConfig, layout: &Layout) -> LeaseResult<Vec<Finding>> {
+        audit::audit(config, layout)
     }
-    if let Some(forgotten) = history::check_space(&mut conn, &target, config, timeout)? {
-        log::warn!(
-            "ID space {:?} in {}: {}; every shard's mark is raised to {}, past every ID a \
-             holder can have issued before",
-            config.prefix,
-            target.table(),
-            forgotten.why,
-            forgotten.floor
-        );
-    }
-    let acquire = [sql::acquire(ask, &target, &layout)];
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        let sent = Instant::now();
-        let row = match conn.write(&target, timeout, &acquire) {
-            Ok(mut answers) => answers
-                .pop()
-                .and_then(|a: Answer| a.rows.into_iter().next()),
-            Err(f) if f.code() == Some(UNDEFINED_TABLE) && tries < MAX_TRIES => {
-                create_table(&mut conn, &target, config, timeout)?;
-                continue;
-            }
-            Err(f) => return Err(f.into_error("lease a shard from", config).into()),
-        };
-        if let Some(row) = row {
-            let granted =
-                Granted::read(&row).map_err(|f| f.into_error("lease a shard from", config))?;
-            let probe = setup.is_some();
-            return granted_row(ask, target, conn, granted, sent, layout, (warned, probe));
-        }
-        // Nothing free: another layout's ID space, rows not created yet,
-        // or every shard leased. Or a race: the row the statement chose was
-        // taken by a concurrent acquisition after its snapshot, and
-        // `LIMIT 1` then yields nothing rather than the next free row; a
-        // new statement (a new snapshot) finds it.
-        if prepare_space(&mut conn, &target, ask, &layout, timeout)? {
-            continue;
-        }
-        if tries >= MAX_TRIES {
-            let mut e = LeaseError::no_free_shard(&ask.range, &config.prefix);
-            if let LeaseError::NoFreeShard { stuck, .. } = &mut e {
-                *stuck = release::stuck_shards(
-                    &mut conn,
-                    &target,
-                    config,
-                    (*ask.range.start(), *ask.range.end()),
-                    timeout,
-                );
-            }
-            return Err(e.into());
-        }
-        std::thread::sleep(Duration::from_millis(2 * tries));
-    }
-}
-
-/// The lease and its record from the acquiring statement's row.
-fn granted_row(
-    ask: &Ask<'_>,
-    target: Target,
-    conn: Conn,
-    row: Granted,
-    sent: Instant,
-    layout: String,
-    (warned, probe): (AtomicBool, bool),
-) -> Result<(Box<dyn Engine>, Grant)> {
-    let config = ask.config;
-    let shard = u32::try_from(row.shard).unwrap_or(u32::MAX);
-    let lease = PgLease {
-        config: config.clone(),
-        table: target.table(),
-        target,
-        shard,
-        token: ask.token.to_string(),
-        epoch: row.epoch,
-        layout,
-        conn: Mutex::new(conn),
-        warned,
-        probe,
-    };
-    let server = server_time(row.server);
-    let mut record = lease.read(row, ask.layout);
-    if let Ok(read) = &record {
-        let timeout = config.op_timeout().max(Duration::from_secs(2));
-        let had_mark = read.high_water.is_some();
-        let mut conn = crate::sync::lock(&lease.conn);
-        match history::check_shard(&mut conn, &lease.target, config, shard, had_mark, timeout) {
-            Ok(None) => {}
-            Ok(Some(forgotten)) => {
-                log::warn!(
-                    "shard {shard} of ID space {:?}: {}; its mark is raised to {}, past every \
-                     ID a holder can have issued before",
-                    config.prefix,
-                    forgotten.why,
-                    forgotten.floor
-                );
-                record = Ok(Record {
-                    high_water: Some(u64::try_from(forgotten.floor).unwrap_or(0)),
-                    last: None,
-                    seen: read.seen,
-                });
-            }
-            Err(e) => record = Err(e),
-        }
-    }
-    let grant = Grant {
-        shard,
-        record,
-        at: sent,
-        server_time: server,
-    };
-    Ok((Box::new(lease), grant))
 }

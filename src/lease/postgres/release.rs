@@ -8,8 +8,8 @@ use super::conn::{number, off_runtime, Conn};
 use super::sql;
 use super::target::Target;
 use super::UNDEFINED_TABLE;
-use crate::error::Result;
 use crate::layout::Layout;
+use crate::lease::LeaseResult as Result;
 use crate::lease::{LeaseConfig, LeaseError, Released};
 
 /// The shards of the range whose lease is stuck, each with its expiry (as
@@ -54,14 +54,13 @@ fn release_here(config: &LeaseConfig, layout: &Layout, shard: u32) -> Result<Rel
     let row = match conn.write(&target, timeout, &[statement]) {
         Ok(mut answers) => answers.pop().and_then(|a| a.rows.into_iter().next()),
         Err(f) if f.code() == Some(UNDEFINED_TABLE) => None,
-        Err(f) => return Err(f.into_error("release a lease in", config).into()),
+        Err(f) => return Err(f.into_error("release a lease in", config)),
     };
     let Some(row) = row else {
         return Err(LeaseError::invalid_config(format!(
             "shard {shard} of ID space {:?} has no row in {table}: nothing to release",
             config.prefix
-        ))
-        .into());
+        )));
     };
     let cell = |i: usize| row.get(i).cloned().flatten();
     let holder = cell(0);
@@ -75,8 +74,7 @@ fn release_here(config: &LeaseConfig, layout: &Layout, shard: u32) -> Result<Rel
              now: it comes free by itself when its holder stops renewing; only a lease that \
              never expires by itself (more than a day ahead, or 'infinity') is released",
             holder.as_deref().unwrap_or("no holder named")
-        ))
-        .into());
+        )));
     }
     Ok(Released {
         shard,

@@ -1,9 +1,8 @@
-//! A row's record columns, read as strictly as Redis's fields.
+//! A lease row as read: the acquiring statement's row ([`Granted`]), and
+//! its record columns read as strictly as Redis's fields.
 
-use super::{Granted, PgLease, EPOCH_MAX};
-use crate::layout::Layout;
-use crate::lease::record::{read_record, RawRecord, Record};
-use crate::lease::{Engine, LeaseError};
+use super::conn::{number, Failure};
+use crate::lease::record::RawRecord;
 
 /// A row's record columns as the strict reader takes them: `Ok(None)` for
 /// a shard never used (`high_water` NULL and nothing else set), `Err` for
@@ -37,43 +36,34 @@ pub(super) fn raw_record(
     }))
 }
 
-impl PgLease {
-    /// The granted row's record, read strictly.
-    pub(super) fn read(&self, row: Granted, layout: &Layout) -> Result<Record, LeaseError> {
-        let Granted {
-            high_water,
-            last,
-            seen,
-            layout: recorded,
-            ..
-        } = row;
-        let invalid = |field, reason: &str| {
-            LeaseError::invalid_record(self.shard, self.describe(), field, reason)
+/// The row the acquiring statement returned, its columns read.
+pub(super) struct Granted {
+    pub(super) shard: i64,
+    pub(super) epoch: i64,
+    pub(super) high_water: Option<i64>,
+    pub(super) last: (Option<i64>, Option<i64>),
+    pub(super) seen: Option<i64>,
+    pub(super) layout: String,
+    pub(super) server: Option<f64>,
+}
+
+impl Granted {
+    pub(super) fn read(row: &[Option<String>]) -> std::result::Result<Granted, Failure> {
+        let cell = |i: usize| row.get(i).cloned().flatten();
+        let required = |v: Option<i64>, what: &str| {
+            v.ok_or_else(|| Failure::Answer(format!("{what} is NULL")))
         };
-        if self.epoch == EPOCH_MAX {
-            return Err(invalid(
-                "epoch",
-                "is the largest bigint, which no acquisition can raise, so holders could not \
-                 be told apart (set it to 0 while no generator holds the shard)",
-            ));
-        }
-        if recorded != self.layout {
-            return Err(LeaseError::layout_mismatch(
-                self.shard,
-                &self.config.prefix,
-                recorded,
-                &self.layout,
-            ));
-        }
-        let Some(raw) = raw_record(high_water, last, seen, recorded)
-            .map_err(|(field, reason)| invalid(field, reason))?
-        else {
-            return Ok(Record::default());
-        };
-        let (record, problems) = read_record(&raw, layout);
-        match problems.into_iter().next() {
-            Some((field, reason)) => Err(invalid(field, &reason)),
-            None => Ok(record),
-        }
+        Ok(Granted {
+            shard: required(number(&cell(0), "shard")?, "shard")?,
+            epoch: required(number(&cell(1), "epoch")?, "epoch")?,
+            high_water: number(&cell(2), "high_water")?,
+            last: (
+                number(&cell(3), "last_second")?,
+                number(&cell(4), "last_sequence")?,
+            ),
+            seen: number(&cell(5), "seen")?,
+            layout: cell(6).unwrap_or_default(),
+            server: number(&cell(7), "the server's clock")?,
+        })
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ::redis::{Client, Connection};
 
 use super::ENGINE;
-use crate::error::Result;
+use crate::lease::LeaseResult as Result;
 use crate::lease::{LeaseConfig, LeaseError};
 
 pub(super) fn fail<'a>(
@@ -27,10 +27,9 @@ pub(super) fn client(config: &LeaseConfig) -> Result<Client> {
             "rediss:// (Redis over TLS) is not supported by this build of idutil: reach the \
              server through a local TLS tunnel (stunnel, spiped) on a loopback redis:// URL, \
              or lease from PostgreSQL, which speaks TLS (sslmode=verify-full)",
-        )
-        .into());
+        ));
     }
-    Client::open(config.url.as_str()).map_err(|e| fail("connect to", config)(e).into())
+    Client::open(config.url.as_str()).map_err(fail("connect to", config))
 }
 
 /// Opens a connection whose every round trip is bounded by `timeout`.
@@ -71,7 +70,7 @@ pub(super) fn with_conn<T>(
 /// tell. Returns how many replicas the server has.
 pub(super) fn check_server(config: &LeaseConfig, conn: &mut Connection) -> Result<i64> {
     match evicting(config, conn) {
-        Ok(Some(e)) => return Err(e.into()),
+        Ok(Some(e)) => return Err(e),
         Ok(None) => {}
         Err(e) => log::warn!(
             "cannot read the eviction policy of Redis at {} ({e}); the lease is safe only \
@@ -79,7 +78,7 @@ pub(super) fn check_server(config: &LeaseConfig, conn: &mut Connection) -> Resul
             config.url_redacted()
         ),
     }
-    replicas(conn).map_err(|e| fail("read the replication state of", config)(e).into())
+    replicas(conn).map_err(fail("read the replication state of", config))
 }
 
 /// Whether the server may evict the lease's keys (a `maxmemory` limit with

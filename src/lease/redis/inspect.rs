@@ -4,23 +4,16 @@ use std::time::Duration;
 
 use super::conn::{client, connection};
 use super::{key, ENGINE};
-use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::lease::record::RawRecord;
+use crate::lease::LeaseResult as Result;
 use crate::lease::{LeaseConfig, LeaseError, ShardLease};
 
 /// Reads every shard's lease and record from Redis, for display.
 pub(crate) fn inspect(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>> {
     let range = config.range(layout, None)?;
     let client = client(config)?;
-    let fail = |e| {
-        Error::from(LeaseError::store(
-            ENGINE,
-            "read the leases from",
-            &config.url,
-            e,
-        ))
-    };
+    let fail = |e| LeaseError::store(ENGINE, "read the leases from", &config.url, e);
     let mut conn =
         connection(&client, config.op_timeout().max(Duration::from_secs(2))).map_err(fail)?;
     let mut out = Vec::new();

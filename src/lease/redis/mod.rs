@@ -64,25 +64,18 @@
 //! Redis protocol. Reach a TLS-only server through a local tunnel (stunnel,
 //! spiped) on a loopback `redis://` URL, or use the PostgreSQL engine.
 
+mod acquire;
 mod conn;
-mod engine;
-mod first_use;
+mod held;
 mod inspect;
 mod scripts;
 
-use std::sync::atomic::AtomicI64;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ::redis::{Client, Connection};
-
-use super::record::{read_record, RawRecord, Record};
-use super::{Ask, Engine, Grant, LeaseConfig, LeaseError};
-use crate::error::Result;
+use crate::clock::Clock;
 use crate::layout::Layout;
-use conn::{check_server, client, fail, with_conn};
-pub(crate) use inspect::inspect;
-use scripts::ACQUIRE;
+use crate::lease::interface::{Ask, Engine, Grant, Held};
+use crate::lease::{Finding, LeaseConfig, LeaseError, LeaseResult, Released, ShardLease};
 
 const ENGINE: &str = "Redis";
 
@@ -91,136 +84,33 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// A shard held in Redis.
-struct RedisLease {
-    config: LeaseConfig,
-    client: Client,
-    shard: u32,
-    token: String,
-    layout: String,
-    /// For raises and the close.
-    conn: Mutex<Option<Connection>>,
-    /// The renewal thread's own, so a slow write never delays a renewal.
-    renew_conn: Mutex<Option<Connection>>,
-    /// The most replicas the server has had since the shard was leased:
-    /// every raise waits for that many.
-    replicas: AtomicI64,
-}
-
 pub(crate) fn key(config: &LeaseConfig, kind: &str, shard: u32) -> String {
     format!("{}:{kind}:{shard}", config.prefix)
 }
 
-/// Takes the first free shard of the range and reads its record; creates
-/// the record (after one TTL) for a shard that has none.
-pub(super) fn connect(ask: &Ask<'_>) -> Result<(Box<dyn Engine>, Grant)> {
-    let config = ask.config;
-    let client = client(config)?;
-    let mut conn = None;
-    let replicas = with_conn(&client, &mut conn, config.op_timeout(), |c| {
-        Ok(check_server(config, c))
-    })
-    .map_err(fail("connect to", config))??;
-    type Granted = (
-        u32,
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        u64,
-        u64,
-    );
-    let sent = Instant::now();
-    let granted: Option<Granted> = with_conn(&client, &mut conn, config.op_timeout(), |c| {
-        let mut call = ACQUIRE.prepare_invoke();
-        call.arg(&config.prefix)
-            .arg(ask.range.start())
-            .arg(ask.range.end())
-            .arg(ask.token)
-            .arg(millis(config.ttl));
-        for s in ask.skip {
-            call.arg(s);
-        }
-        call.invoke(c)
-    })
-    .map_err(fail("lease a shard from", config))?;
-    let answered = Instant::now();
-    let Some((shard, kind, high_water, last, seen, recorded, secs, micros)) = granted else {
-        return Err(LeaseError::no_free_shard(&ask.range, &config.prefix).into());
-    };
-    let lease = RedisLease {
-        config: config.clone(),
-        client,
-        shard,
-        token: ask.token.to_string(),
-        layout: ask.layout.fingerprint(),
-        conn: Mutex::new(conn),
-        renew_conn: Mutex::new(None),
-        replicas: AtomicI64::new(replicas),
-    };
-    let mark_key = key(config, "mark", shard);
-    let (record, at) = match kind.as_str() {
-        "none" => match lease.wait_and_create(ask.layout, ask.time.now(), sent) {
-            Ok((record, at)) => (Ok(record), at),
-            Err(e) => {
-                let _ = lease.finish(None, 0);
-                return Err(e.into());
-            }
-        },
-        "hash" => {
-            let raw = RawRecord {
-                high_water,
-                last,
-                seen,
-                layout: recorded,
-            };
-            (lease.check_record(&raw, ask.layout), sent)
-        }
-        other => (
-            Err(LeaseError::invalid_record(
-                shard,
-                mark_key,
-                "high_water",
-                format!("cannot be read: the key holds a {other}, not a hash"),
-            )),
-            sent,
-        ),
-    };
-    // Redis's clock now (when it granted, moved on by the time since, which
-    // includes a first use's wait): the first raise, before any renewal,
-    // is checked against it too.
-    let server_time =
-        Duration::from_secs(secs) + Duration::from_micros(micros) + answered.elapsed();
-    let grant = Grant {
-        shard,
-        record,
-        at,
-        server_time: Some(server_time),
-    };
-    Ok((Box::new(lease), grant))
-}
+/// The Redis engine ([`LeaseConfig::new`] with `redis://`).
+pub(crate) struct Redis;
 
-impl RedisLease {
-    fn check_record(&self, raw: &RawRecord, layout: &Layout) -> Result<Record, LeaseError> {
-        let shard = self.shard;
-        if let Some(recorded) = raw.layout.as_ref().filter(|r| **r != self.layout) {
-            return Err(LeaseError::layout_mismatch(
-                shard,
-                &self.config.prefix,
-                recorded,
-                &self.layout,
-            ));
-        }
-        let (record, problems) = read_record(raw, layout);
-        match problems.into_iter().next() {
-            Some((field, reason)) => Err(LeaseError::invalid_record(
-                shard,
-                key(&self.config, "mark", shard),
-                field,
-                reason,
-            )),
-            None => Ok(record),
-        }
+impl Engine for Redis {
+    fn connect(&self, ask: &Ask<'_>, time: &dyn Clock) -> LeaseResult<(Box<dyn Held>, Grant)> {
+        acquire::connect(ask, time)
+    }
+
+    fn inspect(&self, config: &LeaseConfig, layout: &Layout) -> LeaseResult<Vec<ShardLease>> {
+        inspect::inspect(config, layout)
+    }
+
+    fn release(&self, _: &LeaseConfig, _: &Layout, _: u32) -> LeaseResult<Released> {
+        Err(LeaseError::invalid_config(
+            "a Redis lease key always carries an expiry unless changed by hand (PERSIST); \
+             delete such a key (PREFIX:lease:N) with DEL: the mark (PREFIX:mark:N) stays",
+        ))
+    }
+
+    fn check(&self, _: &LeaseConfig, _: &Layout) -> LeaseResult<Vec<Finding>> {
+        Err(LeaseError::invalid_config(
+            "the lease check audits PostgreSQL leases; for Redis, see the redis module's \
+             deployment rules",
+        ))
     }
 }

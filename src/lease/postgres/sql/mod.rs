@@ -11,8 +11,9 @@ use std::time::Duration;
 use super::conn::{literal, Conn};
 use super::target::{quote, Target};
 use super::EPOCH_MAX;
-use crate::error::Result;
-use crate::lease::{Ask, LeaseConfig, LeaseError};
+use crate::lease::interface::Ask;
+use crate::lease::LeaseResult as Result;
+use crate::lease::{LeaseConfig, LeaseError};
 
 /// The table's name.
 pub(super) const TABLE: &str = "idutil_lease";
@@ -66,7 +67,7 @@ pub(super) fn create_table(
     ];
     conn.write(target, timeout, &statements)
         .map(drop)
-        .map_err(|f| f.into_error("create the lease table in", config).into())
+        .map_err(|f| f.into_error("create the lease table in", config))
 }
 
 /// Takes the first free shard of the ask's range: the statement.
@@ -208,8 +209,7 @@ pub(super) fn prepare_space(
             &config.prefix,
             row[1].clone().unwrap_or_default(),
             layout,
-        )
-        .into());
+        ));
     }
     let added = answers[3].count;
     if added > 0 {

@@ -1,16 +1,45 @@
-//! A shard held in PostgreSQL: renewing, raising the mark, giving it back.
+//! A shard held in PostgreSQL: the holder's one connection, renewing,
+//! raising the mark, restoring it, giving the shard back, and reading the
+//! granted row, all on [`PgLease`].
 
-use std::sync::MutexGuard;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::conn::{number, off_runtime, Conn, Failure};
 use super::replication::{self, Setup};
-use super::sql::{self, Key};
-use super::{server_time, PgLease};
-use crate::lease::{Engine, LeaseError, Renewed, Trouble};
+use super::row::{raw_record, Granted};
+use super::sql::{self, create_table, Key};
+use super::target::Target;
+
+use super::{server_time, EPOCH_MAX, UNDEFINED_TABLE};
+use crate::layout::Layout;
+use crate::lease::interface::{Held, Renewed, Trouble};
+use crate::lease::record::{read_record, Record};
+use crate::lease::{LeaseConfig, LeaseError};
+
+/// A shard held in PostgreSQL.
+pub(super) struct PgLease {
+    pub(super) config: LeaseConfig,
+    pub(super) target: Target,
+    pub(super) table: String,
+    pub(super) shard: u32,
+    pub(super) token: String,
+    pub(super) epoch: i64,
+    pub(super) layout: String,
+    /// The holder's one connection, for renewals, raises and the close: a
+    /// pooler's pool gives the holder one server connection at a time.
+    pub(super) conn: Mutex<Conn>,
+    /// Whether the replication setup's risk was warned about (once until
+    /// it changes).
+    pub(super) warned: AtomicBool,
+    /// Whether the replication setup could be read at open (and so is read
+    /// again at every renewal).
+    pub(super) probe: bool,
+}
 
 impl PgLease {
-    pub(super) fn key(&self) -> Key<'_> {
+    fn key(&self) -> Key<'_> {
         Key {
             space: &self.config.prefix,
             shard: self.shard,
@@ -75,9 +104,87 @@ impl PgLease {
             Err(f) => Trouble::Again(f.into_error("check the lease in", &self.config)),
         }
     }
+
+    /// The granted row's record, read strictly.
+    pub(super) fn read(&self, row: Granted, layout: &Layout) -> Result<Record, LeaseError> {
+        let Granted {
+            high_water,
+            last,
+            seen,
+            layout: recorded,
+            ..
+        } = row;
+        let invalid = |field, reason: &str| {
+            LeaseError::invalid_record(self.shard, self.describe(), field, reason)
+        };
+        if self.epoch == EPOCH_MAX {
+            return Err(invalid(
+                "epoch",
+                "is the largest bigint, which no acquisition can raise, so holders could not \
+                 be told apart (set it to 0 while no generator holds the shard)",
+            ));
+        }
+        if recorded != self.layout {
+            return Err(LeaseError::layout_mismatch(
+                self.shard,
+                &self.config.prefix,
+                recorded,
+                &self.layout,
+            ));
+        }
+        let Some(raw) = raw_record(high_water, last, seen, recorded)
+            .map_err(|(field, reason)| invalid(field, reason))?
+        else {
+            return Ok(Record::default());
+        };
+        let (record, problems) = read_record(&raw, layout);
+        match problems.into_iter().next() {
+            Some((field, reason)) => Err(invalid(field, &reason)),
+            None => Ok(record),
+        }
+    }
+
+    /// [`Held::restore`] for this row: a holder that found its row lowered,
+    /// deleted or truncated raises it back to the mark it knows, re-creating
+    /// it (and the table) if it is gone.
+    fn restore_row(&self, high_water: u64, seen: u64) -> Result<(), Trouble> {
+        let statement = sql::restore(
+            &self.table,
+            &self.key(),
+            &self.layout,
+            i64::try_from(high_water).unwrap_or(i64::MAX),
+            i64::try_from(seen).unwrap_or(0),
+        );
+        let timeout = self.config.op_timeout();
+        let mut conn = crate::sync::lock(&self.conn);
+        let mut created = false;
+        loop {
+            let error = |f: Failure| {
+                Trouble::Again(f.into_error("restore the high-water second in", &self.config))
+            };
+            match conn.write(&self.target, timeout, std::slice::from_ref(&statement)) {
+                Ok(answers) if answers.last().is_none_or(|a| a.rows.is_empty()) => {
+                    return Err(Trouble::Lost(LeaseError::invalid_record(
+                        self.shard,
+                        self.describe(),
+                        "layout",
+                        "is another layout's: the row is left alone",
+                    )))
+                }
+                Ok(_) => return Ok(()),
+                // The table itself was dropped.
+                Err(f) if f.code() == Some(UNDEFINED_TABLE) && !created => {
+                    created = true;
+                    create_table(&mut conn, &self.target, &self.config, timeout)
+                        .map_err(Trouble::Again)?;
+                }
+                Err(f) => return Err(error(f)),
+            }
+        }
+    }
 }
 
-impl Engine for PgLease {
+impl Held for PgLease {
     fn renew(&self, _known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble> {
         let start = Instant::now();
         let again = |f: Failure| Trouble::Again(f.into_error("renew the lease in", &self.config));

@@ -1,14 +1,37 @@
-//! A shard held in Redis: renewing, raising the mark, giving it back.
+//! A shard held in Redis: its connections, the first use of a shard
+//! without a record, renewing, raising the mark (and waiting for the
+//! replicas), restoring it, giving the shard back, all on [`RedisLease`].
 
-use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
 
-use ::redis::{Connection, Value};
+use ::redis::{Client, Connection, Value};
 
 use super::conn::{evicting, fail, replicas, replicas_of, with_conn};
-use super::scripts::{record_trouble, FINISH, RAISE, RELEASE, RENEW, RESTORE};
-use super::{key, millis, RedisLease, ENGINE};
-use crate::lease::{Engine, LeaseError, Renewed, Trouble};
+use super::scripts::{record_trouble, CREATE, FINISH, HOLD, RAISE, RELEASE, RENEW, RESTORE};
+use super::{key, millis, ENGINE};
+use crate::layout::Layout;
+use crate::lease::interface::{Held, Renewed, Trouble};
+use crate::lease::record::{read_record, RawRecord, Record};
+use crate::lease::{LeaseConfig, LeaseError};
+
+/// A shard held in Redis.
+pub(super) struct RedisLease {
+    pub(super) config: LeaseConfig,
+    pub(super) client: Client,
+    pub(super) shard: u32,
+    pub(super) token: String,
+    pub(super) layout: String,
+    /// For raises and the close.
+    pub(super) conn: Mutex<Option<Connection>>,
+    /// The renewal thread's own, so a slow write never delays a renewal.
+    pub(super) renew_conn: Mutex<Option<Connection>>,
+    /// The most replicas the server has had since the shard was leased:
+    /// every raise waits for that many.
+    pub(super) replicas: AtomicI64,
+}
 
 impl RedisLease {
     /// After a raise: waits for every replica the server has had, if any.
@@ -32,9 +55,146 @@ impl RedisLease {
         }
         Ok(())
     }
+
+    pub(super) fn check_record(
+        &self,
+        raw: &RawRecord,
+        layout: &Layout,
+    ) -> Result<Record, LeaseError> {
+        let shard = self.shard;
+        if let Some(recorded) = raw.layout.as_ref().filter(|r| **r != self.layout) {
+            return Err(LeaseError::layout_mismatch(
+                shard,
+                &self.config.prefix,
+                recorded,
+                &self.layout,
+            ));
+        }
+        let (record, problems) = read_record(raw, layout);
+        match problems.into_iter().next() {
+            Some((field, reason)) => Err(LeaseError::invalid_record(
+                shard,
+                key(&self.config, "mark", shard),
+                field,
+                reason,
+            )),
+            None => Ok(record),
+        }
+    }
+
+    /// A shard without a record: either nobody used it under this prefix,
+    /// or Redis lost the record under a holder that may still be issuing.
+    /// That holder stops at its next renewal, and at the latest three
+    /// quarters of a TTL after its last successful one, which came before
+    /// this lease was granted. So the lease is held (renewed) for one whole
+    /// TTL from `granted_at` before the record is created, with `now` (the
+    /// generator's clock) as its high-water mark; a record that appeared
+    /// meanwhile (written back by the holder that lost it) is read instead.
+    /// Returns the record and when the lease was last renewed.
+    pub(super) fn wait_and_create(
+        &self,
+        layout: &Layout,
+        now: u64,
+        granted_at: Instant,
+    ) -> Result<(Record, Instant), LeaseError> {
+        let config = &self.config;
+        let (lease_key, mark_key) = (
+            key(config, "lease", self.shard),
+            key(config, "mark", self.shard),
+        );
+        log::warn!(
+            "shard {} has no record in Redis ({mark_key}): first use of the shard under this key \
+             prefix, or Redis lost its data; waiting one lease TTL ({:?}) before the first ID \
+             so that a holder that lost its record has stopped",
+            self.shard,
+            config.ttl
+        );
+        let expired = |reason: &str| {
+            LeaseError::fenced(
+                self.shard,
+                format!("{reason} while waiting to create the shard's record"),
+            )
+        };
+        let ready_at = granted_at + config.ttl;
+        let mut slot = crate::sync::lock(&self.conn);
+        let mut held_at = granted_at;
+        loop {
+            let now = Instant::now();
+            if now >= ready_at {
+                break;
+            }
+            thread::sleep(
+                (held_at + config.renew_every())
+                    .min(ready_at)
+                    .saturating_duration_since(now),
+            );
+            if Instant::now() >= ready_at {
+                break;
+            }
+            let sent = Instant::now();
+            let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
+                HOLD.key(&lease_key)
+                    .key(&mark_key)
+                    .arg(&self.token)
+                    .arg(millis(config.ttl))
+                    .invoke(c)
+            })
+            .map_err(fail("hold the leased shard in", config))?;
+            match answer {
+                // 2: a record appeared meanwhile (a holder that lost it
+                // wrote its mark back); the wait goes on all the same.
+                1 | 2 => held_at = sent,
+                _ => return Err(expired("the lease expired")),
+            }
+        }
+        // Clamped into the layout's range, so the record is always valid; a
+        // clock outside the range issues nothing anyway.
+        let now = now.clamp(layout.epoch(), layout.last_unix_second());
+        let sent = Instant::now();
+        let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
+            CREATE
+                .key(&lease_key)
+                .key(&mark_key)
+                .arg(&self.token)
+                .arg(millis(config.ttl))
+                .arg(now)
+                .arg(&self.layout)
+                .invoke(c)
+        })
+        .map_err(fail("create the shard's record in", config))?;
+        match answer {
+            1 => {}
+            2 => {
+                // Written back by a holder that lost it (`restore.rs`): the
+                // shard's record, read strictly.
+                let raw = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
+                    ::redis::cmd("HMGET")
+                        .arg(&mark_key)
+                        .arg(&["high_water", "last", "seen", "layout"])
+                        .query(c)
+                })
+                .map_err(fail("read the shard's record in", config))?;
+                let (high_water, last, seen, recorded) = raw;
+                let raw = RawRecord {
+                    high_water,
+                    last,
+                    seen,
+                    layout: recorded,
+                };
+                return Ok((self.check_record(&raw, layout)?, sent));
+            }
+            _ => return Err(expired("the lease expired")),
+        }
+        let record = Record {
+            high_water: Some(now),
+            last: None,
+            seen: Some(now),
+        };
+        Ok((record, sent))
+    }
 }
 
-impl Engine for RedisLease {
+impl Held for RedisLease {
     fn renew(&self, known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble> {
         let mut slot = crate::sync::lock(&self.renew_conn);
         let answer: Vec<Value> = with_conn(&self.client, &mut slot, timeout, |c| {

@@ -1,14 +1,15 @@
-//! Every shard's lease and record as the store holds them, for display.
+//! What the lease's commands report: every shard's lease and record
+//! ([`ShardLease`], from [`inspect`](super::inspect)), a freed lease
+//! ([`Released`], from [`release`](super::release)) and an audit's findings
+//! ([`Finding`], from [`check`](super::check)). Engines fill them in.
 
+use std::fmt;
 use std::time::Duration;
 
-use super::config::Kind;
 use super::record::{read_record, RawRecord};
-use super::LeaseConfig;
-use crate::error::Result;
 use crate::layout::Layout;
 
-/// One shard's lease and record, as [`inspect`] finds them. A field that is
+/// One shard's lease and record, as [`inspect`](super::inspect) finds them. A field that is
 /// not valid is `None` here and named in [`invalid`](ShardLease::invalid).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -69,18 +70,57 @@ impl ShardLease {
     }
 }
 
-/// Reads every shard's lease and record from the store, for display.
-///
-/// # Errors
-///
-/// [`Error::Lease`](crate::Error::Lease) if the store cannot be reached or
-/// the settings are invalid.
-pub fn inspect(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>> {
-    config.range(layout, None)?;
-    match config.kind()? {
-        #[cfg(feature = "redis")]
-        Kind::Redis => super::redis::inspect(config, layout),
-        #[cfg(feature = "postgres-lease")]
-        Kind::Postgres => super::postgres::inspect(config, layout),
+/// A lease [`release`](super::release) freed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Released {
+    /// The shard.
+    pub shard: u32,
+    /// The holder's token the lease named, if any.
+    pub holder: Option<String>,
+    /// When the lease would have expired, as the store wrote it
+    /// (`infinity`, say).
+    pub expires_at: String,
+}
+
+/// How one finding of [`check`](super::check) bears on the lease's promise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Safe as it is.
+    Ok,
+    /// Works, but a fault of the kind named can issue an ID twice, or
+    /// stop the fleet.
+    Warn,
+    /// Cannot work, or can issue an ID twice without any fault.
+    Fail,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Verdict::Ok => "ok",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "fail",
+        })
+    }
+}
+
+/// One line of [`check`](super::check)'s audit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finding {
+    /// Safe, risky, or broken.
+    pub verdict: Verdict,
+    /// What was checked: `durability`, `replication`, `pooler`, `schema`,
+    /// `privileges`, `clock`, `rows`, `shards`, `connection`.
+    pub topic: &'static str,
+    /// What was found, and what to change when it is not [`Verdict::Ok`].
+    pub text: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:<4} {}: {}", self.verdict, self.topic, self.text)
     }
 }

@@ -13,7 +13,7 @@ use crate::lease::{LeaseConfig, LeaseError};
 /// (the caller checks them), and the server's `TIME` (seconds,
 /// microseconds), so that the holder knows Redis's clock from its first
 /// raise on.
-const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
+const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 
 /// Shared by the scripts that run while a shard is held: `check(key,
 /// layout)` is 3 if the record is gone, 4 to 7 if its `high_water`, `seen`,
@@ -21,7 +21,7 @@ const ACQUIRE_LUA: &str = include_str!("scripts/acquire.lua");
 /// arithmetic below never runs on garbage), else false. Ranges were checked
 /// when the shard was leased; a field rewritten since to another number
 /// cannot be told from one this crate wrote.
-const CHECK_LUA: &str = include_str!("scripts/check.lua");
+const CHECK_LUA: &str = include_str!("check.lua");
 
 /// Renews the lease (1). If it expired, takes it again (2) only if the
 /// record's `high_water` is exactly the last one this holder wrote, so
@@ -29,40 +29,40 @@ const CHECK_LUA: &str = include_str!("scripts/check.lua");
 /// gone or garbled, and the lease is left alone. The answer comes first in
 /// an array, followed by the record's `high_water` and the server's `TIME`
 /// (seconds, microseconds).
-const RENEW_LUA: &str = include_str!("scripts/renew.lua");
+const RENEW_LUA: &str = include_str!("renew.lua");
 
 /// Raises the high-water second (and `seen`) while the lease is held; never
 /// lowers either, never creates the record. 1: done, 0: the lease is not
 /// held, 3 to 7: the record is gone or garbled, 8: its `high_water` is below
 /// `ARGV[5]`, the highest this holder raised it to.
-const RAISE_LUA: &str = include_str!("scripts/raise.lua");
+const RAISE_LUA: &str = include_str!("raise.lua");
 
 /// Clean close while the lease is held: records the exact last ID (raising
 /// `high_water` to its second if it were ever below, never lowering it) and
 /// deletes the lease. 1: done, 0: the lease is not held; 3 or more: the
 /// record is gone or garbled, so nothing is written and the lease is
 /// deleted.
-const FINISH_LUA: &str = include_str!("scripts/finish.lua");
+const FINISH_LUA: &str = include_str!("finish.lua");
 
 /// Keeps a lease whose shard has no record yet: 1 if it is still this
 /// holder's (and renewed), 2 if a record appeared meanwhile, 0 if the lease
 /// is not held.
-const HOLD_LUA: &str = include_str!("scripts/hold.lua");
+const HOLD_LUA: &str = include_str!("hold.lua");
 
 /// Creates the record of a shard that had none, if the lease is still this
 /// holder's (renewing it) and the record is still absent. Same answers as
 /// `HOLD`.
-const CREATE_LUA: &str = include_str!("scripts/create.lua");
+const CREATE_LUA: &str = include_str!("create.lua");
 
 /// Raises the record `KEYS[1]` to `high_water` `ARGV[1]` and `seen`
 /// `ARGV[2]` whoever holds the shard, never lowering either and dropping
 /// `last` when `high_water` rises; re-creates a record that is gone. 1:
 /// done, 0: the key holds another layout's record or no hash, and is left
 /// alone.
-const RESTORE_LUA: &str = include_str!("scripts/restore.lua");
+const RESTORE_LUA: &str = include_str!("restore.lua");
 
 /// Deletes the lease if it is still this holder's.
-const RELEASE_LUA: &str = include_str!("scripts/release.lua");
+const RELEASE_LUA: &str = include_str!("release.lua");
 
 /// Each script is hashed once; `invoke` loads it into a server that does
 /// not know it (after a restart, say).

@@ -1,0 +1,46 @@
+//! Which engine a lease URL names: the one place that knows every engine
+//! and the feature that builds it.
+
+use super::interface::Engine;
+use super::redact::redact;
+use super::{LeaseConfig, LeaseError, LeaseResult};
+
+/// Each engine's URL schemes, and the feature that builds it.
+const SCHEMES: &[(&str, &str)] = &[
+    ("postgres", "postgres-lease"),
+    ("postgresql", "postgres-lease"),
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("redis+unix", "redis"),
+    ("unix", "redis"),
+];
+
+/// The engine `config`'s URL names, if this build has it.
+pub(crate) fn engine_for(config: &LeaseConfig) -> LeaseResult<&'static dyn Engine> {
+    let url = config.url.trim();
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    let invalid = LeaseError::invalid_config;
+    // A PostgreSQL key-value string: `host=a,b dbname=app ...`.
+    let scheme = scheme.or_else(|| url.contains('=').then(|| "postgres".to_string()));
+    let Some(scheme) = scheme else {
+        return Err(invalid(format!(
+            "the lease URL {} has no scheme; give postgres://... or redis://...",
+            redact(url)
+        )));
+    };
+    let Some((_, feature)) = SCHEMES.iter().find(|(s, _)| *s == scheme) else {
+        return Err(invalid(format!(
+            "the lease URL's scheme {scheme}:// names no lease engine; give postgres://, \
+             postgresql:// or redis://"
+        )));
+    };
+    match *feature {
+        #[cfg(feature = "postgres-lease")]
+        "postgres-lease" => Ok(&super::postgres::Postgres),
+        #[cfg(feature = "redis")]
+        "redis" => Ok(&super::redis::Redis),
+        _ => Err(invalid(format!(
+            "a {scheme}:// lease needs idutil built with the feature `{feature}`"
+        ))),
+    }
+}

@@ -1,0 +1,131 @@
+//! What an engine implements, and the words the lease and its engines
+//! share: [`Engine`] (a store that leases shards), [`Held`] (one shard
+//! held in it), and what passes between them and the engine-agnostic
+//! holder (`holder.rs`, `renewal.rs`, `standing.rs`).
+//!
+//! # Adding an engine
+//!
+//! An engine is a folder beside this file (`postgres/`, `redis/`) behind a
+//! feature of its own that turns on its dependencies. It implements
+//! [`Engine`] on a unit type, whose `connect` returns a [`Held`] lease and
+//! its [`Grant`], and `engines.rs` maps its URL schemes to it. Every rule
+//! of the module page's *What every engine promises* is kept by the
+//! holder; an engine only does what a call asks, bounded in time, and says
+//! what its store answered.
+
+use std::ops::RangeInclusive;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::record::Record;
+use super::reports::{Finding, Released, ShardLease};
+use super::{LeaseConfig, LeaseError, LeaseResult};
+use crate::clock::Clock;
+use crate::layout::Layout;
+
+/// A store that leases shards: one per engine, chosen by the URL's scheme
+/// (`engines.rs`).
+pub(crate) trait Engine: Sync {
+    /// Leases the first free shard the ask allows and reads its record. A
+    /// shard with no record yet starts at `time`'s second (an engine that
+    /// needs it). With every shard leased: [`LeaseError::NoFreeShard`].
+    fn connect(&self, ask: &Ask<'_>, time: &dyn Clock) -> LeaseResult<(Box<dyn Held>, Grant)>;
+
+    /// Every shard's lease and record, for display ([`inspect`](super::inspect)).
+    fn inspect(&self, config: &LeaseConfig, layout: &Layout) -> LeaseResult<Vec<ShardLease>>;
+
+    /// Frees a lease that never expires by itself ([`release`](super::release)).
+    fn release(&self, config: &LeaseConfig, layout: &Layout, shard: u32) -> LeaseResult<Released>;
+
+    /// Audits the store's setup ([`check`](super::check)).
+    fn check(&self, config: &LeaseConfig, layout: &Layout) -> LeaseResult<Vec<Finding>>;
+}
+
+/// What an engine is asked to lease.
+pub(crate) struct Ask<'a> {
+    pub(crate) config: &'a LeaseConfig,
+    pub(crate) layout: &'a Layout,
+    /// The shards that may be leased.
+    pub(crate) range: RangeInclusive<u32>,
+    /// Shards to leave out (unusable, or held on this host).
+    pub(crate) skip: &'a [u32],
+    /// Names this holder in the store.
+    pub(crate) token: &'a str,
+}
+
+/// A shard an engine leased, with its record as the store held it.
+pub(crate) struct Grant {
+    pub(crate) shard: u32,
+    /// `Ok`: the record, read strictly. `Err`: what is wrong with it (the
+    /// shard is then given back or refused).
+    pub(crate) record: Result<Record, LeaseError>,
+    /// Send time of the request that granted (or last renewed) the lease:
+    /// the fence counts from it.
+    pub(crate) at: Instant,
+    /// The store's clock as the engine hands the grant over (when the
+    /// store answered, moved on by the time since), if it tells it.
+    pub(crate) server_time: Option<Duration>,
+}
+
+/// What a renewal found.
+pub(crate) struct Renewed {
+    /// The record's high-water second (Unix seconds), if it has one.
+    pub(crate) mark: Option<u64>,
+    /// The store's clock, if it tells it.
+    pub(crate) server_time: Option<Duration>,
+}
+
+/// Why a store operation did not go through.
+#[derive(Debug)]
+pub(crate) enum Trouble {
+    /// The store could not be reached, did not answer in time, or the lease
+    /// is not known to be held right now: try again; the fence holds
+    /// meanwhile.
+    Again(LeaseError),
+    /// The lease or the record is gone for good.
+    Lost(LeaseError),
+}
+
+impl Trouble {
+    pub(crate) fn into_error(self) -> LeaseError {
+        match self {
+            Trouble::Again(e) | Trouble::Lost(e) => e,
+        }
+    }
+}
+
+/// A shard held in one store: the operations the rules of *What every
+/// engine promises* are built from. Each call is bounded in time by the
+/// engine (at most [`LeaseConfig::op_timeout`] per round trip), so a slow
+/// store never holds the renewal past the fence.
+pub(crate) trait Held: Send + Sync {
+    /// Keeps the lease; answers the record's mark and the store's clock.
+    fn renew(&self, known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble>;
+    /// Raises the mark to `high_water` (and `seen`, if it is not 0), never
+    /// lowering either, if the lease is still this holder's and the mark is
+    /// not below `known_mark` (the highest this holder raised it to: a
+    /// lower one was rewritten or lost, and is [`Trouble::Lost`]);
+    /// committed (and replicated where the engine waits for replicas)
+    /// before it returns.
+    fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble>;
+    /// Raises the record's mark to at least `high_water` (and `seen`, if
+    /// it is not 0) whoever holds the shard, re-creating the record if it
+    /// is gone and dropping an exact last ID below the new mark: a holder
+    /// that lost its record restores what it knows before it stops
+    /// (`restore.rs`). Never lowers anything; a record of another layout is
+    /// left alone.
+    fn restore(&self, high_water: u64, seen: u64) -> Result<(), Trouble>;
+    /// Clean close: records the exact last ID (raising the mark to its
+    /// second if it were ever below) and gives the lease back. `None`: just
+    /// gives it back.
+    fn finish(&self, last: Option<(u64, u32)>, seen: u64) -> Result<(), Trouble>;
+    /// The store, for messages (password hidden).
+    fn describe(&self) -> String;
+}
+
+/// The host's wall clock, to the nanosecond (through the C library, so
+/// `faketime` moves it as it moves [`SystemClock`](crate::SystemClock)).
+pub(crate) fn host_time() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}

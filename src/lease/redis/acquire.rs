@@ -1,0 +1,107 @@
+//! Leasing a shard from Redis: one script takes the first free shard of the
+//! range and reads its record; a shard without one waits a TTL before its
+//! record is created.
+
+use std::sync::atomic::AtomicI64;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::conn::{check_server, client, fail, with_conn};
+use super::held::RedisLease;
+use super::scripts::ACQUIRE;
+use super::{key, millis};
+use crate::clock::Clock;
+use crate::lease::interface::{Ask, Grant, Held};
+use crate::lease::record::RawRecord;
+use crate::lease::LeaseError;
+use crate::lease::LeaseResult as Result;
+
+/// Takes the first free shard of the range and reads its record; creates
+/// the record (after one TTL) for a shard that has none.
+pub(super) fn connect(ask: &Ask<'_>, time: &dyn Clock) -> Result<(Box<dyn Held>, Grant)> {
+    let config = ask.config;
+    let client = client(config)?;
+    let mut conn = None;
+    let replicas = with_conn(&client, &mut conn, config.op_timeout(), |c| {
+        Ok(check_server(config, c))
+    })
+    .map_err(fail("connect to", config))??;
+    type Granted = (
+        u32,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        u64,
+        u64,
+    );
+    let sent = Instant::now();
+    let granted: Option<Granted> = with_conn(&client, &mut conn, config.op_timeout(), |c| {
+        let mut call = ACQUIRE.prepare_invoke();
+        call.arg(&config.prefix)
+            .arg(ask.range.start())
+            .arg(ask.range.end())
+            .arg(ask.token)
+            .arg(millis(config.ttl));
+        for s in ask.skip {
+            call.arg(s);
+        }
+        call.invoke(c)
+    })
+    .map_err(fail("lease a shard from", config))?;
+    let answered = Instant::now();
+    let Some((shard, kind, high_water, last, seen, recorded, secs, micros)) = granted else {
+        return Err(LeaseError::no_free_shard(&ask.range, &config.prefix));
+    };
+    let lease = RedisLease {
+        config: config.clone(),
+        client,
+        shard,
+        token: ask.token.to_string(),
+        layout: ask.layout.fingerprint(),
+        conn: Mutex::new(conn),
+        renew_conn: Mutex::new(None),
+        replicas: AtomicI64::new(replicas),
+    };
+    let mark_key = key(config, "mark", shard);
+    let (record, at) = match kind.as_str() {
+        "none" => match lease.wait_and_create(ask.layout, time.now(), sent) {
+            Ok((record, at)) => (Ok(record), at),
+            Err(e) => {
+                let _ = lease.finish(None, 0);
+                return Err(e);
+            }
+        },
+        "hash" => {
+            let raw = RawRecord {
+                high_water,
+                last,
+                seen,
+                layout: recorded,
+            };
+            (lease.check_record(&raw, ask.layout), sent)
+        }
+        other => (
+            Err(LeaseError::invalid_record(
+                shard,
+                mark_key,
+                "high_water",
+                format!("cannot be read: the key holds a {other}, not a hash"),
+            )),
+            sent,
+        ),
+    };
+    // Redis's clock now (when it granted, moved on by the time since, which
+    // includes a first use's wait): the first raise, before any renewal,
+    // is checked against it too.
+    let server_time =
+        Duration::from_secs(secs) + Duration::from_micros(micros) + answered.elapsed();
+    let grant = Grant {
+        shard,
+        record,
+        at,
+        server_time: Some(server_time),
+    };
+    Ok((Box::new(lease), grant))
+}
