@@ -167,7 +167,7 @@ mod global;
 pub mod host_lock;
 mod id;
 mod layout;
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "postgres-lease", feature = "redis"))))]
 pub mod lease;
 #[cfg(feature = "serde")]

@@ -2,7 +2,7 @@
 //! panicking holder cannot leave half-done, so a poisoned lock is used as is.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 use std::time::Duration;
 
 /// Locks `mutex`, ignoring poisoning (see the module docs).
@@ -28,7 +28,7 @@ pub(crate) fn wait_while<'a, T>(
 }
 
 /// Waits on `changed` for at most `timeout`, ignoring poisoning.
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 pub(crate) fn wait_timeout<'a, T>(
     changed: &Condvar,
     guard: MutexGuard<'a, T>,

@@ -59,7 +59,7 @@ pub(crate) struct Common {
     /// Lease the shard from this store instead: postgres://user@host/db (several hosts:
     /// postgres://a,b/db?target_session_attrs=read-write) or redis://host:port/db; with
     /// --shard, lease only that shard. `state` then shows the leases
-    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+    #[cfg(lease)]
     #[arg(
         long,
         global = true,
@@ -73,7 +73,7 @@ pub(crate) struct Common {
 
 impl Common {
     /// The lease settings, when `--lease` or `IDUTIL_LEASE_URL` is given.
-    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+    #[cfg(lease)]
     pub(crate) fn lease(&self) -> Option<idutil::lease::LeaseConfig> {
         self.lease.as_deref().map(idutil::lease::LeaseConfig::new)
     }
@@ -86,7 +86,7 @@ impl Common {
 
 /// A lease URL, trimmed; empty or blank is refused rather than taken to
 /// turn the lease off (the shard would silently come from elsewhere).
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 fn parse_lease_url(s: &str) -> Result<String, String> {
     let url = s.trim();
     if url.is_empty() {
@@ -179,7 +179,7 @@ pub(crate) enum Command {
         action: Option<StateAction>,
     },
     /// Audit a lease store, or free a shard's lease that never expires by itself
-    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+    #[cfg(lease)]
     #[command(
         after_help = "Examples:\n  idutil lease check postgres://app@db/app\n  \
                       IDUTIL_LEASE_URL=postgres://app@db/app idutil lease check --json\n  \
@@ -214,7 +214,7 @@ pub(crate) enum Command {
     },
 }
 
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 #[derive(Subcommand)]
 pub(crate) enum LeaseAction {
     /// Audit the store: durability settings, standbys and the synchronous setup, a pooler in

@@ -33,7 +33,8 @@ pub(crate) fn check(
         Some(shard) => config.shards(shard..=shard),
         None => config,
     };
-    let found = audit(&config, &common.layout())?;
+    // As an `idutil::Error`, so that its hint reaches stderr (`report.rs`).
+    let found = audit(&config, &common.layout()).map_err(idutil::Error::from)?;
     if json {
         let lines: Vec<serde_json::Value> = found
             .iter()
@@ -81,7 +82,8 @@ pub(crate) fn release(common: &Common, out: &mut impl Write) -> Result<(), BoxEr
         )
         .into());
     };
-    let released = idutil::lease::release(&config, &common.layout(), shard)?;
+    let released =
+        idutil::lease::release(&config, &common.layout(), shard).map_err(idutil::Error::from)?;
     writeln!(
         out,
         "released shard {shard} of ID space {:?}: its lease (holder {}, expiring {}) is free; \

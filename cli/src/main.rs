@@ -2,7 +2,7 @@
 
 mod args;
 mod decode;
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 mod lease;
 mod manual;
 mod next;
@@ -79,11 +79,11 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             decode_lines(stdin.lock(), json, cli.common.layout(), &mut out)?
         }
         Command::Decode { ids, json } => decode(&ids, json, cli.common.layout(), &mut out)?,
-        #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+        #[cfg(lease)]
         Command::Lease {
             action: args::LeaseAction::Check { url, json },
         } => lease::check(&cli.common, url.as_deref(), json, &mut out)?,
-        #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+        #[cfg(lease)]
         Command::Lease {
             action: args::LeaseAction::Release,
         } => lease::release(&cli.common, &mut out)?,

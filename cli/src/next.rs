@@ -93,7 +93,7 @@ pub(crate) fn next(
         builder = builder.max_lead(max_lead);
     }
     builder = builder.layout(common.layout());
-    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+    #[cfg(lease)]
     if let Some(lease) = common.lease() {
         builder = builder.lease(lease);
     }

@@ -23,7 +23,7 @@ pub(crate) fn show_state(
     json: bool,
     out: &mut impl Write,
 ) -> Result<(), BoxError> {
-    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+    #[cfg(lease)]
     if let Some(lease) = common.lease() {
         show_leases(&lease, &common.layout(), common.shard, json, out)?;
         // A leased shard's local state needs the shard named.
@@ -113,7 +113,7 @@ pub(crate) fn show_state(
 }
 
 /// The leases and the store's record of each shard (or of `only`).
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 fn show_leases(
     config: &idutil::lease::LeaseConfig,
     layout: &idutil::Layout,
@@ -121,7 +121,8 @@ fn show_leases(
     json: bool,
     out: &mut impl Write,
 ) -> Result<(), BoxError> {
-    let leases: Vec<_> = idutil::lease::inspect(config, layout)?
+    let leases: Vec<_> = idutil::lease::inspect(config, layout)
+        .map_err(idutil::Error::from)?
         .into_iter()
         .filter(|l| only.is_none_or(|s| s == l.shard))
         .collect();

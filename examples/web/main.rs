@@ -151,11 +151,11 @@ fn init(lease: Option<String>) -> idutil::Result<&'static Generator> {
     let Some(url) = lease else {
         return IdUtil::init();
     };
-    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+    #[cfg(lease)]
     {
         IdUtil::init_with(Generator::builder().lease(idutil::lease::LeaseConfig::new(url)))
     }
-    #[cfg(not(any(feature = "postgres-lease", feature = "redis")))]
+    #[cfg(not(lease))]
     {
         eprintln!("web: --lease {url:?} needs a lease engine's feature (postgres-lease, redis)");
         std::process::exit(2)

@@ -10,7 +10,7 @@
 
 mod open;
 mod shared;
-#[cfg(not(any(feature = "postgres-lease", feature = "redis")))]
+#[cfg(not(lease))]
 mod unleased;
 
 use std::path::Path;
@@ -18,10 +18,10 @@ use std::sync::{Arc, Weak};
 
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 use crate::lease::{Lease, LeaseConfig};
 use crate::state::{StateFile, Store};
-#[cfg(not(any(feature = "postgres-lease", feature = "redis")))]
+#[cfg(not(lease))]
 use unleased::{Lease, LeaseConfig};
 
 pub(crate) use open::{open, Request, Settings};

@@ -240,7 +240,7 @@ impl fmt::Display for Error {
             Error::AlreadyInitialized => {
                 write!(f, "the process-wide generator is already initialized")
             }
-            #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+            #[cfg(lease)]
             Error::Lease(e) => e.fmt(f),
         }
     }
@@ -253,7 +253,7 @@ impl std::error::Error for Error {
             Error::Hostname(e) | Error::Io { source: e, .. } => Some(&**e),
             // Its message includes the inner error's; skip to that one's cause.
             Error::DefaultStateDir { source, .. } => std::error::Error::source(&**source),
-            #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+            #[cfg(lease)]
             Error::Lease(e) => std::error::Error::source(e),
             _ => None,
         }

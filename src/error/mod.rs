@@ -382,7 +382,7 @@ pub enum Error {
     /// The shard lease (features `postgres-lease`, `redis`): no free shard,
     /// the lease could not be renewed in time or was lost, the clocks
     /// disagree, or the store could not be reached.
-    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+    #[cfg(lease)]
     Lease(crate::lease::LeaseError),
 }
 
@@ -454,7 +454,7 @@ impl Error {
             | Error::MemberStalled { shard, .. }
             | Error::EndMarginReached { shard, .. }
             | Error::Forked { shard } => Some(*shard),
-            #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+            #[cfg(lease)]
             Error::Lease(e) => e.shard(),
             _ => None,
         }
@@ -475,7 +475,7 @@ impl From<IdError> for Error {
     }
 }
 
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 impl From<crate::lease::LeaseError> for Error {
     fn from(e: crate::lease::LeaseError) -> Self {
         Error::Lease(e)

@@ -17,7 +17,7 @@ use crate::durable;
 use crate::error::Error;
 use crate::error::Result;
 use crate::layout::Layout;
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 use crate::lease::LeaseConfig;
 
 /// Configures and opens a [`Generator`].
@@ -306,7 +306,7 @@ impl<C: Clock> Builder<C> {
     }
 }
 
-#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg(lease)]
 impl<C: Clock> Builder<C> {
     /// Leases the shard from the store `config` names (PostgreSQL with
     /// feature `postgres-lease`, Redis with feature `redis`) instead of

@@ -141,8 +141,10 @@
 //!   running: IDs continue within the reservation already recorded; past
 //!   it, or past the fence, calls fail until the store answers again, and
 //!   the holder takes its lease back if nobody else leased the shard.
-//! - A connection cut (a restarted server, a terminated session): the next
-//!   call reconnects.
+//! - A connection cut (a restarted server, a terminated session): the call
+//!   that finds it closed opens a new one and runs once more within its
+//!   deadline (every call on a held lease may run twice), so a routine
+//!   restart of the store costs no caller an error.
 //! - All shards leased: opening fails; dead holders' shards come free
 //!   within one TTL.
 //! - An empty or blank URL (`IDUTIL_LEASE_URL=" "`, `--lease ''`) is an

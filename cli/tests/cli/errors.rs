@@ -426,13 +426,11 @@ fn usage_errors_keep_clap_s_tips_and_point_to_the_command_s_help() {
         ),
         (
             &[],
-            &[
-                if cfg!(any(feature = "postgres-lease", feature = "redis")) {
-                    "a command is required: next, decode, state, lease, completions, man"
-                } else {
-                    "a command is required: next, decode, state, completions, man"
-                },
-            ],
+            &[if cfg!(lease) {
+                "a command is required: next, decode, state, lease, completions, man"
+            } else {
+                "a command is required: next, decode, state, completions, man"
+            }],
         ),
     ] {
         let out = run(idutil(dir.path()).args(args));

@@ -16,7 +16,7 @@ fn help_for_every_command_has_examples() {
         &["completions"],
         &["man"],
     ];
-    if cfg!(any(feature = "postgres-lease", feature = "redis")) {
+    if cfg!(lease) {
         commands.extend([&["lease"][..], &["lease", "check"], &["lease", "release"]]);
     }
     for command in commands {

@@ -1,7 +1,7 @@
 //! Reaching Redis: the client, connections whose every round trip has a
 //! deadline, and what the server is set up to keep.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::redis::{Client, Connection};
 
@@ -66,6 +66,31 @@ pub(super) fn with_conn<T>(
     result
 }
 
+/// As [`with_conn`], for a held lease's calls, each of which may run twice
+/// (raising a mark, renewing, restoring, recording the last ID, reading the
+/// setup): if the connection opened by an earlier call turns out to be
+/// closed (Redis restarted, or dropped the client), `f` runs once more on a
+/// new connection within what is left of `timeout`, so that a restart of
+/// the server costs no call an error. A timeout is not retried.
+pub(super) fn with_conn_again<T>(
+    client: &Client,
+    slot: &mut Option<Connection>,
+    timeout: Duration,
+    mut f: impl FnMut(&mut Connection) -> ::redis::RedisResult<T>,
+) -> ::redis::RedisResult<T> {
+    let start = Instant::now();
+    let reused = slot.is_some();
+    match with_conn(client, slot, timeout, &mut f) {
+        Err(e) if reused && e.is_connection_dropped() => {
+            match timeout.checked_sub(start.elapsed()) {
+                Some(left) if !left.is_zero() => with_conn(client, slot, left, f),
+                _ => Err(e),
+            }
+        }
+        done => done,
+    }
+}
+
 /// Refuses a server that may evict the lease's keys; warns when it cannot
 /// tell. Returns how many replicas the server has.
 pub(super) fn check_server(config: &LeaseConfig, conn: &mut Connection) -> Result<i64> {
@@ -126,5 +151,5 @@ pub(super) fn replicas_of(
     slot: &mut Option<Connection>,
     timeout: Duration,
 ) -> ::redis::RedisResult<i64> {
-    with_conn(client, slot, timeout, replicas)
+    with_conn_again(client, slot, timeout, replicas)
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ::redis::{Client, Connection, Value};
 
-use super::conn::{evicting, fail, replicas, replicas_of, with_conn};
+use super::conn::{evicting, fail, replicas, replicas_of, with_conn_again};
 use super::scripts::{record_trouble, CREATE, FINISH, HOLD, RAISE, RELEASE, RENEW, RESTORE};
 use super::{key, millis, ENGINE};
 use crate::layout::Layout;
@@ -132,7 +132,7 @@ impl RedisLease {
                 break;
             }
             let sent = Instant::now();
-            let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
+            let answer: i64 = with_conn_again(&self.client, &mut slot, config.op_timeout(), |c| {
                 HOLD.key(&lease_key)
                     .key(&mark_key)
                     .arg(&self.token)
@@ -151,7 +151,7 @@ impl RedisLease {
         // clock outside the range issues nothing anyway.
         let now = now.clamp(layout.epoch(), layout.last_unix_second());
         let sent = Instant::now();
-        let answer: i64 = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
+        let answer: i64 = with_conn_again(&self.client, &mut slot, config.op_timeout(), |c| {
             CREATE
                 .key(&lease_key)
                 .key(&mark_key)
@@ -167,7 +167,7 @@ impl RedisLease {
             2 => {
                 // Written back by a holder that lost it (`restore.rs`): the
                 // shard's record, read strictly.
-                let raw = with_conn(&self.client, &mut slot, config.op_timeout(), |c| {
+                let raw = with_conn_again(&self.client, &mut slot, config.op_timeout(), |c| {
                     ::redis::cmd("HMGET")
                         .arg(&mark_key)
                         .arg(&["high_water", "last", "seen", "layout"])
@@ -197,7 +197,7 @@ impl RedisLease {
 impl Held for RedisLease {
     fn renew(&self, known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble> {
         let mut slot = crate::sync::lock(&self.renew_conn);
-        let answer: Vec<Value> = with_conn(&self.client, &mut slot, timeout, |c| {
+        let answer: Vec<Value> = with_conn_again(&self.client, &mut slot, timeout, |c| {
             RENEW
                 .key(key(&self.config, "lease", self.shard))
                 .key(key(&self.config, "mark", self.shard))
@@ -240,7 +240,7 @@ impl Held for RedisLease {
         // A policy that may evict the records, switched on since open, stops
         // the holder; a server that will not say (CONFIG renamed) was
         // warned about at open.
-        if let Ok(Some(e)) = with_conn(&self.client, &mut slot, timeout, |c| {
+        if let Ok(Some(e)) = with_conn_again(&self.client, &mut slot, timeout, |c| {
             evicting(&self.config, c)
         }) {
             return Err(Trouble::Lost(e));
@@ -261,7 +261,7 @@ impl Held for RedisLease {
 
     fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble> {
         let mut slot = crate::sync::lock(&self.conn);
-        let done: i64 = with_conn(&self.client, &mut slot, self.config.op_timeout(), |c| {
+        let done: i64 = with_conn_again(&self.client, &mut slot, self.config.op_timeout(), |c| {
             RAISE
                 .key(key(&self.config, "lease", self.shard))
                 .key(key(&self.config, "mark", self.shard))
@@ -306,7 +306,7 @@ impl Held for RedisLease {
         let mut slot = crate::sync::lock(&self.conn);
         // A re-created record needs a `seen` in the layout's range.
         let seen = if seen == 0 { high_water } else { seen };
-        let done: i64 = with_conn(&self.client, &mut slot, self.config.op_timeout(), |c| {
+        let done: i64 = with_conn_again(&self.client, &mut slot, self.config.op_timeout(), |c| {
             RESTORE
                 .key(key(&self.config, "mark", self.shard))
                 .arg(high_water)
@@ -333,7 +333,7 @@ impl Held for RedisLease {
             key(&self.config, "mark", self.shard),
         );
         let answer: i64 =
-            with_conn(
+            with_conn_again(
                 &self.client,
                 &mut slot,
                 self.config.op_timeout(),
