@@ -145,7 +145,8 @@
 //! its crate; the previous major still in wide use has a feature of its own
 //! (`sqlx-0_8`, `utoipa-5`, `jiff-0_2`), which can be on beside the newer
 //! one. Both ends of every range above are checked in CI. sqlx 0.9 and
-//! SeaORM 2 need Rust 1.94, newer than this crate's own minimum.
+//! SeaORM 2 need Rust 1.94, newer than this crate's own minimum (1.89,
+//! `rust-version`, with every other feature).
 //!
 //! Every feature builds alone, and a database integration that reads a
 //! value that is not an ID returns an error.

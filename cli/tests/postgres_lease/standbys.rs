@@ -210,14 +210,15 @@ fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
     assert!(closing.elapsed() < Duration::from_secs(15));
 }
 
-/// A database whose sessions have a short `statement_timeout` (a role's
-/// default): a cancelled wait for a synchronous standby is reported as a
-/// commit although the standby never got it, so a timeout that cut the
-/// wait short would pass off a raise or a lease the standby does not have.
-/// With the standby cut off, nothing is issued past the reservation and
-/// nothing is leased.
+/// A role whose sessions have a short `statement_timeout` (200 ms, set as
+/// the role's default) and a synchronous standby cut off: nothing is issued
+/// past the reservation and nothing is leased. PostgreSQL does not apply
+/// `statement_timeout` to a commit's wait for the standby (it is disarmed
+/// before the commit), so this shows that such a role changes nothing; a
+/// wait that *is* cancelled (`pg_cancel_backend`, a terminated session) is
+/// the cancelled-wait tests' subject.
 #[test]
-fn statement_timeout_cannot_pass_off_an_unreplicated_commit() {
+fn a_short_statement_timeout_lets_nothing_past_a_cut_off_standby() {
     let Some(primary) = server() else { return };
     let link = Proxy::start(primary.port());
     let standby = primary.standby(Some(link.port()));

@@ -32,18 +32,21 @@ pub(super) fn client(config: &LeaseConfig) -> Result<Client> {
     Client::open(config.url.as_str()).map_err(fail("connect to", config))
 }
 
-/// Opens a connection whose every round trip is bounded by `timeout`.
+/// Opens a connection within `timeout`, and bounds its every round trip
+/// by `timeout`. Setting a connection up (its first pipeline) can wait out
+/// the timeout it is given twice against a server that accepts and never
+/// answers, so it is given half.
 pub(super) fn connection(client: &Client, timeout: Duration) -> ::redis::RedisResult<Connection> {
-    let timeout = timeout.max(Duration::from_millis(1));
-    let conn = client.get_connection_with_timeout(timeout)?;
+    let timeout = timeout.max(Duration::from_millis(2));
+    let conn = client.get_connection_with_timeout(timeout / 2)?;
     conn.set_read_timeout(Some(timeout))?;
     conn.set_write_timeout(Some(timeout))?;
     Ok(conn)
 }
 
-/// Runs `f` on `slot`'s connection (opening one if needed) with round trips
-/// bounded by `timeout`; drops the connection after any error, since a reply
-/// that arrives late would answer the next command.
+/// Runs `f` on `slot`'s connection (opening one if needed) within
+/// `timeout`, connecting included; drops the connection after any error,
+/// since a reply that arrives late would answer the next command.
 pub(super) fn with_conn<T>(
     client: &Client,
     slot: &mut Option<Connection>,
@@ -51,14 +54,22 @@ pub(super) fn with_conn<T>(
     f: impl FnOnce(&mut Connection) -> ::redis::RedisResult<T>,
 ) -> ::redis::RedisResult<T> {
     let timeout = timeout.max(Duration::from_millis(1));
+    let deadline = Instant::now() + timeout;
     let conn = match slot {
-        Some(conn) => {
-            conn.set_read_timeout(Some(timeout))?;
-            conn.set_write_timeout(Some(timeout))?;
-            conn
-        }
+        Some(conn) => conn,
         None => slot.insert(connection(client, timeout)?),
     };
+    // Connecting and the call together stay within `timeout`.
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    if let Err(e) = conn
+        .set_read_timeout(Some(left))
+        .and_then(|()| conn.set_write_timeout(Some(left)))
+    {
+        *slot = None;
+        return Err(e);
+    }
     let result = f(conn);
     if result.is_err() {
         *slot = None;
@@ -66,12 +77,13 @@ pub(super) fn with_conn<T>(
     result
 }
 
-/// As [`with_conn`], for a held lease's calls, each of which may run twice
-/// (raising a mark, renewing, restoring, recording the last ID, reading the
-/// setup): if the connection opened by an earlier call turns out to be
+/// As [`with_conn`], for a held lease's writes, each of which may run twice
+/// (raising a mark, restoring it, recording the last ID, the first use's
+/// record): if the connection opened by an earlier call turns out to be
 /// closed (Redis restarted, or dropped the client), `f` runs once more on a
 /// new connection within what is left of `timeout`, so that a restart of
-/// the server costs no call an error. A timeout is not retried.
+/// the server costs no caller an error. A timeout is not retried, nor is
+/// a renewal (its thread tries again on its own schedule).
 pub(super) fn with_conn_again<T>(
     client: &Client,
     slot: &mut Option<Connection>,
@@ -151,5 +163,5 @@ pub(super) fn replicas_of(
     slot: &mut Option<Connection>,
     timeout: Duration,
 ) -> ::redis::RedisResult<i64> {
-    with_conn_again(client, slot, timeout, replicas)
+    with_conn(client, slot, timeout, replicas)
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ::redis::{Client, Connection, Value};
 
-use super::conn::{evicting, fail, replicas, replicas_of, with_conn_again};
+use super::conn::{evicting, fail, replicas, replicas_of, with_conn, with_conn_again};
 use super::scripts::{record_trouble, CREATE, FINISH, HOLD, RAISE, RELEASE, RENEW, RESTORE};
 use super::{key, millis, ENGINE};
 use crate::layout::Layout;
@@ -196,8 +196,10 @@ impl RedisLease {
 
 impl Held for RedisLease {
     fn renew(&self, known_mark: u64, timeout: Duration) -> Result<Renewed, Trouble> {
+        // Not run again on a closed connection: the renewal thread retries
+        // on its own schedule, and the fence covers the meantime.
         let mut slot = crate::sync::lock(&self.renew_conn);
-        let answer: Vec<Value> = with_conn_again(&self.client, &mut slot, timeout, |c| {
+        let answer: Vec<Value> = with_conn(&self.client, &mut slot, timeout, |c| {
             RENEW
                 .key(key(&self.config, "lease", self.shard))
                 .key(key(&self.config, "mark", self.shard))
@@ -240,7 +242,7 @@ impl Held for RedisLease {
         // A policy that may evict the records, switched on since open, stops
         // the holder; a server that will not say (CONFIG renamed) was
         // warned about at open.
-        if let Ok(Some(e)) = with_conn_again(&self.client, &mut slot, timeout, |c| {
+        if let Ok(Some(e)) = with_conn(&self.client, &mut slot, timeout, |c| {
             evicting(&self.config, c)
         }) {
             return Err(Trouble::Lost(e));
