@@ -79,14 +79,7 @@ fn child_fork_then_issue() {
         .open()
         .expect("open shard 11");
     g.next_id().expect("issue before the fork");
-    // SAFETY: the forked child only sleeps, then leaves with `_exit`.
-    let child = unsafe { libc::fork() };
-    assert!(child >= 0, "fork failed");
-    if child == 0 {
-        std::thread::sleep(Duration::from_secs(60));
-        // SAFETY: `_exit` ends the process without the parent's destructors.
-        unsafe { libc::_exit(0) };
-    }
+    let child = fork_sleeper(false);
     let mut out = std::io::stdout().lock();
     writeln!(out, "@forked {child}").unwrap();
     out.flush().unwrap();
@@ -106,14 +99,7 @@ fn child_fork_then_issue() {
 #[test]
 fn a_closed_member_leaves_no_lock_to_the_child_it_forked() {
     let dir = harness::state_dir();
-    let out = harness::output_within(
-        &mut harness::child::child_command(
-            "child_fork_then_close",
-            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
-        ),
-        Duration::from_secs(30),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (stdout, _) = run_child("child_fork_then_close", &dir, &[], Duration::from_secs(30));
     let forked: i32 = stdout
         .lines()
         .find_map(|l| l.strip_prefix("@forked "))
@@ -146,21 +132,7 @@ fn child_fork_then_close() {
         .open()
         .expect("open shard 12");
     g.next_id().expect("issue before the fork");
-    // SAFETY: the forked child only sleeps, then leaves with `_exit`.
-    let child = unsafe { libc::fork() };
-    assert!(child >= 0, "fork failed");
-    if child == 0 {
-        // Its copies of stdout and stderr are closed, so that the test's
-        // reader does not wait for it.
-        // SAFETY: closes this process's own descriptors 1 and 2.
-        unsafe {
-            libc::close(1);
-            libc::close(2);
-        }
-        std::thread::sleep(Duration::from_secs(60));
-        // SAFETY: `_exit` ends the process without the parent's destructors.
-        unsafe { libc::_exit(0) };
-    }
+    let child = fork_sleeper(true);
     let closed = g.close().map_or_else(|e| e.to_string(), |()| "ok".into());
     println!("@forked {child}\n@closed {closed}");
 }
@@ -172,23 +144,19 @@ fn child_fork_then_close() {
 #[test]
 fn a_child_forked_while_the_process_wide_generator_opens_still_issues() {
     let dir = harness::state_dir();
-    let out = harness::output_within(
-        &mut harness::child::child_command(
-            "child_fork_while_init",
-            &[
-                ("IDUTIL_CHILD_DIR", dir.path().display().to_string()),
-                ("IDUTIL_STATE_DIR", dir.path().display().to_string()),
-                ("IDUTIL_SHARD", "13".to_string()),
-                ("IDUTIL_ID_SPACE", harness::space_for(dir.path())),
-            ],
-        ),
+    let (stdout, stderr) = run_child(
+        "child_fork_while_init",
+        &dir,
+        &[
+            ("IDUTIL_STATE_DIR", dir.path().display().to_string()),
+            ("IDUTIL_SHARD", "13".to_string()),
+            ("IDUTIL_ID_SPACE", harness::space_for(dir.path())),
+        ],
         Duration::from_secs(60),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         stdout.contains("@forked issued"),
-        "the child did not issue: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "the child did not issue: {stdout}\n{stderr}"
     );
 }
 
@@ -201,14 +169,7 @@ fn child_fork_while_init() {
         return;
     }
     let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
-    let claim = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join("shard-13.claim"))
-        .expect("open the claim file");
-    fs2::FileExt::lock_exclusive(&claim).expect("hold the claim file");
+    let claim = hold_claim(&dir, 13);
     std::thread::scope(|scope| {
         let opener = scope.spawn(|| {
             idutil::IdUtil::init_with(
@@ -220,10 +181,7 @@ fn child_fork_while_init() {
         });
         // The thread is now creating the process-wide generator.
         std::thread::sleep(Duration::from_millis(500));
-        // SAFETY: the child calls the library and leaves with `_exit`.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0, "fork failed");
-        if child == 0 {
+        let child = fork_into(|| {
             // SAFETY: `alarm` only arms a timer whose default action ends
             // this child.
             unsafe { libc::alarm(40) };
@@ -233,27 +191,9 @@ fn child_fork_while_init() {
             };
             print!("{text}");
             let _ = std::io::stdout().flush();
-            // SAFETY: `_exit` ends the process without the parent's
-            // destructors.
-            unsafe { libc::_exit(0) };
-        }
+        });
         fs2::FileExt::unlock(&claim).expect("let go of the claim file");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut status = 0;
-            // SAFETY: `status` is valid and writable.
-            let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
-            if done == child {
-                break;
-            }
-            if Instant::now() > deadline {
-                println!("@forked stuck");
-                // SAFETY: ends this process's own child.
-                unsafe { libc::kill(child, libc::SIGKILL) };
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        reap_or_kill(child);
         println!("@opened {:?}", opener.join().unwrap());
     });
     let _ = idutil::IdUtil::shutdown();
@@ -266,18 +206,10 @@ fn child_fork_while_init() {
 #[test]
 fn a_child_forked_during_a_draw_can_read_the_generator() {
     let dir = harness::state_dir();
-    let out = harness::output_within(
-        &mut harness::child::child_command(
-            "child_fork_during_draw",
-            &[("IDUTIL_CHILD_DIR", dir.path().display().to_string())],
-        ),
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (stdout, stderr) = run_child("child_fork_during_draw", &dir, &[], Duration::from_secs(60));
     assert!(
         stdout.contains("@forked answered"),
-        "the child did not answer: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "the child did not answer: {stdout}\n{stderr}"
     );
 }
 
@@ -296,48 +228,103 @@ fn child_fork_during_draw() {
         .open()
         .expect("open shard 14");
     g.next_id().expect("issue before the fork");
-    let claim = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("shard-14.claim"))
-        .expect("open the claim file");
-    fs2::FileExt::lock_exclusive(&claim).expect("hold the claim file");
+    let claim = hold_claim(&dir, 14);
     std::thread::scope(|scope| {
         // A batch past the first block: the thread draws, and waits.
         let drawer = scope.spawn(|| g.next_ids(100_000).map(|_| ()));
         std::thread::sleep(Duration::from_millis(500));
-        // SAFETY: the child calls the library and leaves with `_exit`.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0, "fork failed");
-        if child == 0 {
+        let child = fork_into(|| {
             // SAFETY: `alarm` only arms a timer whose default action ends
             // this child.
             unsafe { libc::alarm(40) };
             let _ = (g.lead(), g.reserved_until());
             println!("@forked answered");
             let _ = std::io::stdout().flush();
-            // SAFETY: `_exit` ends the process without the parent's
-            // destructors.
-            unsafe { libc::_exit(0) };
-        }
+        });
         fs2::FileExt::unlock(&claim).expect("let go of the claim file");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut status = 0;
-            // SAFETY: `status` is valid and writable.
-            let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
-            if done == child {
-                break;
-            }
-            if Instant::now() > deadline {
-                println!("@forked stuck");
-                // SAFETY: ends this process's own child.
-                unsafe { libc::kill(child, libc::SIGKILL) };
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        reap_or_kill(child);
         println!("@drew {:?}", drawer.join().unwrap());
     });
     g.close().unwrap();
+}
+
+/// Forks this process: the child runs `child` and leaves with `_exit`
+/// (never running the parent's destructors or exit hooks); the parent gets
+/// the child's pid.
+fn fork_into(child: impl FnOnce()) -> libc::pid_t {
+    // SAFETY: the child runs `child` and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        child();
+        // SAFETY: `_exit` ends the process without the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    pid
+}
+
+/// A forked child that only sleeps (a worker with no use for IDs), with
+/// its copies of stdout and stderr closed if `quiet`, so that a reader of
+/// the parent's output does not wait for it.
+fn fork_sleeper(quiet: bool) -> libc::pid_t {
+    fork_into(|| {
+        if quiet {
+            // SAFETY: closes this process's own descriptors 1 and 2.
+            unsafe {
+                libc::close(1);
+                libc::close(2);
+            }
+        }
+        std::thread::sleep(Duration::from_secs(60));
+    })
+}
+
+/// Reaps `child` within 10 seconds, or says `@forked stuck` and kills it.
+fn reap_or_kill(child: libc::pid_t) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is valid and writable.
+        let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        if done == child {
+            return;
+        }
+        if Instant::now() > deadline {
+            println!("@forked stuck");
+            // SAFETY: ends this process's own child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Holds `shard`'s claim file locked, as a member in its turn does.
+fn hold_claim(dir: &std::path::Path, shard: u32) -> std::fs::File {
+    let claim = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(format!("shard-{shard}.claim")))
+        .expect("open the claim file");
+    fs2::FileExt::lock_exclusive(&claim).expect("hold the claim file");
+    claim
+}
+
+/// Runs the entry point `name` as a child process on state directory
+/// `dir` (plus `env`), within `limit`; its stdout and stderr.
+fn run_child(
+    name: &str,
+    dir: &tempfile::TempDir,
+    env: &[(&str, String)],
+    limit: Duration,
+) -> (String, String) {
+    let mut vars = vec![("IDUTIL_CHILD_DIR", dir.path().display().to_string())];
+    vars.extend(env.iter().cloned());
+    let out = harness::output_within(&mut harness::child::child_command(name, &vars), limit);
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
