@@ -373,7 +373,7 @@ impl Drop for Postgres {
 
 /// Sends `signal` (`kill`'s flag) to the server and waits for it to end,
 /// for [`STOP_TIMEOUT`] at most before a SIGKILL.
-fn stop(mut child: Child, signal: &str) {
+pub(crate) fn stop(mut child: Child, signal: &str) {
     let _ = Command::new("kill")
         .args([signal, &child.id().to_string()])
         .status();
