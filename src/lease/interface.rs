@@ -7,13 +7,13 @@
 //!
 //! An engine is a folder beside this file (`postgres/`, `redis/`) behind a
 //! feature of its own that turns on its dependencies; the crate's
-//! `build.rs` (and the command's) adds the feature to `cfg(lease)`, which
-//! every other part of the crate tests. It implements [`Engine`] on a unit
-//! type, whose `connect` returns a [`Held`] lease and its [`Grant`], and
-//! `engines.rs` maps its URL schemes to it. Every rule
-//! of the module page's *What every engine promises* is kept by the
-//! holder; an engine only does what a call asks, bounded in time, and says
-//! what its store answered.
+//! `build.rs` (and the command's) adds that feature to `cfg(lease)`, the
+//! one name the rest of the crate's `cfg`s use. It implements [`Engine`] on
+//! a unit type, whose `connect` returns a [`Held`] lease and its [`Grant`],
+//! and `engines.rs` maps its URL schemes to it. Every rule of the module
+//! page's *What every engine promises* is kept by the holder; an engine
+//! only does what a call asks, bounded in time, and says what its store
+//! answered.
 
 use std::ops::RangeInclusive;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -2,8 +2,8 @@
 //! may issue (the deadline's fence, a clock skew, a loss for good), the
 //! marks this holder raised, the store's clock, and the hook that pauses
 //! and resumes the generator. The holder (`holder.rs`) and the renewal
-//! thread (`renewal.rs`) change it only through its methods, each of which
-//! tells the generator what it changed.
+//! thread (`renewal.rs`) change it only through its methods; a change to
+//! whether the generator may issue reaches it through the hook at once.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
