@@ -314,3 +314,106 @@ fn closing_while_redis_hangs_is_quick() {
         || proxy.heal(),
     );
 }
+
+/// A loopback proxy to Redis that, once, lets a request containing
+/// `marker` reach Redis, then closes the client's connection instead of
+/// passing the reply on: the call ran in Redis, its caller saw the
+/// connection closed.
+fn reply_dropping_proxy(upstream: u16, marker: Vec<u8>) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let armed = Arc::new(AtomicBool::new(true));
+    thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let dropping = Arc::new(AtomicBool::new(false));
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (armed, marker, flag) = (armed.clone(), marker.clone(), dropping.clone());
+            thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                    let hit = buf[..n].windows(marker.len()).any(|w| w == marker);
+                    if hit && armed.swap(false, Ordering::SeqCst) {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                    if s_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_out.shutdown(Shutdown::Both);
+            });
+            let (mut s_in, mut c_out) = (server, client);
+            thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    if dropping.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    port
+}
+
+/// The close's write (the exact last ID, the lease given back) runs in
+/// Redis but its reply is lost with the connection: the call runs once
+/// more on a new connection, and the command says nothing false about it
+/// (the record holds the last ID, the lease is free).
+#[test]
+fn a_close_whose_reply_is_lost_reports_nothing_false() {
+    let Some(redis) = RedisServer::start(false) else {
+        return;
+    };
+    harness::redis_server::seed_records(&redis, 0..=31);
+    let finish = [
+        include_str!("../../../src/lease/redis/scripts/check.lua"),
+        include_str!("../../../src/lease/redis/scripts/finish.lua"),
+    ]
+    .concat();
+    let mut conn = redis.conn();
+    let sha: String = ::redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(&finish)
+        .query(&mut conn)
+        .unwrap();
+    let port = reply_dropping_proxy(redis.port, sha.into_bytes());
+    let url = format!("redis://127.0.0.1:{port}/");
+    let dir = state_dir();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idutil"))
+        .args(["--lease", &url, "next", "-n", "3"])
+        .env("IDUTIL_STATE_DIR", dir.path())
+        .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
+        .env_remove("IDUTIL_SHARD")
+        .env_remove("IDUTIL_LEASE_URL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let ids = harness::printed_ids(&out);
+    assert_eq!(ids.len(), 3, "{stderr}");
+    let shard = (ids[2] & 31) as u32;
+    let record = harness::redis_server::record_of(&mut conn, &format!("idutil:mark:{shard}"));
+    assert!(!harness::redis_server::exists(
+        &mut conn,
+        &format!("idutil:lease:{shard}")
+    ));
+    assert!(
+        record.contains_key("last"),
+        "the last ID is recorded: {record:?}"
+    );
+    assert!(
+        !stderr.contains("not given back cleanly"),
+        "the lease was given back and the last ID recorded, yet:\n{stderr}"
+    );
+}
