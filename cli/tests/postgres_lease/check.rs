@@ -137,3 +137,29 @@ fn the_audit_names_what_is_safe_and_what_is_not() {
     assert!(!ok);
     line(&lines, "fail", "durability", "fsync = off");
 }
+
+/// A check that finds a problem (here: no server to reach) fails with
+/// status 1 and says the check failed, not that the output could not be
+/// written.
+#[test]
+fn a_failed_check_is_not_reported_as_an_output_error() {
+    let port = idutil_harness::proxy::free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_idutil"))
+        .args([
+            "lease",
+            "check",
+            &format!("postgres://u:pw@127.0.0.1:{port}/db"),
+        ])
+        .env_remove("IDUTIL_LEASE_URL")
+        .env_remove("IDUTIL_LAYOUT")
+        .env_remove("IDUTIL_SHARD")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("lease check found 1 problem"), "{stderr}");
+    assert!(
+        !stderr.contains("cannot write the output"),
+        "a failed check reported as a write error: {stderr}"
+    );
+}
