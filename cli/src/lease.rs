@@ -60,9 +60,10 @@ pub(crate) fn check(
         .collect();
     match failed.len() {
         0 => Ok(()),
-        n => Err(std::io::Error::other(format!(
+        // Not an I/O error: those are reported as failing to write the output.
+        n => Err(format!(
             "the lease check found {n} problem(s) that break the lease (the `fail` lines)"
-        ))
+        )
         .into()),
     }
 }
