@@ -315,57 +315,6 @@ fn closing_while_redis_hangs_is_quick() {
     );
 }
 
-/// A loopback proxy to Redis that, once, lets a request containing
-/// `marker` reach Redis, then closes the client's connection instead of
-/// passing the reply on: the call ran in Redis, its caller saw the
-/// connection closed.
-fn reply_dropping_proxy(upstream: u16, marker: Vec<u8>) -> u16 {
-    use std::io::{Read, Write};
-    use std::net::{Shutdown, TcpListener, TcpStream};
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let armed = Arc::new(AtomicBool::new(true));
-    thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { continue };
-            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                continue;
-            };
-            let dropping = Arc::new(AtomicBool::new(false));
-            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            let (armed, marker, flag) = (armed.clone(), marker.clone(), dropping.clone());
-            thread::spawn(move || {
-                let mut buf = [0u8; 16 * 1024];
-                while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                    let hit = buf[..n].windows(marker.len()).any(|w| w == marker);
-                    if hit && armed.swap(false, Ordering::SeqCst) {
-                        flag.store(true, Ordering::SeqCst);
-                    }
-                    if s_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = s_out.shutdown(Shutdown::Both);
-            });
-            let (mut s_in, mut c_out) = (server, client);
-            thread::spawn(move || {
-                let mut buf = [0u8; 16 * 1024];
-                while let Ok(n @ 1..) = s_in.read(&mut buf) {
-                    if dropping.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    if c_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = c_out.shutdown(Shutdown::Both);
-                let _ = s_in.shutdown(Shutdown::Both);
-            });
-        }
-    });
-    port
-}
-
 /// The close's write (the exact last ID, the lease given back) runs in
 /// Redis but its reply is lost with the connection: the call runs once
 /// more on a new connection, and the command says nothing false about it
@@ -387,7 +336,7 @@ fn a_close_whose_reply_is_lost_reports_nothing_false() {
         .arg(&finish)
         .query(&mut conn)
         .unwrap();
-    let port = reply_dropping_proxy(redis.port, sha.into_bytes());
+    let port = harness::proxy::reply_dropping_proxy(redis.port, sha.into_bytes());
     let url = format!("redis://127.0.0.1:{port}/");
     let dir = state_dir();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_idutil"))

@@ -104,6 +104,55 @@ fn pump(mut from: TcpStream, mut to: TcpStream) {
     });
 }
 
+/// A loopback proxy to Redis that, once, lets a request containing
+/// `marker` reach Redis, then closes the client's connection instead of
+/// passing the reply on: the call ran in Redis, its caller saw the
+/// connection closed.
+pub fn reply_dropping_proxy(upstream: u16, marker: Vec<u8>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let armed = Arc::new(AtomicBool::new(true));
+    thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let dropping = Arc::new(AtomicBool::new(false));
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (armed, marker, flag) = (armed.clone(), marker.clone(), dropping.clone());
+            thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                    let hit = buf[..n].windows(marker.len()).any(|w| w == marker);
+                    if hit && armed.swap(false, Ordering::SeqCst) {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                    if s_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_out.shutdown(Shutdown::Both);
+            });
+            let (mut s_in, mut c_out) = (server, client);
+            thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    if dropping.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    port
+}
+
 /// A loopback port where a TCP connection never completes, as on a host
 /// cut off by a firewall that drops packets: a listener that never accepts,
 /// its queue filled, so the kernel drops every new SYN.

@@ -39,9 +39,10 @@ const RAISE_LUA: &str = include_str!("raise.lua");
 
 /// Clean close while the lease is held: records the exact last ID (raising
 /// `high_water` to its second if it were ever below, never lowering it) and
-/// deletes the lease. 1: done, 0: the lease is not held; 3 or more: the
-/// record is gone or garbled, so nothing is written and the lease is
-/// deleted.
+/// deletes the lease. 1: done (also when the lease is gone but the record
+/// holds this very last ID: the close ran before, and its reply was lost),
+/// 0: the lease is not held; 3 or more: the record is gone or garbled, so
+/// nothing is written and the lease is deleted.
 const FINISH_LUA: &str = include_str!("finish.lua");
 
 /// Keeps a lease whose shard has no record yet: 1 if it is still this
