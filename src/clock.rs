@@ -38,6 +38,24 @@ static DIRECT: AtomicBool = AtomicBool::new(false);
 static TICKER: Mutex<Option<u64>> = Mutex::new(None);
 const MAX_SLEEP: Duration = Duration::from_millis(250);
 
+/// The time since the host booted, suspended time included: the same in
+/// every process of a boot, and never stepped with the wall clock, so a
+/// wall-clock reading taken by one process, plus the time elapsed on this
+/// clock since, is where another process's wall clock should be. `None`
+/// where it cannot be read.
+pub(crate) fn since_boot() -> Option<Duration> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        let nanos = u32::try_from(t.tv_nsec).ok()?;
+        Some(Duration::new(u64::try_from(t.tv_sec).ok()?, nanos))
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        None
+    }
+}
+
 /// One read of the wall clock, uncached.
 pub(crate) fn wall_now() -> u64 {
     SystemTime::now()

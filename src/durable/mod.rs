@@ -95,8 +95,14 @@ impl Durable {
 
     /// The first member has written its plan, starting at the counter value
     /// `start`: other processes may join.
-    pub(crate) fn begin(&self, file: &StateFile, start: u64) -> Result<()> {
-        shared::begin(&self.store, file, start)
+    pub(crate) fn begin(&self, file: &StateFile, start: u64, now: u64) -> Result<()> {
+        shared::begin(&self.store, file, start, now)
+    }
+
+    /// Where the wall clock of the processes sharing the shard should be
+    /// now, by the last reading one of them recorded: `None` without one.
+    pub(crate) fn members_clock(&self) -> Result<Option<u64>> {
+        shared::members_clock(&self.store)
     }
 
     /// Where to resume: `start` (worked out from this host's state file),

@@ -33,6 +33,9 @@ pub(crate) struct Ask {
     /// be reserved for it.
     pub(crate) clock_id: u64,
     pub(crate) reserved: u64,
+    /// The wall-clock second the member acts on, recorded for the
+    /// processes that join ([`Claims::clock`]).
+    pub(crate) now: u64,
 }
 
 /// Draws a block during a turn on the claim file.
@@ -75,6 +78,7 @@ pub(crate) fn draw(store: &Store, layout: &Layout, ask: Ask) -> Result<Block> {
         });
     }
     claims.next = Some(end);
+    claims.clock = reading(ask.now).or(claims.clock);
     store.set_claims(&turn, &claims)?;
     Ok(Block {
         start,
@@ -83,9 +87,36 @@ pub(crate) fn draw(store: &Store, layout: &Layout, ask: Ask) -> Result<Block> {
     })
 }
 
+/// A wall-clock second paired with the time since boot, as the claim
+/// file records the members' time.
+fn reading(second: u64) -> Option<(u64, u64)> {
+    let boot = crate::clock::since_boot()?;
+    Some((second, u64::try_from(boot.as_millis()).ok()?))
+}
+
+/// Where the wall clock of the processes sharing the shard should be now:
+/// the second the last of them to draw acted on, plus the time elapsed
+/// since on the boot's clock. `None` without such a record (no member
+/// drew in this boot, or the boot's clock cannot be read).
+pub(crate) fn members_clock(store: &Store) -> Result<Option<u64>> {
+    let Some(turn) = store.turn()? else {
+        return Ok(None);
+    };
+    let claims = store.claims(&turn)?;
+    drop(turn);
+    let (Some((second, then)), Some(boot)) = (claims.clock, crate::clock::since_boot()) else {
+        return Ok(None);
+    };
+    let boot = u64::try_from(boot.as_millis()).unwrap_or(u64::MAX);
+    // A record from the future of this boot's clock is not one to trust.
+    Ok(boot
+        .checked_sub(then)
+        .map(|elapsed| second.saturating_add(elapsed / 1000)))
+}
+
 /// The first member writes its plan, `file` (whose mark it reserves),
 /// starts the counter at `start`, and lets the others join.
-pub(crate) fn begin(store: &Store, file: &StateFile, start: u64) -> Result<()> {
+pub(crate) fn begin(store: &Store, file: &StateFile, start: u64, now: u64) -> Result<()> {
     let Some(turn) = store.turn()? else {
         return store.save(file);
     };
@@ -93,6 +124,7 @@ pub(crate) fn begin(store: &Store, file: &StateFile, start: u64) -> Result<()> {
     let claims = Claims {
         next: Some(start),
         reserved: mark(file).map(|m| (file.clock_id, m)),
+        clock: reading(now),
     };
     store.set_claims(&turn, &claims)?;
     drop(turn);

@@ -47,8 +47,11 @@ pub const DEFAULT_CLOCK_STEP_CONFIRM: Duration = Duration::from_secs(300);
 /// How long a generator that shares its shard with other processes waits
 /// for one that holds the shard's short lock (see [`Builder::member_wait`]).
 pub const DEFAULT_MEMBER_WAIT: Duration = Duration::from_secs(5);
-/// The fewest counter values a process sharing a shard draws at once.
-const MIN_BLOCK: u64 = 256;
+/// The fewest counter values a process sharing a shard draws at once
+/// (unless a batch asks for more): a draw costs a few microseconds, so a
+/// process that issues a handful of IDs wastes little of the shard, and
+/// one that issues more soon draws larger blocks.
+const MIN_BLOCK: u64 = 64;
 /// How often a call waiting on the lead cap looks at the clock again.
 const LEAD_POLL: Duration = Duration::from_millis(5);
 /// How much issuing, at the recent rate, a reservation covers beyond the

@@ -92,10 +92,14 @@ fn start<C: Clock>(
     if let Some(prev) = &prev {
         state::check_layout(durable.path(), prev, &layout)?;
     }
-    let (file, start, reserved) = if durable.plans() {
-        plan_restart(&b, &layout, &durable, prev, shard, source.clone(), now_unix)?
+    let (file, start, reserved, now, step) = if durable.plans() {
+        let (file, start, reserved) =
+            plan_restart(&b, &layout, &durable, prev, shard, source.clone(), now_unix)?;
+        (file, start, reserved, now_unix, None)
     } else {
-        join(&layout, &durable, prev, now_unix)?
+        let now = members_time(&durable, b.max_step, shard, now_unix)?;
+        let (file, start, reserved) = join(&layout, &durable, prev, now)?;
+        (file, start, reserved, now, (now < now_unix).then_some(now_unix - now))
     };
     let inner = Inner::new(Start {
         time: b.time,
@@ -104,7 +108,8 @@ fn start<C: Clock>(
         shard_source: source,
         file,
         counter: start,
-        now: now_unix,
+        now,
+        step,
         reserved,
         usable_last,
         end_margin,
@@ -201,12 +206,43 @@ fn plan_restart<C: Clock>(
 
     let file = if durable.is_shared() {
         // Written as planned, not over the last run's file.
-        durable.begin(&file, start)?;
+        durable.begin(&file, start, now_unix)?;
         file
     } else {
         durable.reserve(&file, reserved)?
     };
     Ok((file, start, reserved))
+}
+
+/// The second a generator that joins the processes sharing its shard acts
+/// on: its clock's `now_unix`, unless that is further ahead of the
+/// members' clock (as they recorded it, plus the time elapsed since) than
+/// the forward-step limit allows, a step a running generator would not
+/// follow yet either (see [`Builder::max_clock_step`]). Then it acts on the
+/// members' time, and follows its own clock once the step has held for
+/// the confirmation time, as a running generator does: one process's far
+/// clock never drags the others' IDs ahead at once.
+fn members_time(
+    durable: &Durable,
+    max_step: Option<(u64, std::time::Duration)>,
+    shard: u32,
+    now_unix: u64,
+) -> Result<u64> {
+    let Some((max_step, confirm)) = max_step else {
+        return Ok(now_unix);
+    };
+    let Some(members) = durable.members_clock()? else {
+        return Ok(now_unix);
+    };
+    if now_unix <= members.saturating_add(max_step) {
+        return Ok(now_unix);
+    }
+    log::warn!(
+        "the wall clock of this process reads {} s ahead of the other processes sharing          shard {shard} (more than the {max_step} s a generator follows at once); its IDs go          on at their time until its clock has held for {} s",
+        now_unix - members,
+        confirm.as_secs()
+    );
+    Ok(members)
 }
 
 /// Where a generator that joins the processes sharing its shard starts:

@@ -34,6 +34,13 @@ pub(crate) struct Claims {
     /// A member reads the others' reservations here without reading the
     /// state file. Never above what the state file holds.
     pub(crate) reserved: Option<(u64, u64)>,
+    /// The members' time: the wall-clock second (Unix) the last member to
+    /// draw acted on, and the time since boot when it did, in
+    /// milliseconds ([`since_boot`](crate::clock::since_boot)). A process
+    /// that joins has no clock reading of its own to judge a forward step
+    /// by: this one, plus the time elapsed since on the boot's clock, is
+    /// where the members' clock should be now.
+    pub(crate) clock: Option<(u64, u64)>,
 }
 
 /// The claim file, held open.
@@ -247,6 +254,9 @@ fn render(claims: &Claims, pid: u32, boot: Option<&str>) -> String {
         if let Some((clock_id, second)) = claims.reserved {
             text.push_str(&format!("reserved {clock_id} {second}\n"));
         }
+        if let Some((second, boot_ms)) = claims.clock {
+            text.push_str(&format!("clock {second} {boot_ms}\n"));
+        }
     }
     text
 }
@@ -273,6 +283,10 @@ fn parse(text: &str, boot: Option<&str>) -> Claims {
                 (Some(c), Some(s)) => claims.reserved = Some((c, s)),
                 _ => return Claims::default(),
             },
+            (Some("clock"), Some(s), Some(b), None) => match (number(s), number(b)) {
+                (Some(s), Some(b)) => claims.clock = Some((s, b)),
+                _ => return Claims::default(),
+            },
             _ => return Claims::default(),
         }
     }
@@ -292,13 +306,22 @@ mod tests {
         let claims = Claims {
             next: Some(123_456_789),
             reserved: Some((2, 1_763_751_239)),
+            clock: Some((1_763_751_234, 86_400_123)),
         };
         let text = render(&claims, 42, Some("b-1"));
         assert_eq!(parse(&text, Some("b-1")), claims);
         // Another boot, no boot id, or a garbled line: nothing is trusted.
         assert_eq!(parse(&text, Some("b-2")), Claims::default());
         assert_eq!(parse(&text, None), Claims::default());
-        for bad in ["next 12x", "next -1", "reserved 1", "next 1 2", "junk"] {
+        for bad in [
+            "next 12x",
+            "next -1",
+            "reserved 1",
+            "next 1 2",
+            "clock 5",
+            "clock 5 x",
+            "junk",
+        ] {
             let garbled = format!("{text}{bad}\n");
             assert_eq!(parse(&garbled, Some("b-1")), Claims::default(), "{bad}");
         }

@@ -124,10 +124,7 @@ impl<C: Clock> Inner<C> {
         if cold.island.is_some_and(|(first, _)| now >= first) {
             self.pass_island(&mut cold);
         }
-        let cursor = self
-            .cursor
-            .0
-            .fetch_max(self.hot.layout.counter_at(now), Relaxed);
+        let cursor = self.jump_to(&mut cold, self.hot.layout.counter_at(now));
         let second = self.hot.layout.counter_second(cursor).max(now);
         if second > cold.trigger && cursor & FLAGS == 0 {
             self.request(&mut cold, second);
@@ -213,6 +210,7 @@ impl<C: Clock> Inner<C> {
                     min: n,
                     clock_id: self.clock_id,
                     reserved: cold.reserved,
+                    now: cold.seen_run,
                 };
                 let block = self.hold.draw(&layout, ask)?;
                 cold.reserved = cold.reserved.max(block.reserved.min(self.hot.usable_last));
@@ -228,7 +226,7 @@ impl<C: Clock> Inner<C> {
                     continue;
                 }
                 cold.block = (block.start, block.end);
-                self.cursor.0.fetch_max(block.start, Relaxed);
+                self.jump_to(&mut cold, block.start);
                 self.publish_limit(&cold, 0);
                 return Ok(());
             }
@@ -337,7 +335,7 @@ impl<C: Clock> Inner<C> {
             last
         );
         let past = self.hot.layout.counter_at(last.saturating_add(1));
-        self.cursor.0.fetch_max(past, Relaxed);
+        self.jump_to(cold, past);
         cold.file.skip = None;
         self.publish_limit(cold, 0);
     }

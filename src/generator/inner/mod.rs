@@ -123,9 +123,18 @@ struct Cold {
     wanted: u64,
     /// Passing this second asks for the next extension.
     trigger: u64,
-    /// The rate sample: the cursor (without flags) at `rate_since`.
+    /// The rate sample: the IDs this generator had issued
+    /// ([`issued`](Inner::issued)) at `rate_since`.
     rate_from: u64,
     rate_since: Instant,
+    /// The first counter value this generator could issue: where its
+    /// cursor stood when it opened.
+    opened_at: u64,
+    /// How far the cursor moved without issuing: up to the clock, to the
+    /// start of a block drawn past it (over the other processes' blocks),
+    /// past seconds issued far ahead. The cursor's distance from
+    /// `opened_at`, less this, is what this generator issued itself.
+    jumped: u64,
     /// Counter values issued in the last whole sample, scaled to
     /// [`HEADROOM`](crate::generator::HEADROOM).
     recent: u64,
@@ -176,6 +185,9 @@ pub(in crate::generator) struct Start<C> {
     pub(in crate::generator) counter: u64,
     /// The clock reading opening acted on.
     pub(in crate::generator) now: u64,
+    /// How far the clock read ahead of `now`, a forward step not followed
+    /// yet (see `follow_step`).
+    pub(in crate::generator) step: Option<u64>,
     /// The second the first window reserved up to.
     pub(in crate::generator) reserved: u64,
     pub(in crate::generator) usable_last: u64,
@@ -232,12 +244,14 @@ impl<C: Clock> Inner<C> {
                 // for the next window: a burst right after opening then has
                 // the whole first window to outrun the write.
                 trigger: start_second,
-                rate_from: s.counter,
+                rate_from: 0,
                 rate_since: Instant::now(),
+                opened_at: s.counter,
+                jumped: 0,
                 recent: 0,
                 warned_out_of_range: false,
                 trusted: (s.now, Instant::now()),
-                step: None,
+                step: s.step.map(|ahead| (ahead, Instant::now())),
                 // Seconds issued far ahead: the reservation stops short of
                 // them until the generator passes over them.
                 island: s.file.skip,
@@ -262,6 +276,25 @@ impl<C: Clock> Inner<C> {
             }
         }));
         inner
+    }
+
+    /// Moves the cursor up to `to` (never down), counting the distance as
+    /// jumped, not issued. Under the cold lock, as every such move is.
+    fn jump_to(&self, cold: &mut Cold, to: u64) -> u64 {
+        let before = self.cursor.0.fetch_max(to, Relaxed);
+        // With a flag set the cursor reads past any counter: nothing moved.
+        cold.jumped = cold.jumped.saturating_add(to.saturating_sub(before));
+        before
+    }
+
+    /// How many counter values this generator issued itself since it
+    /// opened: not the distance its cursor moved, which also counts the
+    /// clock's seconds and the other processes' blocks it jumped over.
+    fn issued(&self, cold: &Cold) -> u64 {
+        let cursor = self.cursor.0.load(Relaxed) & !FLAGS;
+        cursor
+            .saturating_sub(cold.opened_at)
+            .saturating_sub(cold.jumped)
     }
 
     fn lock(&self) -> MutexGuard<'_, Cold> {

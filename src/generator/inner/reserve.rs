@@ -49,19 +49,25 @@ impl<C: Clock> Inner<C> {
     }
 
     /// How many counter values a process sharing its shard draws at once:
-    /// what it issues in [`HEADROOM`] at its recent rate, at least
-    /// [`MIN_BLOCK`]. A busy process draws large blocks, seldom; a quiet one
-    /// small ones, so that its IDs stay close to the clock.
+    /// what it issues in [`HEADROOM`] at its recent rate, but at most a
+    /// quarter of what it issued since it opened, and at least
+    /// [`MIN_BLOCK`]. Both measure this process's own IDs, never the
+    /// shard's counter, which also moves with the other processes' blocks.
+    /// So a block starts small and grows with the process's use: what a
+    /// process leaves unused when it ends (its last block, when another
+    /// process drew after it) is at most a quarter of what it issued, or
+    /// a quarter second of its issuing, or [`MIN_BLOCK`].
     pub(super) fn block_size(&self, cold: &mut Cold) -> u64 {
-        self.recent_issuing(cold).max(MIN_BLOCK)
+        let recent = self.recent_issuing(cold);
+        recent.min(self.issued(cold) / 4).max(MIN_BLOCK)
     }
 
-    /// Counter values issued in [`HEADROOM`] at the recent rate (see
-    /// [`headroom`](Inner::headroom)).
+    /// Counter values this generator issued itself in [`HEADROOM`] at the
+    /// recent rate (see [`headroom`](Inner::headroom)).
     fn recent_issuing(&self, cold: &mut Cold) -> u64 {
         let now = Instant::now();
-        let cursor = self.cursor.0.load(Relaxed) & !FLAGS;
-        let issued = cursor.saturating_sub(cold.rate_from);
+        let total = self.issued(cold);
+        let issued = total.saturating_sub(cold.rate_from);
         let elapsed = now.saturating_duration_since(cold.rate_since);
         let scale = |span: Duration| -> u64 {
             let scaled = u128::from(issued) * HEADROOM.as_nanos() / span.as_nanos().max(1);
@@ -75,7 +81,7 @@ impl<C: Clock> Inner<C> {
             } else {
                 0
             };
-            cold.rate_from = cursor;
+            cold.rate_from = total;
             cold.rate_since = now;
             cold.recent
         } else {
