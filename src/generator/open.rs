@@ -238,7 +238,9 @@ fn members_time(
         return Ok(now_unix);
     }
     log::warn!(
-        "the wall clock of this process reads {} s ahead of the other processes sharing          shard {shard} (more than the {max_step} s a generator follows at once); its IDs go          on at their time until its clock has held for {} s",
+        "the wall clock of this process reads {} s ahead of the other processes sharing \
+         shard {shard} (more than the {max_step} s a generator follows at once); its IDs go \
+         on at their time until its clock has held for {} s",
         now_unix - members,
         confirm.as_secs()
     );

@@ -11,6 +11,7 @@ use std::path::Path;
 
 mod damage;
 mod holders;
+mod keeping_time;
 mod kills;
 mod restarts;
 mod sharing;
@@ -38,5 +39,23 @@ fn child_hold_shard() {
 fn child_issue_until_killed() {
     if harness::is_child() {
         harness::issue_until_killed_child();
+    }
+}
+
+/// Child entry point: see [`harness::child::issue_at_rate_child`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_issue_at_rate() {
+    if harness::is_child() {
+        harness::child::issue_at_rate_child();
+    }
+}
+
+/// Child entry point: see [`harness::child::issue_through_idutil_child`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_issue_through_idutil() {
+    if harness::is_child() {
+        harness::child::issue_through_idutil_child();
     }
 }

@@ -20,7 +20,22 @@ use crate::child_env;
 /// Runs `runs` commands made by `command`, `at_once` at a time; returns
 /// each one's IDs, in the order it printed them. Every command must
 /// succeed.
-fn run_many(runs: usize, at_once: usize, command: impl Fn() -> Command + Sync) -> Vec<Vec<u64>> {
+pub(crate) fn run_many(
+    runs: usize,
+    at_once: usize,
+    command: impl Fn() -> Command + Sync,
+) -> Vec<Vec<u64>> {
+    run_many_parsed(runs, at_once, harness::parse_ids, command)
+}
+
+/// [`run_many`] for commands whose output `parse` reads (a child's marked
+/// lines, say).
+pub(crate) fn run_many_parsed(
+    runs: usize,
+    at_once: usize,
+    parse: impl Fn(&str) -> Vec<u64> + Sync,
+    command: impl Fn() -> Command + Sync,
+) -> Vec<Vec<u64>> {
     let next = AtomicUsize::new(0);
     let results = Mutex::new(Vec::with_capacity(runs));
     thread::scope(|scope| {
@@ -32,7 +47,7 @@ fn run_many(runs: usize, at_once: usize, command: impl Fn() -> Command + Sync) -
                 let out = harness::output_within(&mut command(), Duration::from_secs(60));
                 let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
                 assert!(out.status.success(), "a command failed: {stderr}");
-                let ids = harness::parse_ids(&String::from_utf8_lossy(&out.stdout));
+                let ids = parse(&String::from_utf8_lossy(&out.stdout));
                 results.lock().unwrap().push(ids);
             });
         }

@@ -381,3 +381,56 @@ pub fn issue_until_killed_child() {
         }
     }
 }
+
+/// Opens the shard and issues `IDUTIL_CHILD_RATE` IDs a second, one call
+/// at a time, for `IDUTIL_CHILD_FOR_MS` milliseconds, printing each ID and
+/// then the ready mark, and closes cleanly (killed earlier, it prints what
+/// it issued up to then, in flushed lines). A member that keeps pace with
+/// the clock, far below the shard's 65,536 IDs a second.
+pub fn issue_at_rate_child() {
+    use std::fmt::Write as _;
+    use std::io::Write as _;
+    let rate: u64 = child_var("IDUTIL_CHILD_RATE").parse().expect("rate");
+    let run_for = Duration::from_millis(child_var("IDUTIL_CHILD_FOR_MS").parse().expect("ms"));
+    let g = child_builder().open().expect("the child opens the shard");
+    let mut out = std::io::stdout().lock();
+    let start = Instant::now();
+    let mut issued = 0u64;
+    let mut chunk = String::new();
+    while start.elapsed() < run_for {
+        // Catch up with the pace every 10 ms.
+        let due = rate * u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX) / 1000;
+        chunk.clear();
+        while issued < due {
+            let id = g.next_id().expect("the child issues an ID");
+            writeln!(chunk, "{ID_MARK}{id}").unwrap();
+            issued += 1;
+        }
+        out.write_all(chunk.as_bytes())
+            .and_then(|()| out.flush())
+            .expect("write");
+        thread::sleep(Duration::from_millis(10));
+    }
+    g.close().expect("the child closes the generator");
+    writeln!(out, "{READY_MARK}")
+        .and_then(|()| out.flush())
+        .expect("write");
+}
+
+/// Issues `IDUTIL_CHILD_N` IDs through the process-wide
+/// [`IdUtil::next_id`](idutil::IdUtil::next_id), which takes its shard and
+/// state directory from the environment as an application's test does,
+/// prints them and exits (the exit closes the generator).
+pub fn issue_through_idutil_child() {
+    use std::fmt::Write as _;
+    use std::io::Write as _;
+    let n: u64 = child_var("IDUTIL_CHILD_N").parse().expect("n");
+    let mut text = String::new();
+    for _ in 0..n {
+        writeln!(text, "{ID_MARK}{}", idutil::IdUtil::next_id()).unwrap();
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .expect("write");
+}
