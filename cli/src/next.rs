@@ -92,7 +92,7 @@ pub(crate) fn next(
     if let Some(max_lead) = max_lead {
         builder = builder.max_lead(max_lead);
     }
-    builder = builder.layout(common.layout());
+    builder = builder.layout(common.layout()).expected_ids(n);
     #[cfg(lease)]
     if let Some(lease) = common.lease() {
         builder = builder.lease(lease);
@@ -118,6 +118,7 @@ pub(crate) fn next(
     // What the main thread is doing, for the message of a stop that had
     // to wait: issuing (which may wait on the disk) or writing the output.
     let phase = AtomicU8::new(ISSUING);
+    let started = std::time::Instant::now();
     let issued = thread::scope(|scope| {
         let (signal, generator, phase) = (&signal, &generator, &phase);
         let watcher = thread::Builder::new()
@@ -173,17 +174,37 @@ pub(crate) fn next(
     issued?;
     closed?;
     if lead > LEAD_WARNING {
-        let lead = jiff::SignedDuration::from_secs(i64::try_from(lead).unwrap_or(i64::MAX));
-        log::warn!(
-            "shard {} now runs {lead:#} ahead of the wall clock: one shard issues 65,536 IDs \
-             per second and borrows later seconds beyond that. Spread the load over more \
-             shards, or cap the lead with --max-lead",
-            generator.shard(),
-        );
+        warn_lead(generator.shard(), lead, n, started.elapsed());
     }
     match signal.load(SeqCst) {
         0 => Ok(()),
         sig => Err(Interrupted(sig).into()),
+    }
+}
+
+/// Says why the shard runs `lead` seconds ahead of the wall clock after a
+/// run that issued `n` IDs in `took`, and what to do: the cause is this
+/// run's own demand only when it issued more than the shard's 65,536 IDs
+/// a second.
+fn warn_lead(shard: u32, lead: u64, n: u64, took: Duration) {
+    let shown = jiff::SignedDuration::from_secs(i64::try_from(lead).unwrap_or(i64::MAX));
+    let capacity = u64::from(u16::MAX) + 1;
+    let seconds = took.as_secs_f64().max(1.0);
+    if n as f64 > capacity as f64 * seconds {
+        log::warn!(
+            "shard {shard} now runs {shown:#} ahead of the wall clock: this run issued {n} IDs \
+             in {:.1} s, and a shard holds 65,536 a second, so it borrowed later seconds. \
+             Spread the load over more shards, or cap the lead with --max-lead",
+            took.as_secs_f64()
+        );
+    } else {
+        log::warn!(
+            "shard {shard} now runs {shown:#} ahead of the wall clock, more than this run's \
+             {n} IDs account for: other processes sharing the shard issued more than 65,536 \
+             IDs a second, a clock on this host ran ahead, or the state was restored or \
+             recovered from ahead. `idutil state` shows the shard's marks; the IDs stay \
+             unique either way, and the shard comes back to the clock as it catches up"
+        );
     }
 }
 

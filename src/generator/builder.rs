@@ -47,6 +47,9 @@ pub struct Builder<C: Clock = SystemClock> {
     pub(super) end_margin: u64,
     pub(super) max_step: Option<(u64, Duration)>,
     pub(super) member_wait: Duration,
+    /// How many IDs the process expects to issue, if it knows
+    /// ([`Builder::expected_ids`]).
+    pub(super) expected: Option<u64>,
     /// The state file's companions: with the feature `redis`, the lease.
     pub(super) durable: durable::Settings,
 }
@@ -65,6 +68,7 @@ impl<C: Clock> Clone for Builder<C> {
             end_margin: self.end_margin,
             max_step: self.max_step,
             member_wait: self.member_wait,
+            expected: self.expected,
             durable: self.durable.clone(),
         }
     }
@@ -91,6 +95,7 @@ impl Builder<SystemClock> {
             end_margin: DEFAULT_END_MARGIN.as_secs(),
             max_step: Some((DEFAULT_MAX_CLOCK_STEP.as_secs(), DEFAULT_CLOCK_STEP_CONFIRM)),
             member_wait: DEFAULT_MEMBER_WAIT,
+            expected: None,
             durable: durable::Settings::default(),
         }
     }
@@ -171,6 +176,7 @@ impl<C: Clock> Builder<C> {
             end_margin: self.end_margin,
             max_step: self.max_step,
             member_wait: self.member_wait,
+            expected: self.expected,
             durable: self.durable,
         }
     }
@@ -275,6 +281,33 @@ impl<C: Clock> Builder<C> {
     /// sharing a shard*.
     pub fn member_wait(mut self, wait: Duration) -> Self {
         self.member_wait = wait;
+        self
+    }
+
+    /// How many IDs this process expects to issue from the generator, when
+    /// it knows (a command asked for `n` IDs, a batch job): a process that
+    /// shares its shard with others then draws no more of the shard than
+    /// that, so that a short process leaves nothing unused behind it. Only
+    /// a hint: past it the generator issues on, drawing as usual. Without
+    /// it, blocks start at 64 IDs and grow with what the process issues
+    /// (see [`state`](crate::state), *Processes sharing a shard*).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
+    /// # std::env::set_var("IDUTIL_ID_SPACE", "doc-expected-ids");
+    /// use idutil::Generator;
+    ///
+    /// let generator = Generator::builder()
+    ///     .shard(2)
+    ///     .state_dir(dir.path())
+    ///     .expected_ids(5)
+    ///     .open()?;
+    /// let ids: Vec<_> = generator.next_ids(5)?.collect();
+    /// assert_eq!(ids.len(), 5);
+    /// # Ok::<(), idutil::Error>(())
+    /// ```
+    pub fn expected_ids(mut self, n: u64) -> Self {
+        self.expected = Some(n);
         self
     }
 

@@ -116,6 +116,7 @@ fn start<C: Clock>(
         window: b.window,
         max_lead: durable.max_lead(b.max_lead),
         max_step: b.max_step,
+        expected: b.expected,
         hold: durable.hold(),
         path: durable.path().to_path_buf(),
         dir: durable.dir().to_path_buf(),

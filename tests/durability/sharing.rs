@@ -77,3 +77,58 @@ fn a_claim_file_removed_under_its_members_never_splits_the_counter() {
     // it reserved: let the clock get there.
     clock.set(T + 600);
 }
+
+/// The counter value of an ID in the default layout: seconds and sequence.
+fn counter(id: u64) -> u64 {
+    id >> 5
+}
+
+/// A member sizes its blocks by the IDs it issued itself. After jumping
+/// over another member's thirty seconds of the shard, a member that then
+/// issues a hundred IDs one by one draws small blocks, so a third member's
+/// first ID follows close after them, not thirty seconds further on (a
+/// jump over the others' blocks once counted as issuing).
+#[test]
+fn a_member_sizes_its_blocks_by_its_own_ids_not_the_others_blocks() {
+    let dir = harness::state_dir();
+    let clock = ManualClock::new(T);
+    let busy = open_at(dir.path(), 8, &clock);
+    let quiet = open_at(dir.path(), 8, &clock);
+    let big = batch(&busy, 65_536 * 30);
+    assert_eq!(big.len(), 65_536 * 30);
+    let small: Vec<u64> = (0..100)
+        .map(|_| quiet.next_id().unwrap().as_u64())
+        .collect();
+    assert!(small.windows(2).all(|w| w[0] < w[1]));
+    assert!(counter(small[0]) > counter(*big.last().unwrap()));
+    let third = open_at(dir.path(), 8, &clock);
+    let next = third.next_id().unwrap().as_u64();
+    let gap = counter(next) - counter(*small.last().unwrap());
+    assert!(
+        gap <= 128,
+        "the third member's first ID is {gap} counter values past the quiet member's last"
+    );
+}
+
+/// A process that says how many IDs it will issue draws that many and no
+/// more: the next member's first ID follows right after them.
+#[test]
+fn a_member_that_expects_n_ids_draws_n() {
+    let dir = harness::state_dir();
+    let clock = ManualClock::new(T);
+    let short = harness::builder(dir.path())
+        .shard(9)
+        .clock(clock.clone())
+        .expected_ids(5)
+        .open()
+        .unwrap();
+    let other = open_at(dir.path(), 9, &clock);
+    let five = batch(&short, 5);
+    assert_eq!(five.len(), 5);
+    let next = other.next_id().unwrap().as_u64();
+    assert_eq!(
+        counter(next),
+        counter(five[4]) + 1,
+        "the next member starts right after the five"
+    );
+}

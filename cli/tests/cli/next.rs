@@ -208,3 +208,28 @@ fn zero_ids_and_recovering_after_now() {
     let after: u64 = text(&out.stdout).trim().parse().unwrap();
     assert!(after > *ids.last().unwrap());
 }
+
+/// A run that leaves the shard more than a minute ahead of the wall clock
+/// says why: its own demand, when it issued more than the shard's 65,536
+/// IDs a second, and otherwise not (the lead was there before it).
+#[test]
+fn a_run_far_ahead_of_the_clock_names_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(idutil(dir.path())
+        .args(["next", "-n", "5000000"])
+        .stdout(Stdio::null()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("this run issued 5000000 IDs") && stderr.contains("--max-lead"),
+        "{stderr}"
+    );
+    let out = run(idutil(dir.path()).args(["next", "-n", "5"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("more than this run's 5 IDs account for")
+            && !stderr.contains("this run issued"),
+        "{stderr}"
+    );
+}

@@ -94,6 +94,9 @@ pub(super) struct Inner<C> {
     /// The largest forward step of the clock followed at once, and how
     /// long a larger one must hold before it is followed.
     max_step: Option<(u64, Duration)>,
+    /// How many IDs the process expects to issue
+    /// ([`Builder::expected_ids`](crate::Builder::expected_ids)).
+    expected: Option<u64>,
     path: PathBuf,
     dir: PathBuf,
     /// Why issuing is paused, and giving the shard back (see
@@ -195,6 +198,7 @@ pub(in crate::generator) struct Start<C> {
     pub(in crate::generator) window: u64,
     pub(in crate::generator) max_lead: Option<u64>,
     pub(in crate::generator) max_step: Option<(u64, Duration)>,
+    pub(in crate::generator) expected: Option<u64>,
     pub(in crate::generator) hold: ShardHold,
     pub(in crate::generator) path: PathBuf,
     pub(in crate::generator) dir: PathBuf,
@@ -231,6 +235,7 @@ impl<C: Clock> Inner<C> {
             max_lead: s.max_lead,
             end_margin: s.end_margin,
             max_step: s.max_step,
+            expected: s.expected,
             path: s.path,
             dir: s.dir,
             hold: s.hold,

@@ -57,9 +57,18 @@ impl<C: Clock> Inner<C> {
     /// process leaves unused when it ends (its last block, when another
     /// process drew after it) is at most a quarter of what it issued, or
     /// a quarter second of its issuing, or [`MIN_BLOCK`].
+    ///
+    /// A process that said how many IDs it expects
+    /// ([`Builder::expected_ids`](crate::Builder::expected_ids)) draws no
+    /// more than it has left of them (the call's own batch aside).
     pub(super) fn block_size(&self, cold: &mut Cold) -> u64 {
         let recent = self.recent_issuing(cold);
-        recent.min(self.issued(cold) / 4).max(MIN_BLOCK)
+        let issued = self.issued(cold);
+        let size = recent.min(issued / 4).max(MIN_BLOCK);
+        match self.expected {
+            Some(expected) if issued < expected => size.min(expected - issued),
+            _ => size,
+        }
     }
 
     /// Counter values this generator issued itself in [`HEADROOM`] at the
