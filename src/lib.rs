@@ -27,8 +27,10 @@
 //! - its **state directory**, where each shard's state file lives:
 //!   `IDUTIL_STATE_DIR` (an absolute path), else `$XDG_STATE_HOME/idutil`
 //!   or `~/.local/state/idutil` ([`state`]);
-//! - its **ID space**: `IDUTIL_ID_SPACE`, else `default`. One generator per
-//!   shard and ID space runs on a host ([`host_lock`]).
+//! - its **ID space**: `IDUTIL_ID_SPACE`, else `default`. On a host, one
+//!   state directory serves each shard of an ID space ([`host_lock`]); the
+//!   processes that open it share the shard ([`state`], *Processes
+//!   sharing a shard*).
 //!
 //! [`env`](mod@env) lists every variable. Apps that prefer to fail at start-up
 //! rather than on the first ID call [`IdUtil::init`] (or

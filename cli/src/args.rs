@@ -52,8 +52,9 @@ pub(crate) struct Common {
     /// State directory, an absolute path (default: IDUTIL_STATE_DIR, else the platform's state directory)
     #[arg(long, global = true, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
-    /// ID space: one generator per shard and ID space on a host; generators whose IDs share a
-    /// table must share one (default: IDUTIL_ID_SPACE, else "default")
+    /// ID space: on a host, one state directory per shard and ID space, shared by the
+    /// processes that open it; generators whose IDs share a table must share one (default:
+    /// IDUTIL_ID_SPACE, else "default")
     #[arg(long, global = true, value_name = "NAME", value_parser = parse_id_space)]
     pub(crate) id_space: Option<String>,
     /// Lease the shard from this store instead: postgres://user@host/db (several hosts:

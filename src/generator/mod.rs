@@ -95,6 +95,16 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// directory is refused) are the [`state`](crate::state) module's,
 /// *Processes sharing a shard*.
 ///
+/// **Sharing keeps time**: each process sizes its blocks by the IDs it
+/// issues itself, so a shared shard runs ahead of the wall clock only by
+/// the seconds its processes' IDs fill beyond the clock (counting up to a
+/// quarter more, and 64 IDs a process, for blocks left unused), plus 2
+/// seconds: below 65,536 IDs a second together, every ID is within 2
+/// seconds of the clock. [`lead`](Generator::lead) says how far ahead this
+/// generator runs. A process that joins under a clock far ahead of the
+/// others' issues at their time until its clock's step has held (see
+/// [`Builder::max_clock_step`]).
+///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap(); // this example writes a state file
 /// # std::env::set_var("IDUTIL_ID_SPACE", "doc-generator"); // its own, beside other tests

@@ -152,8 +152,8 @@ impl StateFile {
             .map(|(c, s)| format!("{c}:{s}"))
             .collect();
         let mut out = format!(
-            "# idutil state file for shard {shard}. Replaced atomically by the generator that \
-             holds shard-{shard}.lock; do not edit.\n\
+            "# idutil state file for shard {shard}. Replaced atomically by the generators that \
+             hold shard-{shard}.lock; do not edit.\n\
              # If it is damaged, run: idutil state recover --shard {shard} --state-dir <this directory>\n\
              version = {version}\n\
              layout = {layout}\n\

@@ -55,10 +55,17 @@
 //!   `shard-N.claim`, writing there where the next block starts, and then
 //!   issues from its block without any lock, as fast as a generator alone.
 //!   It draws the next block when the block is spent or the clock has
-//!   moved past it. Blocks are sized by the generator's recent rate (what
-//!   it issues in a quarter second, at least 256 IDs), so a busy process
-//!   draws seldom and a quiet one draws small blocks that keep its IDs
-//!   close to the clock. A block never starts before the clock.
+//!   moved past it. A block is sized by what the generator issued
+//!   **itself**, never by where the shared counter stands (which the
+//!   other processes' blocks move too): what it issues in a quarter second
+//!   at its recent rate, but at most a quarter of what it issued since it
+//!   opened, and at least 64 IDs (or the batch asked for). So blocks start
+//!   small and grow with the process's own use: a busy process draws
+//!   seldom, a quiet or short-lived one draws small blocks that keep its
+//!   IDs close to the clock, and a process that knows how many IDs it
+//!   will issue ([`Builder::expected_ids`](crate::Builder::expected_ids);
+//!   `idutil next -n N` does) draws no more. A block never starts before
+//!   the clock.
 //! - **What is shared, and what is locked for how long.** The state file
 //!   and its high-water mark, reserved ahead and `fsync`ed, bound what all
 //!   of them may issue together: a block never reaches past the mark, and
@@ -75,8 +82,36 @@
 //!   default layout), is shared too: together the processes issue at most
 //!   that many per second before they borrow later seconds, as one
 //!   process would. A fleet that issues more per host needs more shards.
+//! - **Sharing keeps time.** A shared shard runs ahead of the wall clock
+//!   only by the seconds its processes' own IDs fill beyond the clock, and
+//!   by a little more for what their blocks leave unused, whatever the
+//!   number of processes, their lifetimes or their kills. Counted from
+//!   where the shard stood when they started (the clock, or after what
+//!   was borrowed before), the newest ID's second is at most the later of
+//!   the wall clock and the seconds that *N* IDs from *P* processes fill,
+//!   (1.25 *N* + 64 *P*) / 65,536, plus 2 seconds. The quarter is the most
+//!   a process leaves unused of what it issued (its last block, when
+//!   another process drew after it; a process that closes cleanly before
+//!   anyone drew after it gives its block's unused end back), and 64 is
+//!   its smallest block. Below 65,536 IDs a second together, then, every
+//!   ID is within 2 seconds of the clock. A crash of *every* process of the
+//!   shard at once costs what a lone generator's crash costs (see *What a
+//!   crash costs*, below and on [`Generator`](crate::Generator)).
+//!   [`Generator::lead`](crate::Generator::lead) says how far ahead a
+//!   generator runs, without a logger; `idutil next` warns past a minute,
+//!   naming the cause it can see.
+//! - **A process's bad clock stays its own.** The processes record the
+//!   second they act on with the time since boot (which a wall-clock step
+//!   does not move) in the claim file at each draw. A process that joins
+//!   under a clock further ahead of that record than a running generator
+//!   follows at once ([`Builder::max_clock_step`](crate::Builder::max_clock_step),
+//!   a day by default) issues at the others' time, warns, and follows its
+//!   clock only once the step has held for the confirmation time, as a
+//!   running generator does: one process's far clock never drags the
+//!   others' IDs ahead with it.
 //! - **What a crash costs.** A process killed at any moment loses at most
-//!   its unused block; the others go on. When every process of the shard
+//!   its unused block (at most a quarter of what it issued, or 64 IDs);
+//!   the others go on. When every process of the shard
 //!   is gone, the next one starts after the state file's mark as after any
 //!   crash. The last to close cleanly records the last ID any of them was
 //!   given, so the next run continues right after it; a process that
