@@ -50,17 +50,7 @@ impl Node {
         let root = harness::state_dir();
         fs::set_permissions(root.path(), fs::Permissions::from_mode(0o755)).unwrap();
         let bin = root.path().join("idutil");
-        // Copied by `cp`, not by this process: a file this process holds
-        // open for writing is inherited by every child another test thread
-        // forks meanwhile, until that child's exec, and exec of the copy
-        // then fails with ETXTBSY ("Text file busy").
-        let copied = Command::new("cp")
-            .arg(harness::bin())
-            .arg(&bin)
-            .status()
-            .expect("run cp");
-        assert!(copied.success(), "cp {} {}", harness::bin(), bin.display());
-        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        harness::copy_bin_to(&bin);
         Node { root, bin }
     }
 

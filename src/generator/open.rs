@@ -99,7 +99,13 @@ fn start<C: Clock>(
     } else {
         let now = members_time(&durable, b.max_step, shard, now_unix)?;
         let (file, start, reserved) = join(&layout, &durable, prev, now)?;
-        (file, start, reserved, now, (now < now_unix).then_some(now_unix - now))
+        (
+            file,
+            start,
+            reserved,
+            now,
+            (now < now_unix).then_some(now_unix - now),
+        )
     };
     let inner = Inner::new(Start {
         time: b.time,

@@ -70,7 +70,11 @@ fn many_short_commands_at_once_keep_the_shard_near_the_clock() {
     let after = harness::next(9, dir.path(), 1);
     ledger.record_after_all(&after);
     let to = wall_now();
-    assert_within("64 short commands", ledger.ids(), bound(from, to, 128_001, 65));
+    assert_within(
+        "64 short commands",
+        ledger.ids(),
+        bound(from, to, 128_001, 65),
+    );
 }
 
 /// An application's test suite as `cargo nextest` runs it: sixty test
@@ -87,19 +91,24 @@ fn a_test_suite_run_three_times_in_one_default_state_directory_keeps_time() {
         // Where the shard's counter stands: the clock, or after what the
         // run before borrowed.
         let from = ledger.max().map_or(0, unix_second).max(wall_now());
-        let runs = run_many_parsed(60, 16, |out| harness::child_ids(out).0, || {
-            let mut cmd = child_command(
-                "child_issue_through_idutil",
-                &[
-                    ("IDUTIL_CHILD_N", "3500".to_string()),
-                    ("IDUTIL_SHARD", "10".to_string()),
-                    ("IDUTIL_ID_SPACE", space.clone()),
-                    ("HOME", home.path().display().to_string()),
-                ],
-            );
-            cmd.env_remove("XDG_STATE_HOME").stdin(Stdio::null());
-            cmd
-        });
+        let runs = run_many_parsed(
+            60,
+            16,
+            |out| harness::child_ids(out).0,
+            || {
+                let mut cmd = child_command(
+                    "child_issue_through_idutil",
+                    &[
+                        ("IDUTIL_CHILD_N", "3500".to_string()),
+                        ("IDUTIL_SHARD", "10".to_string()),
+                        ("IDUTIL_ID_SPACE", space.clone()),
+                        ("HOME", home.path().display().to_string()),
+                    ],
+                );
+                cmd.env_remove("XDG_STATE_HOME").stdin(Stdio::null());
+                cmd
+            },
+        );
         for ids in &runs {
             assert_eq!(ids.len(), 3500, "run {run}: a test process issued all");
             ledger.record(ids);
@@ -266,7 +275,9 @@ fn a_process_joining_under_a_far_clock_does_not_drag_the_members() {
     let joined = harness::run(joiner.args(["next", "-n", "10"])).expect_code(0, "the joiner");
     let joined_ids = harness::parse_ids(&joined.stdout);
     assert!(
-        joined.stderr.contains("ahead of the other processes sharing shard 14"),
+        joined
+            .stderr
+            .contains("ahead of the other processes sharing shard 14"),
         "the joiner says why it does not follow its clock: {}",
         joined.stderr
     );

@@ -109,7 +109,7 @@ fn a_dir_owned_by_another_user_is_refused_with_the_fix() {
     let bin_copy = harness::state_dir();
     fs::set_permissions(bin_copy.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let exe = bin_copy.path().join("idutil");
-    fs::copy(harness::bin(), &exe).unwrap();
+    harness::copy_bin_to(&exe);
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&exe)

@@ -26,6 +26,26 @@ pub fn bin() -> &'static str {
     })
 }
 
+/// Copies the command to `dest`, mode 0755, for a test that runs it as
+/// another user. The copy is made by `cp`, not by this process: a file this
+/// process holds open for writing is inherited by every child another
+/// test thread forks meanwhile, until that child's exec, and an exec of
+/// the copy then fails with ETXTBSY ("Text file busy").
+pub fn copy_bin_to(dest: &Path) {
+    let copied = Command::new("cp")
+        .arg(bin())
+        .arg(dest)
+        .status()
+        .expect("run cp");
+    assert!(copied.success(), "cp {} {}", bin(), dest.display());
+    let chmod = Command::new("chmod")
+        .arg("0755")
+        .arg(dest)
+        .status()
+        .expect("run chmod");
+    assert!(chmod.success(), "chmod 0755 {}", dest.display());
+}
+
 /// `idutil --shard S --state-dir D` with the environment cleared of
 /// anything that could pick another shard or directory, and stdin from
 /// `/dev/null`.

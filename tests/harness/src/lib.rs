@@ -33,8 +33,8 @@ pub use child::{
     ID_MARK, READY_MARK,
 };
 pub use command::{
-    bin, idutil, kill_after_lines, next, next_under_faketime, output_within, printed_ids, run,
-    run_input, run_to, spawn_next, state_json, Run,
+    bin, copy_bin_to, idutil, kill_after_lines, next, next_under_faketime, output_within,
+    printed_ids, run, run_input, run_to, spawn_next, state_json, Run,
 };
 pub use damage::{reseal, Damage};
 pub use ids::{
