@@ -25,7 +25,7 @@ use crate::state::{StateFile, Store};
 use unleased::{Lease, LeaseConfig};
 
 pub(crate) use open::{open, Request, Settings};
-pub(crate) use shared::{Ask, Block};
+pub(crate) use shared::{Ask, Block, ClockVerdict};
 
 /// The shard's durable state, owned by the generator's reservation thread:
 /// the only writer while the generator runs. Dropping it releases the
@@ -99,10 +99,15 @@ impl Durable {
         shared::begin(&self.store, file, start, now)
     }
 
-    /// Where the wall clock of the processes sharing the shard should be
-    /// now, by the last reading one of them recorded: `None` without one.
-    pub(crate) fn members_clock(&self) -> Result<Option<u64>> {
-        shared::members_clock(&self.store)
+    /// How `reading`, this process's clock, stands against the time the
+    /// processes sharing the shard keep ([`shared::judge_clock`]).
+    pub(crate) fn judge_clock(
+        &self,
+        reading: u64,
+        max_step: u64,
+        confirm: std::time::Duration,
+    ) -> Result<ClockVerdict> {
+        shared::judge_clock(&self.store, reading, max_step, confirm)
     }
 
     /// Where to resume: `start` (worked out from this host's state file),

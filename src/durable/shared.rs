@@ -3,6 +3,8 @@
 //! claim file. Drawing a block of the shard's counter, writing the state
 //! file over what the other members wrote, and leaving.
 
+use std::time::Duration;
+
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::state::{Claims, StateFile, Store};
@@ -78,7 +80,7 @@ pub(crate) fn draw(store: &Store, layout: &Layout, ask: Ask) -> Result<Block> {
         });
     }
     claims.next = Some(end);
-    claims.clock = reading(ask.now).or(claims.clock);
+    record_time(&mut claims, ask.now);
     store.set_claims(&turn, &claims)?;
     Ok(Block {
         start,
@@ -87,31 +89,99 @@ pub(crate) fn draw(store: &Store, layout: &Layout, ask: Ask) -> Result<Block> {
     })
 }
 
-/// A wall-clock second paired with the time since boot, as the claim
-/// file records the members' time.
-fn reading(second: u64) -> Option<(u64, u64)> {
-    let boot = crate::clock::since_boot()?;
-    Some((second, u64::try_from(boot.as_millis()).ok()?))
+/// How a clock reading stands against the time the processes sharing the
+/// shard keep (see [`judge_clock`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClockVerdict {
+    /// Within the forward-step limit of the members' time, or nothing to
+    /// judge it by: act on the reading.
+    Follow,
+    /// A step this far ahead of the members' time that has held for the
+    /// confirmation time since a process first saw it: act on the reading.
+    Confirmed { ahead: u64 },
+    /// Further ahead of the members' time than the limit: act on
+    /// `members`, the step having held for `held` so far.
+    Hold {
+        members: u64,
+        ahead: u64,
+        held: Duration,
+    },
 }
 
-/// Where the wall clock of the processes sharing the shard should be now:
-/// the second the last of them to draw acted on, plus the time elapsed
-/// since on the boot's clock. `None` without such a record (no member
-/// drew in this boot, or the boot's clock cannot be read).
-pub(crate) fn members_clock(store: &Store) -> Result<Option<u64>> {
+/// Judges `reading`, the clock of a process that opens the shard, against
+/// the time the processes sharing it keep: the second the last of them to
+/// draw acted on, plus the time elapsed since on the boot's clock (which
+/// a wall-clock step does not move). A reading more than `max_step`
+/// ahead of it is a step a running generator would not follow yet
+/// either: it is recorded in the claim file with when it was first seen,
+/// so that processes opening later follow it once it has held for
+/// `confirm`, however short-lived each of them is.
+pub(crate) fn judge_clock(
+    store: &Store,
+    reading: u64,
+    max_step: u64,
+    confirm: Duration,
+) -> Result<ClockVerdict> {
     let Some(turn) = store.turn()? else {
-        return Ok(None);
+        return Ok(ClockVerdict::Follow);
     };
-    let claims = store.claims(&turn)?;
-    drop(turn);
-    let (Some((second, then)), Some(boot)) = (claims.clock, crate::clock::since_boot()) else {
-        return Ok(None);
+    let mut claims = store.claims(&turn)?;
+    let (Some((second, then)), Some(boot)) = (claims.clock, boot_millis()) else {
+        return Ok(ClockVerdict::Follow);
     };
-    let boot = u64::try_from(boot.as_millis()).unwrap_or(u64::MAX);
-    // A record from the future of this boot's clock is not one to trust.
-    Ok(boot
-        .checked_sub(then)
-        .map(|elapsed| second.saturating_add(elapsed / 1000)))
+    // A record from the future of this boot's clock is not one to judge by.
+    let Some(elapsed) = boot.checked_sub(then) else {
+        return Ok(ClockVerdict::Follow);
+    };
+    let members = second.saturating_add(elapsed / 1000);
+    if reading <= members.saturating_add(max_step) {
+        return Ok(ClockVerdict::Follow);
+    }
+    let ahead = reading - members;
+    if let Some((seen, at)) = claims.step {
+        if let Some(held) = boot.checked_sub(at) {
+            // The same step, give or take the clock's own ticks.
+            if reading.abs_diff(seen.saturating_add(held / 1000)) <= 2 {
+                let held = Duration::from_millis(held);
+                if held >= confirm {
+                    return Ok(ClockVerdict::Confirmed { ahead });
+                }
+                return Ok(ClockVerdict::Hold {
+                    members,
+                    ahead,
+                    held,
+                });
+            }
+        }
+    }
+    claims.step = Some((reading, boot));
+    store.set_claims(&turn, &claims)?;
+    Ok(ClockVerdict::Hold {
+        members,
+        ahead,
+        held: Duration::ZERO,
+    })
+}
+
+/// The time since boot, in milliseconds.
+fn boot_millis() -> Option<u64> {
+    u64::try_from(crate::clock::since_boot()?.as_millis()).ok()
+}
+
+/// The members' time as the claim file records it: the second `now` the
+/// member acts on, with the time since boot. A recorded step the member
+/// now acts on (it followed it) is done with.
+fn record_time(claims: &mut Claims, now: u64) {
+    let Some(boot) = boot_millis() else {
+        return;
+    };
+    claims.clock = Some((now, boot));
+    if let Some((seen, at)) = claims.step {
+        let stepped = seen.saturating_add(boot.saturating_sub(at) / 1000);
+        if now.saturating_add(2) >= stepped {
+            claims.step = None;
+        }
+    }
 }
 
 /// The first member writes its plan, `file` (whose mark it reserves),
@@ -121,11 +191,10 @@ pub(crate) fn begin(store: &Store, file: &StateFile, start: u64, now: u64) -> Re
         return store.save(file);
     };
     store.save(file)?;
-    let claims = Claims {
-        next: Some(start),
-        reserved: mark(file).map(|m| (file.clock_id, m)),
-        clock: reading(now),
-    };
+    let mut claims = store.claims(&turn)?;
+    claims.next = Some(start);
+    claims.reserved = mark(file).map(|m| (file.clock_id, m));
+    record_time(&mut claims, now);
     store.set_claims(&turn, &claims)?;
     drop(turn);
     store.share()

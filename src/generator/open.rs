@@ -4,13 +4,14 @@
 
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use super::builder::Builder;
 use super::inner::{Inner, Start};
 use super::plan::{cover_seen, plan, Plan};
 use super::Generator;
 use crate::clock::Clock;
-use crate::durable::{self, Durable};
+use crate::durable::{self, ClockVerdict, Durable};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::shard::ShardSource;
@@ -92,20 +93,17 @@ fn start<C: Clock>(
     if let Some(prev) = &prev {
         state::check_layout(durable.path(), prev, &layout)?;
     }
-    let (file, start, reserved, now, step) = if durable.plans() {
-        let (file, start, reserved) =
-            plan_restart(&b, &layout, &durable, prev, shard, source.clone(), now_unix)?;
-        (file, start, reserved, now_unix, None)
+    // A process sharing the shard judges its clock by the members' time:
+    // the running members', or the last ones' of this boot.
+    let (now, step) = if durable.is_shared() {
+        members_time(&durable, b.max_step, shard, now_unix)?
     } else {
-        let now = members_time(&durable, b.max_step, shard, now_unix)?;
-        let (file, start, reserved) = join(&layout, &durable, prev, now)?;
-        (
-            file,
-            start,
-            reserved,
-            now,
-            (now < now_unix).then_some(now_unix - now),
-        )
+        (now_unix, None)
+    };
+    let (file, start, reserved) = if durable.plans() {
+        plan_restart(&b, &layout, &durable, prev, shard, source.clone(), now)?
+    } else {
+        join(&layout, &durable, prev, now)?
     };
     let inner = Inner::new(Start {
         time: b.time,
@@ -221,37 +219,52 @@ fn plan_restart<C: Clock>(
     Ok((file, start, reserved))
 }
 
-/// The second a generator that joins the processes sharing its shard acts
-/// on: its clock's `now_unix`, unless that is further ahead of the
-/// members' clock (as they recorded it, plus the time elapsed since) than
-/// the forward-step limit allows, a step a running generator would not
-/// follow yet either (see [`Builder::max_clock_step`]). Then it acts on the
-/// members' time, and follows its own clock once the step has held for
-/// the confirmation time, as a running generator does: one process's far
-/// clock never drags the others' IDs ahead at once.
+/// The second a generator that shares its shard acts on, and the forward
+/// step of its clock it does not follow yet (how far ahead, held for how
+/// long): its clock's `now_unix`, unless that is further ahead of the
+/// time the processes sharing the shard keep (the running members', or
+/// the last ones' of this boot) than a running generator follows at once
+/// (see [`Builder::max_clock_step`]). Then it acts on the members' time,
+/// and follows its own clock once the step has held for the confirmation
+/// time, counted from when the first process saw it, as a running
+/// generator does: one process's far clock never drags the others' IDs
+/// ahead at once, and a real step of the host's clock is followed however
+/// short-lived its processes are.
 fn members_time(
     durable: &Durable,
-    max_step: Option<(u64, std::time::Duration)>,
+    max_step: Option<(u64, Duration)>,
     shard: u32,
     now_unix: u64,
-) -> Result<u64> {
+) -> Result<(u64, Option<(u64, Duration)>)> {
     let Some((max_step, confirm)) = max_step else {
-        return Ok(now_unix);
+        return Ok((now_unix, None));
     };
-    let Some(members) = durable.members_clock()? else {
-        return Ok(now_unix);
-    };
-    if now_unix <= members.saturating_add(max_step) {
-        return Ok(now_unix);
+    match durable.judge_clock(now_unix, max_step, confirm)? {
+        ClockVerdict::Follow => Ok((now_unix, None)),
+        ClockVerdict::Confirmed { ahead } => {
+            log::warn!(
+                "the wall clock of shard {shard} has held {ahead} s ahead of the time the \
+                 processes sharing it kept for {} s: following it",
+                confirm.as_secs()
+            );
+            Ok((now_unix, None))
+        }
+        ClockVerdict::Hold {
+            members,
+            ahead,
+            held,
+        } => {
+            log::warn!(
+                "the wall clock of this process reads {ahead} s ahead of the time the \
+                 processes sharing shard {shard} keep (more than the {max_step} s a generator \
+                 follows at once); its IDs go on at their time until the clock has held there \
+                 for {} s ({} s so far)",
+                confirm.as_secs(),
+                held.as_secs()
+            );
+            Ok((members, Some((ahead, held))))
+        }
     }
-    log::warn!(
-        "the wall clock of this process reads {} s ahead of the other processes sharing \
-         shard {shard} (more than the {max_step} s a generator follows at once); its IDs go \
-         on at their time until its clock has held for {} s",
-        now_unix - members,
-        confirm.as_secs()
-    );
-    Ok(members)
 }
 
 /// Where a generator that joins the processes sharing its shard starts:

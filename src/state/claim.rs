@@ -41,6 +41,13 @@ pub(crate) struct Claims {
     /// by: this one, plus the time elapsed since on the boot's clock, is
     /// where the members' clock should be now.
     pub(crate) clock: Option<(u64, u64)>,
+    /// A forward step of the clock a process saw at open, far ahead of the
+    /// members' time and not followed yet: the reading, and the time since
+    /// boot when it was first seen, in milliseconds. Processes that open
+    /// later follow the step once it has held for the confirmation time,
+    /// as a running generator does; a member that acts on the stepped time
+    /// removes it.
+    pub(crate) step: Option<(u64, u64)>,
 }
 
 /// The claim file, held open.
@@ -257,6 +264,9 @@ fn render(claims: &Claims, pid: u32, boot: Option<&str>) -> String {
         if let Some((second, boot_ms)) = claims.clock {
             text.push_str(&format!("clock {second} {boot_ms}\n"));
         }
+        if let Some((second, boot_ms)) = claims.step {
+            text.push_str(&format!("step {second} {boot_ms}\n"));
+        }
     }
     text
 }
@@ -287,6 +297,10 @@ fn parse(text: &str, boot: Option<&str>) -> Claims {
                 (Some(s), Some(b)) => claims.clock = Some((s, b)),
                 _ => return Claims::default(),
             },
+            (Some("step"), Some(s), Some(b), None) => match (number(s), number(b)) {
+                (Some(s), Some(b)) => claims.step = Some((s, b)),
+                _ => return Claims::default(),
+            },
             _ => return Claims::default(),
         }
     }
@@ -307,6 +321,7 @@ mod tests {
             next: Some(123_456_789),
             reserved: Some((2, 1_763_751_239)),
             clock: Some((1_763_751_234, 86_400_123)),
+            step: Some((1_763_851_234, 86_400_456)),
         };
         let text = render(&claims, 42, Some("b-1"));
         assert_eq!(parse(&text, Some("b-1")), claims);
@@ -320,6 +335,7 @@ mod tests {
             "next 1 2",
             "clock 5",
             "clock 5 x",
+            "step 5",
             "junk",
         ] {
             let garbled = format!("{text}{bad}\n");

@@ -102,13 +102,17 @@
 //!   naming the cause it can see.
 //! - **A process's bad clock stays its own.** The processes record the
 //!   second they act on with the time since boot (which a wall-clock step
-//!   does not move) in the claim file at each draw. A process that joins
+//!   does not move) in the claim file at each draw. A process that opens
 //!   under a clock further ahead of that record than a running generator
 //!   follows at once ([`Builder::max_clock_step`](crate::Builder::max_clock_step),
-//!   a day by default) issues at the others' time, warns, and follows its
-//!   clock only once the step has held for the confirmation time, as a
-//!   running generator does: one process's far clock never drags the
-//!   others' IDs ahead with it.
+//!   a day by default) issues at the others' time and warns; the step is
+//!   recorded with when it was first seen, and the processes that open
+//!   once it has held for the confirmation time
+//!   ([`Builder::clock_step_confirm`](crate::Builder::clock_step_confirm),
+//!   five minutes) follow it, as a running generator does: one process's
+//!   far clock never drags the others' IDs ahead with it, and a real step
+//!   of the host's clock is followed however short-lived its processes
+//!   are.
 //! - **What a crash costs.** A process killed at any moment loses at most
 //!   its unused block (at most a quarter of what it issued, or 64 IDs);
 //!   the others go on. When every process of the shard

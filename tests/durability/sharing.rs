@@ -132,3 +132,51 @@ fn a_member_that_expects_n_ids_draws_n() {
         "the next member starts right after the five"
     );
 }
+
+/// A generator on `shard` in `dir` at `clock` that follows a forward step
+/// of over 100 s only once it has held for 2 s.
+fn open_stepping(dir: &Path, shard: u32, clock: &ManualClock) -> Generator<ManualClock> {
+    harness::builder(dir)
+        .shard(shard)
+        .clock(clock.clone())
+        .max_clock_step(Some(std::time::Duration::from_secs(100)))
+        .clock_step_confirm(std::time::Duration::from_secs(2))
+        .open()
+        .expect("open the generator")
+}
+
+/// Processes that open under a clock far ahead of the time the processes
+/// sharing the shard keep issue at that time, each of them however short
+/// its life, until the step has held for the confirmation time since the
+/// first of them saw it; then they follow it.
+#[test]
+fn a_far_clock_at_open_is_held_back_until_its_step_has_held() {
+    let dir = harness::state_dir();
+    let clock = ManualClock::new(T);
+    let first = open_stepping(dir.path(), 12, &clock);
+    let before = batch(&first, 10);
+    drop(first);
+    let far = ManualClock::new(T + 1000);
+    let held = open_stepping(dir.path(), 12, &far);
+    let during = batch(&held, 10);
+    drop(held);
+    assert_eq!(during.len(), 10);
+    assert!(during[0] > *before.last().unwrap());
+    let second = harness::unix_second(during[9]);
+    assert!(
+        second < T + 10,
+        "a step not confirmed yet is not followed: an ID in second {} ({} s past T)",
+        second,
+        second - T
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    let far = ManualClock::new(T + 1002);
+    let followed = open_stepping(dir.path(), 12, &far);
+    let after = batch(&followed, 10);
+    assert_eq!(after.len(), 10);
+    assert!(
+        harness::unix_second(after[0]) >= T + 1002,
+        "a step that held for the confirmation time is followed"
+    );
+    assert!(after[0] > *during.last().unwrap());
+}

@@ -189,8 +189,8 @@ pub(in crate::generator) struct Start<C> {
     /// The clock reading opening acted on.
     pub(in crate::generator) now: u64,
     /// How far the clock read ahead of `now`, a forward step not followed
-    /// yet (see `follow_step`).
-    pub(in crate::generator) step: Option<u64>,
+    /// yet (see `follow_step`), and for how long it has held.
+    pub(in crate::generator) step: Option<(u64, Duration)>,
     /// The second the first window reserved up to.
     pub(in crate::generator) reserved: u64,
     pub(in crate::generator) usable_last: u64,
@@ -256,7 +256,10 @@ impl<C: Clock> Inner<C> {
                 recent: 0,
                 warned_out_of_range: false,
                 trusted: (s.now, Instant::now()),
-                step: s.step.map(|ahead| (ahead, Instant::now())),
+                step: s.step.map(|(ahead, held)| {
+                    let now = Instant::now();
+                    (ahead, now.checked_sub(held).unwrap_or(now))
+                }),
                 // Seconds issued far ahead: the reservation stops short of
                 // them until the generator passes over them.
                 island: s.file.skip,
