@@ -5,7 +5,6 @@
 
 use idutil_harness as harness;
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -56,17 +55,12 @@ pub(crate) fn run_many_parsed(
 }
 
 fn assert_each_increasing_and_all_distinct(runs: &[Vec<u64>], each: usize) {
-    let mut all = HashSet::new();
+    let mut ledger = Ledger::new();
     for ids in runs {
         assert_eq!(ids.len(), each, "a run printed {} IDs", ids.len());
-        assert!(
-            ids.windows(2).all(|w| w[0] < w[1]),
-            "a process's IDs increase"
-        );
-        for &id in ids {
-            assert!(all.insert(id), "duplicate {id}");
-        }
+        ledger.record(ids);
     }
+    ledger.assert_unique();
 }
 
 /// A thousand runs of `idutil next -n 20`, 32 at a time, on one shard: no

@@ -1,6 +1,6 @@
 //! The ledger: every ID a test saw, checked for the limit, order and duplicates.
 
-use crate::ids::{assert_increasing, parts, unix_second, MAX_SAFE};
+use crate::ids::{assert_increasing, first_duplicate, parts, unix_second, MAX_SAFE};
 
 /// Every ID seen in a test, in the order seen, across runs, processes and
 /// crashes. Checks the 53-bit limit on the way in and duplicates at the end
@@ -55,12 +55,10 @@ impl Ledger {
         &self.ids
     }
 
-    /// Panics with the first duplicate, if any.
+    /// Panics with the first duplicate, if any ([`first_duplicate`]).
     pub fn assert_unique(&self) {
-        let mut sorted = self.ids.clone();
-        sorted.sort_unstable();
-        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-            panic!("duplicate ID {} among {} IDs", w[0], sorted.len());
+        if let Some(id) = first_duplicate(&self.ids) {
+            panic!("duplicate ID {id} among {} IDs", self.ids.len());
         }
     }
 }

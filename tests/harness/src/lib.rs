@@ -38,8 +38,8 @@ pub use command::{
 };
 pub use damage::{reseal, Damage};
 pub use ids::{
-    assert_increasing, assert_unique_set, parse_complete_ids, parse_id, parse_ids, parts,
-    unix_second, MAX_SAFE,
+    assert_increasing, assert_unique_set, first_duplicate, parse_complete_ids, parse_id, parse_ids,
+    parts, unix_second, MAX_SAFE,
 };
 pub use ledger::Ledger;
 pub use rng::Rng;
