@@ -277,7 +277,7 @@ fn a_process_joining_under_a_far_clock_does_not_drag_the_members() {
     assert!(
         joined
             .stderr
-            .contains("ahead of the other processes sharing shard 14"),
+            .contains("ahead of the time the processes sharing shard 14 keep"),
         "the joiner says why it does not follow its clock: {}",
         joined.stderr
     );
