@@ -11,14 +11,15 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 
-use super::trust::{check_file, file_id, open_in};
+use super::trust::{check_file, file_id, id_at, open_in};
 use crate::error::{Error, Result};
 
 /// What the claim file says.
@@ -73,6 +74,13 @@ pub(crate) struct ClaimFile {
     /// so it keeps other processes and generators out, not the other
     /// threads that use the same file.
     threads: Mutex<()>,
+    /// Turns this generator began (a descriptor reopened for each), and
+    /// the file's length as learnt in the turn `length_turn`: a turn that
+    /// checked the file knows its length, and reads and writes it without
+    /// asking the system again. Changed only under `threads`.
+    turns: AtomicU64,
+    length_turn: AtomicU64,
+    length: AtomicU64,
 }
 
 /// The claim file's lock, held on a descriptor of its own: released
@@ -119,6 +127,9 @@ impl ClaimFile {
             shard,
             dir: dir.to_path_buf(),
             threads: Mutex::new(()),
+            turns: AtomicU64::new(0),
+            length_turn: AtomicU64::new(u64::MAX),
+            length: AtomicU64::new(0),
         })
     }
 
@@ -170,10 +181,12 @@ impl ClaimFile {
             shard: self.shard,
             reason: format!("the claim file {} was {what}", self.path.display()),
         };
+        // A new turn: what an earlier one learnt of the length is stale.
+        self.turns.fetch_add(1, Relaxed);
         let file = open_in(&self.dir_fd, &self.path, &self.name, OFlags::RDWR)?
             .ok_or_else(|| gone("deleted"))?;
-        match file_id(&file) {
-            Ok(id) if id == self.id => Ok(file),
+        match id_at(&file, Path::new("")) {
+            Ok(Some((id, _))) if id == self.id => Ok(file),
             Ok(_) => Err(gone("replaced")),
             Err(e) => Err(Error::io("examine", &self.path, e)),
         }
@@ -191,10 +204,16 @@ impl ClaimFile {
             shard: self.shard,
             reason: format!("the claim file {} was {what}", self.path.display()),
         };
-        match std::fs::symlink_metadata(&self.path) {
-            Ok(m) if (m.dev(), m.ino()) == self.id => Ok(()),
-            Ok(_) => Err(gone("replaced")),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(gone("deleted")),
+        // By its name in the directory held open: the store checks, in
+        // the same turn, that the directory's path still names it.
+        match id_at(&self.dir_fd, Path::new(&self.name)) {
+            Ok(Some((id, length))) if id == self.id => {
+                // Under the lock: the length stays until this turn writes.
+                self.learnt(Some(length));
+                Ok(())
+            }
+            Ok(Some(_)) => Err(gone("replaced")),
+            Ok(None) => Err(gone("deleted")),
             Err(e) => Err(Error::io("examine", &self.path, e)),
         }
     }
@@ -203,15 +222,30 @@ impl ClaimFile {
     /// claimed".
     pub(crate) fn read(&self, turn: &Turn<'_>) -> Result<Claims> {
         let mut bytes = [0u8; 256];
+        // The length this turn learnt, if any: then no read past the end
+        // to find it.
+        let known = self.known().filter(|&n| n <= bytes.len() as u64);
         let mut n = 0;
+        let mut whole = false;
         while n < bytes.len() {
+            if known == Some(n as u64) {
+                whole = true;
+                break;
+            }
             match turn.file.read_at(&mut bytes[n..], n as u64) {
-                Ok(0) => break,
+                Ok(0) => {
+                    whole = true;
+                    break;
+                }
                 Ok(k) => n += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io("read", &self.path, e)),
+                Err(e) => {
+                    self.learnt(None);
+                    return Err(Error::io("read", &self.path, e));
+                }
             }
         }
+        self.learnt(whole.then_some(n as u64));
         Ok(parse(
             &String::from_utf8_lossy(&bytes[..n]),
             boot_id().as_deref(),
@@ -220,13 +254,65 @@ impl ClaimFile {
 
     /// Writes `claims`, with this process's pid (advice for messages) and
     /// the current boot.
+    ///
+    /// Written in place over the old text; cut to length only when the old
+    /// text was longer (cutting a file costs more than the rest of a draw,
+    /// and the text seldom gets shorter: see [`render`]).
     pub(crate) fn write(&self, turn: &Turn<'_>, claims: &Claims) -> Result<()> {
-        let text = render(claims, std::process::id(), boot_id().as_deref());
-        turn.file
-            .write_all_at(text.as_bytes(), 0)
-            .and_then(|()| turn.file.set_len(text.len() as u64))
+        let text = render(claims, pid(), boot_id().as_deref());
+        let len = text.len() as u64;
+        let old = self.known();
+        // Unknown until written: a write that fails leaves it so.
+        self.learnt(None);
+        old.map_or_else(|| length(&turn.file), Ok)
+            .and_then(|old| {
+                turn.file.write_all_at(text.as_bytes(), 0)?;
+                if old > len {
+                    turn.file.set_len(len)?;
+                }
+                self.learnt(Some(len));
+                Ok(())
+            })
             .map_err(|e| Error::io("write", &self.path, e))
     }
+
+    /// Records the file's length as this turn knows it (`None`: not known).
+    fn learnt(&self, length: Option<u64>) {
+        match length {
+            Some(length) => {
+                self.length.store(length, Relaxed);
+                self.length_turn.store(self.turns.load(Relaxed), Relaxed);
+            }
+            None => self.length_turn.store(u64::MAX, Relaxed),
+        }
+    }
+
+    /// The file's length, if this turn learnt it.
+    fn known(&self) -> Option<u64> {
+        (self.length_turn.load(Relaxed) == self.turns.load(Relaxed))
+            .then(|| self.length.load(Relaxed))
+    }
+}
+
+/// This process's pid, asked of the system once per process: `getpid` is
+/// a system call, and a draw writes the pid each time. A child of `fork()`
+/// asks again.
+fn pid() -> u32 {
+    // `(fork count + 1) << 32 | pid`; 0: not asked yet.
+    static PID: AtomicU64 = AtomicU64::new(0);
+    let forks = (crate::fork::current() & 0xffff_ffff) + 1;
+    let cached = PID.load(Relaxed);
+    if cached >> 32 == forks {
+        return cached as u32;
+    }
+    let pid = std::process::id();
+    PID.store((forks << 32) | u64::from(pid), Relaxed);
+    pid
+}
+
+/// The file's length, read without its times (see [`id_at`]).
+fn length(file: &File) -> io::Result<u64> {
+    Ok(id_at(file, Path::new(""))?.map_or(0, |(_, length)| length))
 }
 
 /// Whether this process can tell which boot wrote a claim file: without
@@ -251,8 +337,11 @@ fn boot_id() -> Option<String> {
     .clone()
 }
 
+/// The claim file's text. The pid's line (which [`parse`] skips) is padded
+/// to the widest pid, so that members whose pids differ in width leave
+/// texts of one length, and [`ClaimFile::write`] seldom has to cut one.
 fn render(claims: &Claims, pid: u32, boot: Option<&str>) -> String {
-    let mut text = format!("{pid}\n");
+    let mut text = format!("{pid:<10}\n");
     if let Some(boot) = boot {
         text.push_str(&format!("boot {boot}\n"));
         if let Some(next) = claims.next {

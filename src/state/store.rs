@@ -2,10 +2,9 @@
 //! the directory and lock file are still the ones opened, and the atomic
 //! replacement of the state file.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -19,7 +18,7 @@ use super::lock_file::{
     LockNote,
 };
 use super::paths::{cleaned, lock_path, state_name, state_path};
-use super::trust::{file_id, open_dir, read_in};
+use super::trust::{file_id, id_at, open_dir, read_in};
 use crate::error::{Error, Result};
 use crate::host_lock::{DirIdentity, HostLock};
 
@@ -353,20 +352,24 @@ impl Store {
 
     /// `Err(Error::StateReplaced)` unless the directory and lock file paths still
     /// name the directory and file this store holds open.
+    ///
+    /// The directory by its path; the lock file by its name in the
+    /// directory held open, which the path was just found to name. Both
+    /// read no times (see [`id_at`]): members check at every turn.
     fn check_ground(&self) -> Result<()> {
         let replaced = |reason: String| Error::StateReplaced {
             shard: self.shard,
             reason,
         };
-        match fs::symlink_metadata(&self.dir) {
-            Ok(m) if (m.dev(), m.ino()) == self.dir_id => {}
-            Ok(_) => {
+        match id_at(rfs::CWD, &self.dir) {
+            Ok(Some((id, _))) if id == self.dir_id => {}
+            Ok(Some(_)) => {
                 return Err(replaced(format!(
                     "the state directory {} was replaced",
                     self.dir.display()
                 )))
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Ok(None) => {
                 return Err(replaced(format!(
                     "the state directory {} was deleted",
                     self.dir.display()
@@ -374,13 +377,14 @@ impl Store {
             }
             Err(e) => return Err(Error::io("examine", &self.dir, e)),
         }
-        match fs::symlink_metadata(&self.lock_path) {
-            Ok(m) if (m.dev(), m.ino()) == self.lock_id => Ok(()),
-            Ok(_) => Err(replaced(format!(
+        let name = self.lock_path.file_name().map(Path::new);
+        match id_at(&self.dir_fd, name.unwrap_or(&self.lock_path)) {
+            Ok(Some((id, _))) if id == self.lock_id => Ok(()),
+            Ok(Some(_)) => Err(replaced(format!(
                 "the lock file {} was replaced",
                 self.lock_path.display()
             ))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(replaced(format!(
+            Ok(None) => Err(replaced(format!(
                 "the lock file {} was deleted",
                 self.lock_path.display()
             ))),

@@ -78,6 +78,61 @@ pub(super) fn file_id(fd: impl AsFd) -> io::Result<(u64, u64)> {
     Ok((st.st_dev as u64, st.st_ino as u64))
 }
 
+/// `(device, inode)` and length of what `path` names, relative to `dir`
+/// unless absolute, without following a symbolic link; of `dir` itself
+/// when `path` is empty. `None` if nothing has that name.
+///
+/// Reads no times, where the system can tell it so (`statx` asking for
+/// the inode and size alone): the processes sharing a shard check their
+/// files at every turn, and on a file system that records times finely
+/// only once they were read (multigrain timestamps, Linux 6.13 on: ext4,
+/// XFS, btrfs, tmpfs), a change time read makes the next write to the
+/// file take a fine-grained one, so that every turn's write would update
+/// the inode on disk. The same `(device, inode)` as [`file_id`].
+#[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+pub(super) fn id_at(dir: impl AsFd, path: &Path) -> io::Result<Option<((u64, u64), u64)>> {
+    let stat = || {
+        let st = if path.as_os_str().is_empty() {
+            rfs::fstat(&dir)
+        } else {
+            rfs::statat(&dir, path, rfs::AtFlags::SYMLINK_NOFOLLOW)
+        };
+        st.map(|st| {
+            let len = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+            ((st.st_dev as u64, st.st_ino as u64), len)
+        })
+    };
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let seen = {
+        let flags = if path.as_os_str().is_empty() {
+            rfs::AtFlags::EMPTY_PATH | rfs::AtFlags::SYMLINK_NOFOLLOW
+        } else {
+            rfs::AtFlags::SYMLINK_NOFOLLOW
+        };
+        let mask = rfs::StatxFlags::INO | rfs::StatxFlags::SIZE;
+        match rfs::statx(&dir, path, flags, mask) {
+            Ok(st) => Ok((
+                (
+                    rfs::makedev(st.stx_dev_major, st.stx_dev_minor) as u64,
+                    st.stx_ino,
+                ),
+                st.stx_size,
+            )),
+            // No statx (before Linux 4.11, or refused by an old seccomp
+            // profile).
+            Err(Errno::NOSYS) => stat(),
+            Err(e) => Err(e),
+        }
+    };
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let seen = stat();
+    match seen {
+        Ok(seen) => Ok(Some(seen)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Opens `dir` as a directory without following a symbolic link, after
 /// creating it (and its missing parents) with mode 0700 when `create`;
 /// checks its owner and mode. `None` if it does not exist and `create` is
