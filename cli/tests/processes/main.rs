@@ -12,6 +12,7 @@ use std::path::Path;
 mod damage;
 mod holders;
 mod kills;
+mod removed_host_lock;
 mod restarts;
 mod sharing;
 
@@ -38,5 +39,14 @@ fn child_hold_shard() {
 fn child_issue_until_killed() {
     if harness::is_child() {
         harness::issue_until_killed_child();
+    }
+}
+
+/// Child entry point: see [`harness::hold_flocks_child`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_hold_flocks() {
+    if harness::is_child() {
+        harness::hold_flocks_child();
     }
 }
