@@ -12,6 +12,7 @@ use std::path::Path;
 mod damage;
 mod holders;
 mod kills;
+mod member_waits;
 mod removed_host_lock;
 mod restarts;
 mod sharing;
