@@ -210,8 +210,7 @@ fn another_state_directory_is_refused_after_the_lock_file_is_removed_when_proc_l
     let holder = Holder::start(pinned(idutil(shard, dir.path(), &space)));
     let lock = lock_file(&space, shard);
     let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&lock).unwrap());
-    let locked = dir.path().join("many-locks");
-    std::fs::write(&locked, b"").unwrap();
+    let locked = harness::state_dir();
     // Four helpers of 12,000 locks each: a process may have at most
     // 20,000 files open here.
     let helpers: Vec<_> = (0..4)
@@ -223,7 +222,7 @@ fn another_state_directory_is_refused_after_the_lock_file_is_removed_when_proc_l
                 "child_hold_flocks",
                 &[
                     ("IDUTIL_CHILD_N", "12000".to_string()),
-                    ("IDUTIL_CHILD_FILE", locked.display().to_string()),
+                    ("IDUTIL_CHILD_LOCK_DIR", locked.path().display().to_string()),
                 ],
             )
             .spawn()

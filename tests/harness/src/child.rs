@@ -288,15 +288,16 @@ pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
     }
 }
 
-/// Holds `IDUTIL_CHILD_N` shared `flock`s on the file `IDUTIL_CHILD_FILE`
-/// (each on a descriptor of its own, so each is a line of `/proc/locks`),
-/// prints the ready mark, and holds them until stdin is closed: a host
-/// whose `/proc/locks` is large. Raises its limit on open files as far as
-/// it may.
+/// Holds `IDUTIL_CHILD_N` shared `flock`s, each on a descriptor of its
+/// own (so each is a line of `/proc/locks`), on files it makes in the
+/// directory `IDUTIL_CHILD_LOCK_DIR`, a hundred locks a file (the kernel
+/// walks a file's locks at each new one); prints the ready mark, and holds
+/// them until stdin is closed: a host whose `/proc/locks` is large. Raises
+/// its limit on open files as far as it may.
 pub fn hold_flocks_child() {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let n: usize = child_var("IDUTIL_CHILD_N").parse().expect("n");
-    let path = PathBuf::from(child_var("IDUTIL_CHILD_FILE"));
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_LOCK_DIR"));
     let limit = getrlimit(Resource::Nofile);
     setrlimit(
         Resource::Nofile,
@@ -307,8 +308,15 @@ pub fn hold_flocks_child() {
     )
     .expect("raise the limit on open files");
     let mut held = Vec::with_capacity(n);
-    for _ in 0..n {
-        let file = std::fs::File::open(&path).expect("open the file to lock");
+    for i in 0..n {
+        let path = dir.join(format!("lock-{}-{}", std::process::id(), i / 100));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .expect("open a file to lock");
         file.lock_shared().expect("flock the file");
         held.push(file);
     }
