@@ -269,6 +269,78 @@ pub(crate) fn flock_holder(file: &std::fs::File) -> Option<u32> {
     }
 }
 
+/// Who holds the `flock` on a file, as far as `/proc` lets this process
+/// tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlockHolder {
+    /// This process.
+    ThisProcess,
+    /// Another process, by its pid as `/proc` numbers it; `ours` when
+    /// that is this process's PID namespace.
+    Process { pid: u32, ours: bool },
+    /// Nothing `/proc/locks` shows: a process of another PID namespace
+    /// (whose locks it leaves out), or nobody any more.
+    Hidden,
+    /// `/proc/locks` cannot be read (or there is none: outside Linux).
+    Unknown,
+}
+
+/// Who holds the `flock` on `file`: another process rather than this one
+/// when both do.
+pub(crate) fn flock_holder_of(file: &std::fs::File) -> FlockHolder {
+    #[cfg(target_os = "linux")]
+    {
+        let Some(pids) = rustix::fs::fstat(file)
+            .ok()
+            .and_then(|st| procfs::flock_pids(&st))
+        else {
+            return FlockHolder::Unknown;
+        };
+        let me = procfs::self_in_proc();
+        match pids.iter().find(|&&pid| Some(pid) != me) {
+            Some(&pid) => FlockHolder::Process {
+                pid,
+                ours: me == Some(std::process::id()),
+            },
+            None if pids.is_empty() => FlockHolder::Hidden,
+            None => FlockHolder::ThisProcess,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        FlockHolder::Unknown
+    }
+}
+
+/// How the process `/proc` numbers `pid` is (Linux; elsewhere
+/// [`ProcessState::Gone`]).
+pub(crate) fn process_state(pid: u32) -> ProcessState {
+    #[cfg(target_os = "linux")]
+    {
+        procfs::process_state(pid)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        ProcessState::Gone
+    }
+}
+
+#[cfg(target_os = "linux")]
+pub(crate) use procfs::ProcessState;
+
+/// How a process is (see the Linux definition; elsewhere nothing tells).
+#[cfg(not(target_os = "linux"))]
+#[allow(dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProcessState {
+    Live,
+    Stopped,
+    Asleep,
+    Gone,
+}
+
 /// Who holds `shard` of `id_space` on this host. Never blocks and never
 /// creates anything: a holder whose pid cannot be learnt is
 /// [`HostHolder::Unknown`]. Outside Linux, always [`HostHolder::None`].

@@ -1,6 +1,6 @@
 //! What `/proc` tells of other processes: who holds a `flock` (from
 //! `/proc/locks`, read whole), whether its pids are this process's PID
-//! namespace's, and a process's user.
+//! namespace's, a process's user, and whether it is stopped, live or asleep.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
@@ -97,4 +97,54 @@ pub(super) fn uid_of(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// How a process is, from the state of each of its threads in
+/// `/proc/<pid>/task/*/stat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProcessState {
+    /// A thread runs or waits for a CPU (`R`), or waits on a disk (`D`):
+    /// it goes on by itself.
+    Live,
+    /// Stopped (`T`: `SIGSTOP`, a terminal's Ctrl-Z) or stopped by a
+    /// debugger (`t`), and no thread runs.
+    Stopped,
+    /// Every thread sleeps (`S`), waiting for something else: another
+    /// process, a pipe, a timer.
+    Asleep,
+    /// Gone, or not shown.
+    Gone,
+}
+
+/// How the process `/proc` numbers `pid` is.
+pub(crate) fn process_state(pid: u32) -> ProcessState {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return ProcessState::Gone;
+    };
+    let (mut live, mut stopped, mut any) = (false, false, false);
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // "1234 (name) S ...": the name may hold spaces and parentheses.
+        let Some(state) = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+        else {
+            continue;
+        };
+        match state {
+            "R" | "D" => live = true,
+            "T" | "t" => stopped = true,
+            "Z" | "X" => continue,
+            _ => {}
+        }
+        any = true;
+    }
+    match (any, live, stopped) {
+        (false, _, _) => ProcessState::Gone,
+        (_, true, _) => ProcessState::Live,
+        (_, _, true) => ProcessState::Stopped,
+        _ => ProcessState::Asleep,
+    }
 }
