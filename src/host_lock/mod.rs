@@ -104,8 +104,10 @@
 //! - Marks on the lock directory are the same: any user who may read the
 //!   directory can mark a shard's range, and then the shard is refused as
 //!   [`Error::HostLocked`] with no pid (an administrator finds the holder
-//!   with `lslocks`, as an `OFDLCK` on the directory, and ends it). Marks
-//!   are only read when a generator takes the shard, never afterwards.
+//!   by its `OFDLCK` on the directory in the `lock:` lines of
+//!   `/proc/<pid>/fdinfo/*`, as a recent `lslocks` does, and ends it).
+//!   Marks are only read when a generator takes the shard, never
+//!   afterwards.
 //! - Meanwhile another shard, or an ID space of its own for IDs that never
 //!   share a table, goes on. A hostile user can take every name of an ID
 //!   space it knows: that is a denial of service an administrator ends,
