@@ -4,7 +4,8 @@
 //! would. The next run then continues right after its last ID, and the
 //! per-host lock's file is removed when it was the last to hold it.
 //!
-//! Besides the fork hook, the only `unsafe` code of the crate.
+//! Besides the fork hook and the per-host lock's marks, the only `unsafe`
+//! code of the crate.
 #![allow(unsafe_code)]
 
 use std::sync::Once;

@@ -153,7 +153,8 @@
 //! Every feature builds alone, and a database integration that reads a
 //! value that is not an ID returns an error.
 
-// `unsafe` only in `fork` (one call to `pthread_atfork`), allowed there.
+// `unsafe` only in `fork` and `exit` (one hook each) and in
+// `host_lock::marks` (`fcntl` on a byte range), allowed there.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

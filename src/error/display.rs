@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::Error;
 use crate::env;
+use crate::state::ClaimHolder;
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -145,24 +146,50 @@ impl fmt::Display for Error {
             Error::MemberStalled {
                 shard,
                 dir,
-                pid,
+                holder,
                 waited,
+                ..
             } => {
-                write!(
-                    f,
-                    "shard {shard} in state directory {}: another process sharing it ",
-                    dir.display()
-                )?;
-                match pid {
-                    Some(pid) => write!(f, "(pid {pid}) ")?,
-                    None => write!(f, "(pid unknown) ")?,
+                write!(f, "shard {shard} in state directory {}: ", dir.display())?;
+                let ms = waited.as_millis();
+                match holder {
+                    ClaimHolder::Process { pid, stopped: true } => write!(
+                        f,
+                        "another process sharing it (pid {pid}) is stopped (a signal or a \
+                         debugger) and has held its claim lock for over {ms} ms: resume \
+                         (SIGCONT) or end it, then try again"
+                    ),
+                    ClaimHolder::Process { pid, .. } => write!(
+                        f,
+                        "another process sharing it (pid {pid}) has held its claim lock for over \
+                         {ms} ms while no member made progress: it is stopped or stuck; resume \
+                         or end it, then try again"
+                    ),
+                    ClaimHolder::OtherNamespace => write!(
+                        f,
+                        "a process sharing it from another PID namespace (it has no pid here) \
+                         has held its claim lock for over {ms} ms while no member made \
+                         progress: it is stopped or stuck; resume or end it, then try again"
+                    ),
+                    ClaimHolder::ThisProcess => write!(
+                        f,
+                        "another generator of this process on the same shard and directory \
+                         has held its claim lock for over {ms} ms: it is stuck (writing to a \
+                         disk that does not answer?); try again later"
+                    ),
+                    ClaimHolder::ThisGenerator => write!(
+                        f,
+                        "this generator's own turn (another of its threads) has held the claim \
+                         lock for over {ms} ms: it is stuck (writing the state file to a disk \
+                         that does not answer?); try again later"
+                    ),
+                    ClaimHolder::Unknown => write!(
+                        f,
+                        "another process sharing it (pid unknown) has held its claim lock for \
+                         over {ms} ms while no member made progress: it is stopped or stuck; \
+                         resume or end it, then try again"
+                    ),
                 }
-                write!(
-                    f,
-                    "has held its claim lock for over {} ms: it is stopped or stuck; \
-                     resume or end it, then try again",
-                    waited.as_millis()
-                )
             }
             Error::HostLockUnusable {
                 shard,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::shard::{HostnameProblem, ShardSource};
-use crate::state::Remedy;
+use crate::state::{ClaimHolder, Remedy};
 
 /// A value that is not an ID: text or a number that cannot be parsed or
 /// converted into an [`Id`](crate::Id), or parts that do not fit a
@@ -239,7 +239,9 @@ pub enum Error {
     },
     /// A process sharing the shard held its short lock (the claim file's,
     /// see [`state`](crate::state#processes-sharing-a-shard)) for longer
-    /// than a generator waits: stopped (`SIGSTOP`, a debugger), or stuck on
+    /// than a generator waits for it with no member making progress (see
+    /// [`Builder::member_wait`](crate::Builder::member_wait)): stopped
+    /// (`SIGSTOP`, a debugger), asleep while it holds the lock, or stuck on
     /// a disk that does not answer. Nothing was issued by the call; a later
     /// one tries again.
     #[non_exhaustive]
@@ -248,10 +250,13 @@ pub enum Error {
         shard: u32,
         /// The state directory.
         dir: PathBuf,
-        /// The pid of the process holding the lock, when the system tells
-        /// (`/proc/locks`).
+        /// The pid of the other process holding the lock, in this
+        /// process's PID namespace, when the system tells (`/proc/locks`):
+        /// the pid of [`ClaimHolder::Process`], else `None`.
         pid: Option<u32>,
-        /// How long this generator waited.
+        /// Who held the lock, as far as this process could tell.
+        holder: ClaimHolder,
+        /// How long this generator waited with no member making progress.
         waited: std::time::Duration,
     },
     /// The shard's per-host lock file cannot be used: another user's file

@@ -274,11 +274,29 @@ impl<C: Clock> Builder<C> {
     }
 
     /// How long the generator waits for another process sharing its shard
-    /// that holds the shard's short lock, when drawing a block or writing
-    /// the state file (default five seconds, [`DEFAULT_MEMBER_WAIT`]): past
-    /// it the call returns [`Error::MemberStalled`] naming that process,
-    /// and opening returns [`Error::Locked`]. See [`Generator`], *Processes
-    /// sharing a shard*.
+    /// that holds the shard's short lock and does not let go, when drawing
+    /// a block or writing the state file (default five seconds,
+    /// [`DEFAULT_MEMBER_WAIT`]).
+    ///
+    /// The wait counts only while nothing moves: it starts over whenever
+    /// the members make progress (the claim file changes: a block drawn,
+    /// the state file written) or the lock changes hands, so a member that
+    /// queues behind many others on busy cores waits its turn. With nothing
+    /// moving, the generator looks at the holder in `/proc` every half
+    /// wait. A holder that kept the lock from one look to the next and is
+    /// stopped (`SIGSTOP`, a debugger: its threads in state `T` or `t` in
+    /// `/proc/<pid>/task/*/stat`) or asleep (every thread waiting on
+    /// something else, which a member's turn never does) is given up on
+    /// after this wait; one that is live (a thread running or
+    /// waiting on its disk, `R` or `D`: a slow `fsync` takes seconds on a
+    /// busy disk), this generator's own other thread, or a holder `/proc`
+    /// does not show (in another PID namespace) after twelve times this
+    /// wait. Then the call returns [`Error::MemberStalled`] naming the
+    /// holder (opening too; opening returns [`Error::Locked`] after this
+    /// wait for the first process of the shard, while it plans where to
+    /// resume). See
+    /// [`state`](crate::state#processes-sharing-a-shard), *A member that
+    /// does not let go*.
     pub fn member_wait(mut self, wait: Duration) -> Self {
         self.member_wait = wait;
         self

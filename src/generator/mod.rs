@@ -230,7 +230,8 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// generator returns why. IDs already taken before the fork, in an
 /// [`IdBatch`] not yet read, are in both processes' memory: read a batch
 /// before forking, not after. The hook is, with the exit hook of
-/// [`IdUtil`](crate::IdUtil), the crate's only `unsafe` code.
+/// [`IdUtil`](crate::IdUtil) and the per-host lock's marks, the crate's
+/// only `unsafe` code.
 pub struct Generator<C: Clock = SystemClock> {
     inner: Arc<Inner<C>>,
     extender: Mutex<Option<JoinHandle<Result<()>>>>,

@@ -1,6 +1,6 @@
 //! The per-host lock on Linux: taking and sharing the lock file in the
-//! host-wide directory, the state directory it names, the holders
-//! `/proc` tells of, and a removed file still held.
+//! host-wide directory, the state directory it names, the marks on the
+//! directory that outlive a removed file, and the holders `/proc` tells of.
 
 use std::fs::File;
 use std::io;
@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use super::marks::{Mark, Slot};
+use super::procfs::{self, device_of, flocks, lock_key, uid_of};
 use super::{lock_name, DirIdentity, HostHolder, LOCK_DIRS};
 use crate::error::{Error, Result};
 
@@ -24,10 +26,19 @@ pub(super) struct Held {
     ours: bool,
     /// A shared hold, one of the members of a state directory.
     shared: bool,
+    /// Where this holder's marks are on the lock directory (`dir`), if
+    /// the directory takes them.
+    marked: Option<Slot>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
+        // The marks first: from here on this holder is leaving. (A child
+        // of `fork()` shares the directory's open description, and with
+        // it the marks, unless they are let go here.)
+        if let Some(slot) = self.marked {
+            slot.release(self.dir.as_fd());
+        }
         // The last member takes the lock exclusively (a failed attempt
         // drops the shared hold, which is being let go anyway).
         if self.shared && fs2::FileExt::try_lock_exclusive(&self._file).is_err() {
@@ -93,6 +104,7 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
     let (dir_path, dir) = lock_dir()?;
     let name = lock_name(id_space, shard);
     let path = dir_path.join(&name);
+    let slot = Slot::of(&name);
     let unusable = |reason: String| Error::HostLockUnusable {
         shard,
         id_space: id_space.to_string(),
@@ -100,6 +112,15 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
         reason,
     };
     let euid = rustix::process::geteuid().as_raw();
+    let refused = |pid: Option<u32>, held_dir: Option<PathBuf>| Error::HostLocked {
+        shard,
+        id_space: id_space.to_string(),
+        pid,
+        uid: pid.and_then(uid_of).filter(|&u| u != euid),
+        lock_file: path.clone(),
+        held_dir,
+        dir: shared.map(|d| d.path.clone()),
+    };
     // A few rounds: a file removed by its last holder between our open
     // and our lock, a lock held for an instant by a child between
     // fork and exec (it holds a copy of every descriptor until exec
@@ -167,41 +188,15 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
         };
         // Still the file at the path? Its last holder may have removed
         // it after we opened it; then a new one may be locked by now.
-        match rfs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(now) if same_file(&now, &st) => {}
-            Ok(_) | Err(Errno::NOENT) => continue,
-            Err(e) => return Err(Error::io("examine", &path, e.into())),
+        if !still_at(&dir, &name, &st, &path)? {
+            continue;
         }
-        let ours = ours || st.st_uid == euid;
-        macro_rules! held {
-            ($shared:expr) => {
-                Held {
-                    _file: file,
-                    dir,
-                    name,
-                    ours,
-                    shared: $shared,
-                }
-            };
-        }
-        let Some(identity) = shared else {
-            return Ok(held!(false));
-        };
-        let refused = |pid: Option<u32>, held_dir: Option<PathBuf>| Error::HostLocked {
-            shard,
-            id_space: id_space.to_string(),
-            pid,
-            uid: pid.and_then(uid_of).filter(|&u| u != euid),
-            lock_file: path.clone(),
-            held_dir,
-            dir: Some(identity.path.clone()),
-        };
-        if !sole {
+        if let (Some(identity), false) = (shared, sole) {
             // Members hold it: theirs must be our state directory.
             match read_identity(&file) {
-                Some((id, _)) if id == identity.id => return Ok(held!(true)),
+                Some((id, _)) if id == identity.id => {}
                 Some((_, held_dir)) => {
-                    return Err(refused(flock_holder(&st), Some(held_dir)));
+                    return Err(refused(own_pid(flock_holder(&st)), Some(held_dir)));
                 }
                 // Not written (yet): a member about to write it, or
                 // a process that is no member. Let go and try again.
@@ -213,23 +208,86 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
                 }
             }
         }
-        // Alone on this file. A generator may still hold an older file
-        // of this name that was removed under it.
-        if let Some((pid, held_dir)) = orphaned_holder(&dir_path, &name, &st) {
-            if held_dir.as_ref().map(|(id, _)| *id) != Some(identity.id) {
-                return Err(refused(Some(pid), held_dir.map(|(_, p)| p)));
+        // Another user's file this user may not write cannot say which
+        // state directory holds the shard: it is held exclusively, as a
+        // generator of another kind would.
+        let mark = match shared {
+            Some(identity) if writable || !sole => Mark::Dir(identity.id),
+            _ => Mark::Exclusive,
+        };
+        // The marks on the directory, which a removal of the file leaves
+        // in place. Taken before the path is checked again: a holder
+        // whose file is removed after that check is marked, so whoever
+        // takes the next file at the path sees it.
+        let marked = match slot.hold(dir.as_fd(), mark) {
+            Ok(()) => Some(slot),
+            Err(e) => {
+                unmarked(&dir_path, &e);
+                None
             }
+        };
+        let unmark = || {
+            if let Some(slot) = marked {
+                slot.release(dir.as_fd());
+            }
+        };
+        if !still_at(&dir, &name, &st, &path).inspect_err(|_| unmark())? {
+            unmark();
+            continue;
         }
-        if !writable {
-            // Another user's file this user may not write: it cannot
-            // say which state directory holds the shard, so it is held
-            // exclusively, as a generator of another kind would.
-            return Ok(held!(false));
+        let conflict = match marked {
+            Some(slot) => slot.conflicts(dir.as_fd(), mark).map_err(|e| {
+                unmark();
+                Error::io("examine the per-host lock directory for", &path, e)
+            })?,
+            None => false,
+        };
+        // Where `/proc` shows them (and for generators of releases that
+        // left no marks): processes that hold a removed file of this
+        // name, its state directory where this user may read it.
+        let orphan = if sole || conflict {
+            orphaned_holder(&dir_path, &name, &st)
+        } else {
+            None
+        };
+        let other_dir = match (&orphan, shared) {
+            (Some((_, held_dir)), Some(identity)) => {
+                held_dir.as_ref().map(|(held, _)| *held) != Some(identity.id)
+            }
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if conflict || (sole && other_dir) {
+            unmark();
+            let (pid, held_dir) = match orphan {
+                Some((pid, held_dir)) => (own_pid(Some(pid)), held_dir.map(|(_, p)| p)),
+                None => (None, None),
+            };
+            return Err(refused(pid, held_dir));
         }
-        write_identity(&file, identity).map_err(|e| Error::io("write", &path, e))?;
-        // Shared from here on: the members of this directory may join.
-        fs2::FileExt::try_lock_shared(&file).map_err(|e| Error::io("lock", &path, e))?;
-        return Ok(held!(true));
+        let shared = match shared {
+            // The first member: it says which state directory holds the
+            // shard, then shares it with the members of that directory.
+            Some(identity) if sole && writable => {
+                let shared = write_identity(&file, identity)
+                    .and_then(|()| fs2::FileExt::try_lock_shared(&file));
+                if let Err(e) = shared {
+                    unmark();
+                    return Err(Error::io("write", &path, e));
+                }
+                true
+            }
+            Some(_) => !sole,
+            None => false,
+        };
+        return Ok(Held {
+            _file: file,
+            dir,
+            name,
+            ours: ours || st.st_uid == euid,
+            shared,
+            marked,
+        });
     }
     if last_err.is_none() {
         return Err(Error::io(
@@ -239,7 +297,7 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
         ));
     }
     let (pid, uid) = match holder_of(&dir, &name) {
-        Some((pid, uid)) => (Some(pid), uid),
+        Some((pid, uid)) => (own_pid(Some(pid)), uid),
         None => (None, None),
     };
     Err(Error::HostLocked {
@@ -251,6 +309,33 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
         held_dir: None,
         dir: shared.map(|d| d.path.clone()),
     })
+}
+
+/// Whether the path `name` in `dir` still names the file `st` describes.
+fn still_at(dir: &OwnedFd, name: &str, st: &rfs::Stat, path: &Path) -> Result<bool> {
+    match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(now) => Ok(same_file(&now, st)),
+        Err(Errno::NOENT) => Ok(false),
+        Err(e) => Err(Error::io("examine", path, e.into())),
+    }
+}
+
+/// Says, once per process, that the lock directory takes no marks.
+fn unmarked(dir: &Path, e: &io::Error) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        log::warn!(
+            "the per-host lock directory {} takes no byte-range locks ({e}): a generator \
+             whose lock file is removed while it runs is seen only where /proc shows it",
+            dir.display()
+        );
+    });
+}
+
+/// `pid` if it is this process's PID namespace's: one read in a `/proc`
+/// of another namespace numbers another process here.
+fn own_pid(pid: Option<u32>) -> Option<u32> {
+    pid.filter(|_| procfs::pids_are_ours())
 }
 
 /// Records in the per-host lock file which state directory holds the
@@ -290,11 +375,10 @@ fn orphaned_holder(
     st: &rfs::Stat,
 ) -> Option<(u32, Option<((u64, u64), PathBuf)>)> {
     let device = device_of(st);
-    let this = format!("{device}{}", st.st_ino);
+    let this = lock_key(st);
     let gone = format!("{} (deleted)", dir.join(name).display());
-    let mut pids: Vec<u32> = flocks()?
+    let mut pids: Vec<u32> = flocks(|file| file.starts_with(&device) && file != this)?
         .into_iter()
-        .filter(|(_, file)| file.starts_with(&device) && *file != this)
         .map(|(pid, _)| pid)
         .collect();
     pids.sort_unstable();
@@ -335,64 +419,17 @@ fn holder_of(dir: &OwnedFd, name: &str) -> Option<(u32, Option<u32>)> {
     Some((pid, uid_of(pid)))
 }
 
-/// Reads `/proc/locks` (a few lines per lock on the host; capped) for
-/// the `FLOCK` on the file `st` describes.
+/// The pid holding a `flock` on the file `st` describes, from
+/// `/proc/locks` (as `/proc`'s PID namespace numbers it): another
+/// process's first, as this one may hold it too.
 pub(super) fn flock_holder(st: &rfs::Stat) -> Option<u32> {
-    let want = format!("{}{}", device_of(st), st.st_ino);
-    // Another process's lock first: this one may hold it too.
-    let me = std::process::id();
-    let holders: Vec<u32> = flocks()?
-        .into_iter()
-        .filter(|(_, file)| *file == want)
-        .map(|(pid, _)| pid)
-        .collect();
+    let holders = procfs::flock_pids(st)?;
+    let me = procfs::self_in_proc();
     holders
         .iter()
         .copied()
-        .find(|&pid| pid != me)
+        .find(|&pid| Some(pid) != me)
         .or_else(|| holders.first().copied())
-}
-
-/// Every `FLOCK` line of `/proc/locks` (a few lines per lock on the host;
-/// capped): the holder's pid and the file as `MAJ:MIN:INODE`.
-fn flocks() -> Option<Vec<(u32, String)>> {
-    use std::io::Read as _;
-    let mut text = String::new();
-    File::open("/proc/locks")
-        .ok()?
-        .take(1 << 20)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(
-        text.lines()
-            .filter_map(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                // "1: FLOCK ADVISORY WRITE 1234 00:1a:5678 0 EOF"; a blocked
-                // waiter's line has "->" after the number.
-                let at = fields.iter().position(|f| *f == "FLOCK")?;
-                let (pid, file) = (fields.get(at + 3)?, fields.get(at + 4)?);
-                Some((pid.parse().ok()?, file.to_string()))
-            })
-            .collect(),
-    )
-}
-
-/// The `MAJ:MIN:` prefix `/proc/locks` names `st`'s device by.
-fn device_of(st: &rfs::Stat) -> String {
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let dev = st.st_dev as u64;
-    format!(
-        "{:02x}:{:02x}:",
-        rustix::fs::major(dev),
-        rustix::fs::minor(dev)
-    )
-}
-
-/// A process's real uid, from `/proc/<pid>/status`.
-fn uid_of(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 pub(super) fn holder(id_space: &str, shard: u32) -> HostHolder {
@@ -402,7 +439,7 @@ pub(super) fn holder(id_space: &str, shard: u32) -> HostHolder {
     let name = lock_name(id_space, shard);
     let file = match open_existing(&dir, &name) {
         Ok(Some((file, _))) => file,
-        Ok(None) => return HostHolder::None,
+        Ok(None) => return marked_holder(&dir, &name),
         Err(_) => return HostHolder::Unknown,
     };
     // Exclusively, for an instant: the members of a state directory
@@ -410,14 +447,24 @@ pub(super) fn holder(id_space: &str, shard: u32) -> HostHolder {
     match fs2::FileExt::try_lock_exclusive(&file) {
         Ok(()) => {
             let _ = fs2::FileExt::unlock(&file);
-            HostHolder::None
+            marked_holder(&dir, &name)
         }
-        Err(_) => match rfs::fstat(file.as_fd())
-            .ok()
-            .and_then(|st| flock_holder(&st))
-        {
+        Err(_) => match own_pid(
+            rfs::fstat(file.as_fd())
+                .ok()
+                .and_then(|st| flock_holder(&st)),
+        ) {
             Some(pid) => HostHolder::Pid(pid),
             None => HostHolder::Unknown,
         },
+    }
+}
+
+/// With no lock file held at the path: a holder whose file was removed,
+/// which only its marks on the directory show.
+fn marked_holder(dir: &OwnedFd, name: &str) -> HostHolder {
+    match Slot::of(name).held(dir.as_fd()) {
+        Ok(true) => HostHolder::Unknown,
+        _ => HostHolder::None,
     }
 }

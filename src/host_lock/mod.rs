@@ -13,23 +13,56 @@
 //! the lock when the process exits, however it exits. A generator for the
 //! shard in the same ID space with another state directory, in this
 //! process or another, gets [`Error::HostLocked`] naming the holder's pid
-//! (from `/proc/locks`), its user (from `/proc/<pid>`) and both
-//! directories. The last holder removes the file when it lets go, and
+//! (from `/proc/locks`, when the holder runs in this process's PID
+//! namespace), its user (from `/proc/<pid>`) and both directories. The last holder removes the file when it lets go, and
 //! every taker checks after locking that the file it locked is still the
 //! one at the path, so a file removed meanwhile is never shared.
 //!
 //! A file removed while generators hold it (by root's cleanup of
 //! `/run/lock`, or by the user who created it) does not let another
-//! directory in: a generator that finds itself alone on the file looks in
-//! `/proc` for processes holding a removed file of that name, and refuses
-//! the shard if theirs is another directory (or one it cannot read). [`holder`]
-//! tells who holds a shard.
+//! directory in: every holder also **marks the lock directory itself**,
+//! with read locks on a few bytes of it (open file description locks,
+//! `F_OFD_SETLK`, in a range of 8 KiB the lock file's name picks): the
+//! bytes say which state directory it shares the shard through (its
+//! device and inode), or that it holds the shard alone. Removing a file
+//! leaves them in place; the kernel drops them when the holder exits,
+//! however it exits. Every taker marks the directory before it checks that
+//! the file it locked is still the one at the path, then asks the kernel
+//! (`F_OFD_GETLK`) whether another holder marks the shard for another
+//! directory, or alone, and refuses the shard if so. [`holder`] tells who
+//! holds a shard, a holder known only by its marks included.
 //!
-//! The scope is the mount namespace: processes in other network namespaces
-//! share the lock, while containers with a `/run/lock` of their own are
-//! separate hosts to it, so give them distinct shards (or a lease). Outside
-//! Linux only the state directory's lock applies, and a generator holds
-//! its shard alone.
+//! The marks, and not something else, because the meeting point must be
+//! one that removing a file cannot take away, and that every process
+//! sharing the lock file shares: the directory that holds the file is
+//! both, and a mark is asked of the kernel, so nothing is served and no
+//! PID namespace hides it. `/proc` is not enough: its `/proc/locks` leaves
+//! out the locks of processes outside the PID namespace it was mounted
+//! for, as `/proc/<pid>/fd` does their files, so a generator in a
+//! container or under `unshare --pid` sees no holder there. An abstract
+//! Unix socket name survives `rm` too, but it belongs to the network
+//! namespace, not to the processes that share the lock directory, and
+//! telling its holder's state directory would mean answering on it (the
+//! socket earlier releases used could be flooded).
+//!
+//! `/proc` still helps where it can: a generator that finds itself alone
+//! on the lock file reads all of `/proc/locks` (a line at a time, however
+//! many locks the host holds) for processes holding a removed file of
+//! this name, which names the holder's pid and state directory in the
+//! error (a holder in another PID namespace is named by no pid) and finds
+//! generators of earlier releases, which leave no marks. Where the lock
+//! directory takes no marks (Linux before 3.15, a platform whose file
+//! offsets have 32 bits, some network file systems), a warning says so and
+//! `/proc` is all there is. Removing the lock directory itself (`rm -r
+//! /run/lock`) removes the marks with it: do not. Two names whose ranges
+//! meet (one chance in 2<sup>50</sup> per pair) only ever refuse each other.
+//!
+//! The scope is the lock directory: processes that see the same
+//! `/run/lock`, in any PID or network namespace, share the lock and the
+//! marks, while containers with a `/run/lock` of their own are separate
+//! hosts to it, so give them distinct shards (or a lease). Outside Linux
+//! only the state directory's lock applies, and a generator holds its
+//! shard alone.
 //!
 //! # ID spaces
 //!
@@ -68,6 +101,13 @@
 //!   user may not open) is
 //!   [`Error::HostLockUnusable`], refused
 //!   at once, never followed or waited on.
+//! - Marks on the lock directory are the same: any user who may read the
+//!   directory can mark a shard's range, and then the shard is refused as
+//!   [`Error::HostLocked`] with no pid (an administrator finds the holder
+//!   by its `OFDLCK` on the directory in the `lock:` lines of
+//!   `/proc/<pid>/fdinfo/*`, as a recent `lslocks` does, and ends it).
+//!   Marks are only read when a generator takes the shard, never
+//!   afterwards.
 //! - Meanwhile another shard, or an ID space of its own for IDs that never
 //!   share a table, goes on. A hostile user can take every name of an ID
 //!   space it knows: that is a denial of service an administrator ends,
@@ -215,18 +255,92 @@ impl HostLock {
     }
 }
 
-/// The pid holding a `flock` on `file`, from `/proc/locks` (Linux only).
+/// The pid holding a `flock` on `file`, from `/proc/locks` (Linux only):
+/// `None` also when `/proc` numbers processes in another PID namespace
+/// than this process's, where its pid would name another process here.
 pub(crate) fn flock_holder(file: &std::fs::File) -> Option<u32> {
     #[cfg(target_os = "linux")]
     {
         let st = rustix::fs::fstat(file).ok()?;
-        linux::flock_holder(&st)
+        linux::flock_holder(&st).filter(|_| procfs::pids_are_ours())
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = file;
         None
     }
+}
+
+/// Who holds the `flock` on a file, as far as `/proc` lets this process
+/// tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlockHolder {
+    /// This process.
+    ThisProcess,
+    /// Another process, by its pid as `/proc` numbers it; `ours` when
+    /// that is this process's PID namespace.
+    Process { pid: u32, ours: bool },
+    /// Nothing `/proc/locks` shows: a process of another PID namespace
+    /// (whose locks it leaves out), or nobody any more.
+    Hidden,
+    /// `/proc/locks` cannot be read (or there is none: outside Linux).
+    Unknown,
+}
+
+/// Who holds the `flock` on `file`: another process rather than this one
+/// when both do.
+pub(crate) fn flock_holder_of(file: &std::fs::File) -> FlockHolder {
+    #[cfg(target_os = "linux")]
+    {
+        let Some(pids) = rustix::fs::fstat(file)
+            .ok()
+            .and_then(|st| procfs::flock_pids(&st))
+        else {
+            return FlockHolder::Unknown;
+        };
+        let me = procfs::self_in_proc();
+        match pids.iter().find(|&&pid| Some(pid) != me) {
+            Some(&pid) => FlockHolder::Process {
+                pid,
+                ours: me == Some(std::process::id()),
+            },
+            None if pids.is_empty() => FlockHolder::Hidden,
+            None => FlockHolder::ThisProcess,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        FlockHolder::Unknown
+    }
+}
+
+/// How the process `/proc` numbers `pid` is (Linux; elsewhere
+/// [`ProcessState::Gone`]).
+pub(crate) fn process_state(pid: u32) -> ProcessState {
+    #[cfg(target_os = "linux")]
+    {
+        procfs::process_state(pid)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        ProcessState::Gone
+    }
+}
+
+#[cfg(target_os = "linux")]
+pub(crate) use procfs::ProcessState;
+
+/// How a process is (see the Linux definition; elsewhere nothing tells).
+#[cfg(not(target_os = "linux"))]
+#[allow(dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProcessState {
+    Live,
+    Stopped,
+    Asleep,
+    Gone,
 }
 
 /// Who holds `shard` of `id_space` on this host. Never blocks and never
@@ -246,6 +360,10 @@ pub fn holder(id_space: &str, shard: u32) -> HostHolder {
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod marks;
+#[cfg(target_os = "linux")]
+mod procfs;
 
 #[cfg(test)]
 mod tests {

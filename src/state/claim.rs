@@ -15,11 +15,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, TryLockError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 
 use super::trust::{check_file, file_id, id_at, open_in};
+use super::wait::{self, Progress, Watch};
 use crate::error::{Error, Result};
 
 /// What the claim file says.
@@ -74,13 +75,16 @@ pub(crate) struct ClaimFile {
     /// so it keeps other processes and generators out, not the other
     /// threads that use the same file.
     threads: Mutex<()>,
-    /// Turns this generator began (a descriptor reopened for each), and
-    /// the file's length as learnt in the turn `length_turn`: a turn that
-    /// checked the file knows its length, and reads and writes it without
-    /// asking the system again. Changed only under `threads`.
+    /// Turns this generator began (a descriptor reopened for each, taken
+    /// or not), and the file's length as learnt in the turn `length_turn`:
+    /// a turn that checked the file knows its length, and reads and writes
+    /// it without asking the system again. Changed only under `threads`.
     turns: AtomicU64,
     length_turn: AtomicU64,
     length: AtomicU64,
+    /// How many turns this generator's threads took: one of them holding
+    /// the lock for long is told from one after the other.
+    taken: AtomicU64,
 }
 
 /// The claim file's lock, held on a descriptor of its own: released
@@ -130,13 +134,17 @@ impl ClaimFile {
             turns: AtomicU64::new(0),
             length_turn: AtomicU64::new(u64::MAX),
             length: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
         })
     }
 
-    /// Takes the claim lock, waiting at most `wait` for the member that
-    /// holds it: past that, [`Error::MemberStalled`] naming it.
+    /// Takes the claim lock, waiting for the member that holds it as long
+    /// as the members make progress or the lock changes hands; without
+    /// either, `wait` for a holder that is stopped or asleep, and
+    /// [`LIVE_WAITS`](wait::LIVE_WAITS) times `wait` for one that is live
+    /// or cannot be seen: past that, [`Error::MemberStalled`] naming it.
     pub(crate) fn turn(&self, wait: Duration) -> Result<Turn<'_>> {
-        let deadline = Instant::now() + wait;
+        let mut watch = Watch::new(self.progress());
         let mut attempt = 0;
         loop {
             let thread = match self.threads.try_lock() {
@@ -145,32 +153,45 @@ impl ClaimFile {
                 Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
                 Err(TryLockError::WouldBlock) => None,
             };
+            // Another thread of this generator is in its turn.
+            let here = thread.is_none();
             if let Some(thread) = thread {
                 let file = self.reopen()?;
                 match fs2::FileExt::try_lock_exclusive(&file) {
                     Ok(()) => {
+                        self.taken.fetch_add(1, Relaxed);
                         return Ok(Turn {
                             file,
                             _thread: thread,
-                        })
+                        });
                     }
                     Err(e) if e.kind() == fs2::lock_contended_error().kind() => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(Error::io("lock", &self.path, e)),
                 }
             }
-            let now = Instant::now();
-            if now >= deadline {
+            let seen = watch.look(self.progress(), wait, || wait::sight(&self.file, here));
+            if let Some((holder, waited)) = seen {
                 return Err(Error::MemberStalled {
                     shard: self.shard,
                     dir: self.dir.clone(),
-                    pid: crate::host_lock::flock_holder(&self.file),
-                    waited: wait,
+                    pid: holder.pid(),
+                    holder,
+                    waited,
                 });
             }
-            std::thread::sleep(pause(attempt).min(deadline - now));
+            std::thread::sleep(pause(attempt));
             attempt += 1;
         }
+    }
+
+    /// What shows the members making progress: the claim file's text, read
+    /// without the lock (a write half seen is a change too), and this
+    /// generator's turns.
+    fn progress(&self) -> Progress {
+        let mut text = [0u8; 256];
+        let len = self.file.read_at(&mut text, 0).unwrap_or(0);
+        Progress::new(text, len, self.taken.load(Relaxed))
     }
 
     /// A descriptor of its own on the claim file, for one turn:

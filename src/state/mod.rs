@@ -121,12 +121,18 @@
 //!   given, so the next run continues right after it; a process that
 //!   closes while others run gives back what is left of its block, when
 //!   nobody drew after it, and leaves the state file to them.
-//! - **A member that does not let go.** A process stopped (`SIGSTOP`, a
-//!   debugger) or stuck on a dead disk while it holds the short lock makes
-//!   the others wait at most [`Builder::member_wait`](crate::Builder::member_wait)
-//!   (five seconds by default), then fail with
-//!   [`Error::MemberStalled`](crate::Error::MemberStalled) naming its pid;
-//!   nothing is issued meanwhile, and a later call tries again.
+//! - **A member that does not let go.** The others wait for the holder of
+//!   the short lock as long as something moves (the claim file changes, or
+//!   the lock changes hands): on busy cores a member may queue behind the
+//!   others for a while, never to fail for it. A process stopped
+//!   (`SIGSTOP`, a debugger) or asleep while it holds the lock makes them
+//!   wait [`Builder::member_wait`](crate::Builder::member_wait) (five
+//!   seconds by default), one live but stuck (on a dead disk) twelve times
+//!   that, then fail with
+//!   [`Error::MemberStalled`](crate::Error::MemberStalled) naming it: its
+//!   pid, that it is stopped, that it runs in another PID namespace, or
+//!   that it is another generator or thread of the same process. Nothing
+//!   is issued meanwhile, and a later call tries again.
 //! - **One state directory per shard on a host.** Two directories for one
 //!   shard would be two counters issuing the same IDs, so a generator with
 //!   another directory is refused
@@ -374,10 +380,12 @@ mod remedy;
 mod rules;
 mod salvage;
 mod scratch;
+mod stalled;
 mod store;
 #[cfg(test)]
 mod tests;
 mod trust;
+mod wait;
 
 pub(crate) use claim::{boot_known, Claims};
 pub(crate) use format::check_layout;
@@ -390,5 +398,6 @@ pub use paths::{state_dir, state_path};
 pub use recover::{plan_recovery, recover, OldState, Recovery};
 pub use remedy::Remedy;
 pub(crate) use scratch::scratch_dir;
+pub use stalled::ClaimHolder;
 pub(crate) use store::Store;
 pub use trust::MAX_FILE_SIZE;

@@ -13,6 +13,8 @@ mod damage;
 mod holders;
 mod keeping_time;
 mod kills;
+mod member_waits;
+mod removed_host_lock;
 mod restarts;
 mod sharing;
 
@@ -57,5 +59,14 @@ fn child_issue_at_rate() {
 fn child_issue_through_idutil() {
     if harness::is_child() {
         harness::child::issue_through_idutil_child();
+    }
+}
+
+/// Child entry point: see [`harness::hold_flocks_child`].
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_hold_flocks() {
+    if harness::is_child() {
+        harness::hold_flocks_child();
     }
 }

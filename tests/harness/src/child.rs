@@ -288,6 +288,47 @@ pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
     }
 }
 
+/// Holds `IDUTIL_CHILD_N` shared `flock`s, each on a descriptor of its
+/// own (so each is a line of `/proc/locks`), on files it makes in the
+/// directory `IDUTIL_CHILD_LOCK_DIR`, a hundred locks a file (the kernel
+/// walks a file's locks at each new one); prints the ready mark, and holds
+/// them until stdin is closed: a host whose `/proc/locks` is large. Raises
+/// its limit on open files as far as it may.
+pub fn hold_flocks_child() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let n: usize = child_var("IDUTIL_CHILD_N").parse().expect("n");
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_LOCK_DIR"));
+    let limit = getrlimit(Resource::Nofile);
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    )
+    .expect("raise the limit on open files");
+    let mut held = Vec::with_capacity(n);
+    for i in 0..n {
+        let path = dir.join(format!("lock-{}-{}", std::process::id(), i / 100));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .expect("open a file to lock");
+        file.lock_shared().expect("flock the file");
+        held.push(file);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{READY_MARK}")
+        .and_then(|()| out.flush())
+        .expect("write");
+    drop(out);
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    drop(held);
+}
+
 fn child_builder() -> idutil::Builder {
     let shard: u32 = child_var("IDUTIL_CHILD_SHARD").parse().expect("shard");
     let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));

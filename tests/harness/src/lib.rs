@@ -28,9 +28,9 @@ pub mod space;
 pub mod web;
 
 pub use child::{
-    child_ids, child_var, hold_shard_child, is_child, issue_until_killed_child, read_rest,
-    read_until_issuing, read_until_ready, send, sigkill, spawn_child, wait_within, CHILD_ENV,
-    ID_MARK, READY_MARK,
+    child_ids, child_var, hold_flocks_child, hold_shard_child, is_child, issue_until_killed_child,
+    read_rest, read_until_issuing, read_until_ready, send, sigkill, spawn_child, wait_within,
+    CHILD_ENV, ID_MARK, READY_MARK,
 };
 pub use command::{
     bin, copy_bin_to, idutil, kill_after_lines, next, next_under_faketime, output_within,
