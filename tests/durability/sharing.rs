@@ -180,3 +180,60 @@ fn a_far_clock_at_open_is_held_back_until_its_step_has_held() {
     );
     assert!(after[0] > *during.last().unwrap());
 }
+
+/// An older copy of the claim file put back in place while members run
+/// (a careless `cp` over it: the same file, its old text): the member
+/// that drew long before the copy was taken draws next, and must not hand
+/// out what another member drew after it was taken; nor may that member.
+#[test]
+fn an_older_claim_file_copied_back_in_place_never_hands_out_a_block_twice() {
+    let dir = harness::state_dir();
+    let clock = ManualClock::new(T);
+    let a = open_at(dir.path(), 8, &clock);
+    let b = open_at(dir.path(), 8, &clock);
+    let mut from_a = batch(&a, 1_000);
+    assert_eq!(from_a.len(), 1_000, "the first member's batch");
+    let claim = claim_file(dir.path(), 8);
+    let copy = std::fs::read(&claim).unwrap();
+    let mut from_b = batch(&b, 1_000);
+    assert_eq!(from_b.len(), 1_000, "the second member's batch");
+    // In place: the same inode, its old text.
+    std::fs::write(&claim, &copy).unwrap();
+    from_a.extend(batch(&a, 2_000));
+    assert_disjoint(&from_b, &from_a, "the member that drew before the copy");
+    from_b.extend(batch(&b, 2_000));
+    assert_disjoint(&from_a, &from_b, "the member that drew after the copy");
+    let c = open_at(dir.path(), 8, &clock);
+    let from_c = batch(&c, 2_000);
+    assert_disjoint(&[from_a, from_b].concat(), &from_c, "a member that joins");
+}
+
+/// The claim file and the lock file put back together, both older
+/// copies (a directory restored but for the state file): a member that
+/// drew after the copies were taken knows that much, and must not hand out
+/// what another member drew after it; nor may a member that joins.
+#[test]
+fn an_older_claim_file_and_lock_file_put_back_together_are_caught_by_a_later_drawer() {
+    let dir = harness::state_dir();
+    let clock = ManualClock::new(T);
+    let a = open_at(dir.path(), 9, &clock);
+    let b = open_at(dir.path(), 9, &clock);
+    let mut from_a = batch(&a, 1_000);
+    let claim = claim_file(dir.path(), 9);
+    let lock = dir.path().join("shard-9.lock");
+    let (claim_copy, lock_copy) = (
+        std::fs::read(&claim).unwrap(),
+        std::fs::read(&lock).unwrap(),
+    );
+    let mut from_b = batch(&b, 1_000);
+    assert_eq!(from_b.len(), 1_000, "the second member's batch");
+    // The first member draws after the second, above it.
+    from_a.extend(batch(&a, 1_000));
+    std::fs::write(&claim, &claim_copy).unwrap();
+    std::fs::write(&lock, &lock_copy).unwrap();
+    from_b.extend(batch(&b, 2_000));
+    assert_disjoint(&from_a, &from_b, "the member that drew after the copies");
+    let c = open_at(dir.path(), 9, &clock);
+    let from_c = batch(&c, 2_000);
+    assert_disjoint(&[from_a, from_b].concat(), &from_c, "a member that joins");
+}

@@ -9,6 +9,7 @@ use idutil_harness as harness;
 
 use std::path::Path;
 
+mod copies;
 mod damage;
 mod holders;
 mod keeping_time;

@@ -378,13 +378,18 @@ fn hold<C: idutil::Clock>(b: idutil::Builder<C>, n: u64) {
 /// then issues IDs and prints them in small flushed chunks until killed (or
 /// stdout closes, or a minute passes): one at a time, or, with
 /// `IDUTIL_CHILD_BATCH=k`, in batches of `k` of which it prints the first
-/// and the last (a batch is consecutive), borrowing seconds fast.
+/// and the last (a batch is consecutive), borrowing seconds fast. With
+/// `IDUTIL_CHILD_PAUSE_MS=p` it sleeps `p` milliseconds after each chunk
+/// (64 IDs, or 32 batches), issuing at a pace rather than flat out.
 pub fn issue_until_killed_child() {
     use std::fmt::Write as _;
     use std::io::Write as _;
     let batch: Option<u64> = std::env::var("IDUTIL_CHILD_BATCH")
         .ok()
         .map(|k| k.parse().expect("batch size"));
+    let pause = std::env::var("IDUTIL_CHILD_PAUSE_MS")
+        .ok()
+        .map(|p| Duration::from_millis(p.parse().expect("pause")));
     let g = child_builder().open().expect("the child opens the shard");
     let mut out = std::io::stdout().lock();
     writeln!(out, "{READY_MARK}")
@@ -419,6 +424,9 @@ pub fn issue_until_killed_child() {
             .is_err()
         {
             break;
+        }
+        if let Some(pause) = pause {
+            thread::sleep(pause);
         }
     }
 }
