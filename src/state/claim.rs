@@ -6,7 +6,17 @@
 //! bytes under its own exclusive `flock`. It is not synced: it only has to
 //! be right while the host stays up, and it names the boot it was written
 //! in, so that after a restart of the host nobody trusts it and the first
-//! generator starts after the state file's durable mark instead.
+//! generator starts after the state file's durable mark instead. Its
+//! counter is written to the lock file's note too, so that an older copy
+//! put back is told apart ([`Store::claims`](super::Store::claims)).
+//!
+//! ```text
+//! 4242
+//! boot 60b8a74e-9190-4fbf-b16c-2a0d1e5f3c77
+//! next 53547265818641
+//! reserved 0 1763751239
+//! clock 1763751234 86400123
+//! ```
 
 use std::fs::File;
 use std::io;
@@ -29,7 +39,9 @@ pub(crate) struct Claims {
     /// The first counter value no member was given: blocks are drawn
     /// from here. `None` when the file does not say it for this boot (a
     /// new file, one from before the host restarted, a garbled one): then
-    /// nothing below the state file's mark may be handed out.
+    /// nothing below the state file's mark may be handed out. Read
+    /// through [`Store::claims`](super::Store::claims), `None` too for an
+    /// older copy put back.
     pub(crate) next: Option<u64>,
     /// The durable mark (Unix seconds) of the members' clock id, as the
     /// last member to write the state file left it: `(clock_id, second)`.

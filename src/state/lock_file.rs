@@ -1,6 +1,7 @@
 //! The shard's lock file in the state directory: its `flock`, and the
 //! note it keeps (the holder's pid, whether the shard had a state file,
-//! the highest mark one held).
+//! the highest mark one held, the claim file's counter as its members
+//! last wrote it).
 
 use std::fs::File;
 use std::io;
@@ -29,6 +30,15 @@ pub(super) struct LockNote {
     /// shard has held in this directory (a line `high_water N`): `Err` if
     /// the line is there but garbled.
     pub(super) mark: std::result::Result<Option<u64>, ()>,
+    /// The claim file's `next` as the processes sharing the shard last
+    /// wrote it, written in the same turn (a line `claim N`): a claim file
+    /// that says less is an older copy put back (see
+    /// [*Older copies and deleted files*](super#older-copies-and-deleted-files)).
+    /// `Err` if the line is there but garbled.
+    pub(super) claim: std::result::Result<Option<u64>, ()>,
+    /// How long the note was when read or last written: `None` when not
+    /// known (it was longer than a note can be).
+    pub(super) len: Option<usize>,
 }
 
 impl Default for LockNote {
@@ -38,6 +48,8 @@ impl Default for LockNote {
             pid: None,
             had_state: false,
             mark: Ok(None),
+            claim: Ok(None),
+            len: Some(0),
         }
     }
 }
@@ -46,40 +58,69 @@ impl Default for LockNote {
 /// empty note: an empty note would let a shard whose state file is gone
 /// start again at the clock.
 pub(super) fn read_lock_file(file: &File) -> io::Result<LockNote> {
-    let mut bytes = vec![0; 256];
-    let mut n = 0;
-    while n < bytes.len() {
-        match file.read_at(&mut bytes[n..], n as u64) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let mut bytes = [0; 256];
+    let n = read_start(file, &mut bytes)?;
     let text = String::from_utf8_lossy(&bytes[..n]);
     let mut lines = text.lines().map(str::trim);
     let mut note = LockNote {
         pid: lines.next().and_then(|l| l.parse().ok()),
+        len: (n < bytes.len()).then_some(n),
         ..LockNote::default()
     };
+    let number = |text: &str| match text.trim().parse::<u64>() {
+        Ok(n) if text.trim().bytes().all(|b| b.is_ascii_digit()) => Ok(Some(n)),
+        _ => Err(()),
+    };
+    let mut claim = None;
     for line in lines {
         if line == "state" {
             note.had_state = true;
         } else if let Some(mark) = line.strip_prefix("high_water") {
-            let mark = mark.trim();
-            note.mark = match mark.parse::<u64>() {
-                Ok(m) if mark.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(m)),
-                _ => Err(()),
-            };
+            note.mark = number(mark);
+        } else if let Some(next) = line.strip_prefix("claim") {
+            // The first one: a note written shorter over a longer one by a
+            // process killed before it cut the file leaves the old tail
+            // behind it.
+            claim.get_or_insert(number(next));
         }
     }
+    note.claim = claim.unwrap_or(Ok(None));
     Ok(note)
 }
 
-/// Writes the lock file's note: this process's pid, the `state` line and
-/// the high-water mark. Written in place (the file is never replaced), as
-/// one write of a few dozen bytes.
-pub(super) fn write_lock_file(file: &File, had_state: bool, mark: Option<u64>) -> io::Result<()> {
+/// Reads the start of a small file into `bytes`: how many bytes it read,
+/// all of the file when fewer than `bytes` holds. A short read of a regular
+/// file is its end, so a file that fits takes one system call.
+pub(super) fn read_start(file: &File, bytes: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < bytes.len() {
+        match file.read_at(&mut bytes[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                if n < bytes.len() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Writes the lock file's note: this process's pid, the `state` line, the
+/// high-water mark and the claim file's counter. Written in place (the
+/// file is never replaced), as one write of a few dozen bytes, cut to its
+/// length unless the note was `len` bytes long (as read, with the lock
+/// held, since) and this one is no shorter. Its length.
+pub(super) fn write_lock_file(
+    file: &File,
+    had_state: bool,
+    mark: Option<u64>,
+    claim: Option<u64>,
+    len: Option<usize>,
+) -> io::Result<usize> {
     let mut text = format!("{}\n", std::process::id());
     if had_state {
         text.push_str("state\n");
@@ -87,8 +128,14 @@ pub(super) fn write_lock_file(file: &File, had_state: bool, mark: Option<u64>) -
     if let Some(mark) = mark {
         text.push_str(&format!("high_water {mark}\n"));
     }
+    if let Some(next) = claim {
+        text.push_str(&format!("claim {next}\n"));
+    }
     file.write_all_at(text.as_bytes(), 0)?;
-    file.set_len(text.len() as u64)
+    if len.is_none_or(|len| text.len() < len) {
+        file.set_len(text.len() as u64)?;
+    }
+    Ok(text.len())
 }
 
 /// Takes the exclusive lock without blocking. `inspect` holds a shared lock
@@ -273,5 +320,66 @@ pub(super) fn join_shard(
         let pause = std::time::Duration::from_micros(50u64 << attempt.min(6));
         std::thread::sleep(pause.min(deadline - now));
         attempt += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note_of(text: &str) -> LockNote {
+        let file = tempfile::tempfile().unwrap();
+        file.write_all_at(text.as_bytes(), 0).unwrap();
+        read_lock_file(&file).unwrap()
+    }
+
+    #[test]
+    fn the_note_keeps_the_claim_line_and_refuses_a_garbled_one() {
+        let file = tempfile::tempfile().unwrap();
+        let len = write_lock_file(&file, true, Some(1_763_751_239), Some(123_456), None).unwrap();
+        let note = read_lock_file(&file).unwrap();
+        assert_eq!(note.pid, Some(std::process::id()));
+        assert!(note.had_state);
+        assert_eq!(note.mark, Ok(Some(1_763_751_239)));
+        assert_eq!(note.claim, Ok(Some(123_456)));
+        assert_eq!(note.len, Some(len));
+        // A note written before the line existed says nothing of it.
+        assert_eq!(note_of("42\nstate\nhigh_water 5\n").claim, Ok(None));
+        assert_eq!(note_of("42\nstate\nclaim 12x\n").claim, Err(()));
+        assert_eq!(note_of("42\nclaim\n").claim, Err(()));
+        // The tail an unfinished write leaves behind comes after the line
+        // written last.
+        assert_eq!(note_of("42\nclaim 7\nclaim 700\n").claim, Ok(Some(7)));
+    }
+
+    #[test]
+    fn a_note_is_cut_to_its_length_unless_it_grew() {
+        let file = tempfile::tempfile().unwrap();
+        let long = write_lock_file(&file, true, Some(1_000_000), Some(1_000_000), None).unwrap();
+        // Shorter: cut, whatever the length known.
+        let short = write_lock_file(&file, true, Some(1), Some(1), Some(long)).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), short as u64);
+        assert_eq!(read_lock_file(&file).unwrap().claim, Ok(Some(1)));
+        // As long or longer than the note it replaces: one write.
+        let again = write_lock_file(&file, true, Some(2), Some(2), Some(short)).unwrap();
+        assert_eq!(again, short);
+        assert_eq!(read_lock_file(&file).unwrap().claim, Ok(Some(2)));
+        // A length not known: cut.
+        file.set_len(200).unwrap();
+        write_lock_file(&file, true, Some(3), None, None).unwrap();
+        let note = read_lock_file(&file).unwrap();
+        assert_eq!((note.mark, note.claim), (Ok(Some(3)), Ok(None)));
+        assert_eq!(note.len, Some(file.metadata().unwrap().len() as usize));
+    }
+
+    #[test]
+    fn reading_the_start_of_a_file_stops_at_its_end_or_the_buffer() {
+        let file = tempfile::tempfile().unwrap();
+        file.write_all_at(&[b'x'; 300], 0).unwrap();
+        let mut bytes = [0; 256];
+        assert_eq!(read_start(&file, &mut bytes).unwrap(), 256);
+        assert_eq!(read_lock_file(&file).unwrap().len, None);
+        file.set_len(10).unwrap();
+        assert_eq!(read_start(&file, &mut bytes).unwrap(), 10);
     }
 }

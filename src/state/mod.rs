@@ -27,9 +27,10 @@
 //!   first of the sharing processes while it plans the restart. A
 //!   recovery takes it exclusively, so it never runs beside a live
 //!   generator ([`Error::Locked`](crate::Error::Locked) names the holder's
-//!   pid). Inside, the pid of the last generator that joined, a line
-//!   `state` once the shard has had a state file here, and a line
-//!   `high_water N` (see
+//!   pid). Inside, the pid of the last generator that wrote it, a line
+//!   `state` once the shard has had a state file here, a line
+//!   `high_water N`, and, once processes share the shard, a line `claim N`
+//!   (see
 //!   [*Older copies and deleted files*](#older-copies-and-deleted-files)).
 //! - `shard-N.claim`: the counter the sharing processes draw blocks of IDs
 //!   from, and the short lock they take turns under (see below).
@@ -228,6 +229,24 @@
 //! recovery rewrites it. A read of the lock file that fails (EIO, say) is
 //! an error naming the file, never taken for "no state file was ever
 //! written".
+//!
+//! **An older copy of the claim file is not trusted.** The processes
+//! sharing a shard write the claim file's counter (where the next block
+//! starts) to the lock file too, in the same turn (the line `claim N`),
+//! and each remembers the last value it wrote itself. While they run the
+//! counter only goes up (a process that leaves gives back the rest of its
+//! block only when nobody drew after it), so a claim file whose counter
+//! is below either is an older copy put back in place (a careless `cp`
+//! over it, a file restored into it; one renamed over it is caught as
+//! replaced, see below). Nothing it says is then used, as with a garbled
+//! claim file: the next block starts after the state file's mark, above
+//! every block any process drew, a warning says so, and both files are
+//! written again. The two writes of a turn are ordered so that a process
+//! killed between them leaves the lock file's value at or below the claim
+//! file's, or costs the same skip. An older copy of the claim file and of
+//! the lock file put back together is caught only by a process that drew
+//! after the copy was taken: like a whole directory restored, it can lead
+//! to reissued IDs.
 //!
 //! **Deleted state is not a fresh start.** Once a shard has written a
 //! state file in a directory, its lock file records it (the line

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -48,6 +49,9 @@ pub(crate) struct Store {
     /// A member's: the claim file the processes sharing the shard draw
     /// blocks from and take turns on. `None` for an exclusive holder.
     claim: Option<ClaimFile>,
+    /// The claim file's `next` as this member last wrote it (0: never).
+    /// While it runs, no other member writes less (see [`Store::claims`]).
+    wrote: AtomicU64,
     /// Whether no other generator held the shard in this directory when
     /// this one opened: it plans the restart.
     first: bool,
@@ -111,6 +115,7 @@ impl Store {
             note: Mutex::new(note),
             _host: Some(host),
             claim: Some(claim),
+            wrote: AtomicU64::new(0),
             first,
             wait,
         })
@@ -178,20 +183,90 @@ impl Store {
         }
     }
 
-    /// What the claim file says, read during a turn.
+    /// What the claim file says, read during a turn: nothing
+    /// ([`Claims::default`], as from a garbled file) when it is an older
+    /// copy put back (see
+    /// [*Older copies and deleted files*](super#older-copies-and-deleted-files)).
+    ///
+    /// Its `next` only goes up while members run, but for a member that
+    /// leaves and gives back the end of its block, which lies above every
+    /// other member's blocks. So a claim file is an older copy when its
+    /// `next` is below what the lock file's note says the last member to
+    /// write it wrote (a copy of the claim file alone put back, whoever
+    /// drew last), or below what this member itself wrote last (the claim
+    /// file and the lock file put back together, and this member drew
+    /// after the copy was taken). Nothing it says is then to be trusted:
+    /// the next draw starts after the state file's mark, above every block
+    /// any member drew, and writes both files again.
     pub(crate) fn claims(&self, turn: &Turn<'_>) -> Result<Claims> {
-        match &self.claim {
-            Some(claim) => claim.read(turn),
-            None => Ok(Claims::default()),
-        }
+        let Some(claim) = &self.claim else {
+            return Ok(Claims::default());
+        };
+        let claims = claim.read(turn)?;
+        let Some(next) = claims.next else {
+            return Ok(claims);
+        };
+        let noted = crate::sync::lock(&self.note).claim;
+        let wrote = Some(self.wrote.load(Relaxed)).filter(|&w| w > next);
+        let why = match noted {
+            Ok(noted) => match noted.filter(|&n| n > next).max(wrote) {
+                Some(above) => format!(
+                    "says its next block starts at {next}, below {above} that its members \
+                     wrote last: an older copy was put back"
+                ),
+                None => return Ok(claims),
+            },
+            Err(()) => format!(
+                "cannot be checked: the claim line of the lock file {} is garbled",
+                self.lock_path.display()
+            ),
+        };
+        log::warn!(
+            "the claim file {} of shard {} {why}; the next block starts after the state \
+             file's mark instead",
+            self.dir
+                .join(format!("shard-{}.claim", self.shard))
+                .display(),
+            self.shard
+        );
+        Ok(Claims::default())
     }
 
-    /// Writes the claim file during a turn.
+    /// Writes the claim file during a turn, and its `next` in the lock
+    /// file's note (see [`Store::claims`]). Of the two writes, the one
+    /// that lowers the value goes first, so that a member killed between
+    /// them leaves the note at or below the claim file, which then still
+    /// counts.
     pub(crate) fn set_claims(&self, turn: &Turn<'_>, claims: &Claims) -> Result<()> {
-        match &self.claim {
-            Some(claim) => claim.write(turn, claims),
-            None => Ok(()),
+        let Some(claim) = &self.claim else {
+            return Ok(());
+        };
+        let mut note = crate::sync::lock(&self.note);
+        let lowers = match (note.claim, claims.next) {
+            (Ok(Some(noted)), Some(next)) => next < noted,
+            (Ok(Some(_)), None) => true,
+            _ => false,
+        };
+        if !lowers {
+            claim.write(turn, claims)?;
         }
+        // A garbled mark is left as it is, for `load` to refuse: the note
+        // then keeps its old `claim` line, and a lower claim file counts
+        // as an older copy until the note can be written again.
+        if let Ok(mark) = note.mark {
+            // Read at the start of this turn, or written during it: no
+            // other process wrote it since. Unknown if this write fails.
+            let len = note.len.take();
+            let len = write_lock_file(&self.lock, note.had_state, mark, claims.next, len)
+                .map_err(|e| Error::io("write the lock file", &self.lock_path, e))?;
+            note.claim = Ok(claims.next);
+            note.len = Some(len);
+        }
+        if lowers {
+            claim.write(turn, claims)?;
+        }
+        self.wrote.store(claims.next.unwrap_or(0), Relaxed);
+        Ok(())
     }
 
     /// Creates the directory if needed (mode 0700), checks it, and takes
@@ -222,6 +297,7 @@ impl Store {
             note: Mutex::new(note),
             _host: None,
             claim: None,
+            wrote: AtomicU64::new(0),
             first: true,
             wait: Duration::ZERO,
         })
@@ -231,12 +307,20 @@ impl Store {
     /// An exclusive holder (a leased generator, a recovery) changes the
     /// shard without drawing from the claim file: what it says is no
     /// longer true, so it is emptied, and the next members start after
-    /// the state file.
+    /// the state file. The lock file's note forgets it too.
     fn forget_claims(&self) {
         let name = format!("shard-{}.claim", self.shard);
         let path = self.dir.join(&name);
         if let Ok(Some(file)) = super::trust::open_in(&self.dir_fd, &path, &name, OFlags::RDWR) {
             let _ = file.set_len(0);
+        }
+        let mut note = crate::sync::lock(&self.note);
+        if let (Ok(mark), Ok(Some(_))) = (note.mark, note.claim) {
+            let len = note.len.take();
+            if let Ok(len) = write_lock_file(&self.lock, note.had_state, mark, None, len) {
+                note.claim = Ok(None);
+                note.len = Some(len);
+            }
         }
     }
 
@@ -321,17 +405,20 @@ impl Store {
             return;
         }
         let first = !note.had_state;
-        let written = write_lock_file(&self.lock, true, mark).and_then(|()| {
+        let claim = note.claim.unwrap_or(None);
+        let len = note.len.take();
+        let written = write_lock_file(&self.lock, true, mark, claim, len).and_then(|len| {
             if first {
-                self.lock.sync_all()
-            } else {
-                Ok(())
+                self.lock.sync_all()?;
             }
+            Ok(len)
         });
         match written {
-            Ok(()) => {
+            Ok(len) => {
                 note.had_state = true;
                 note.mark = Ok(mark);
+                note.claim = Ok(claim);
+                note.len = Some(len);
             }
             Err(e) if first || note.mark.is_ok() => {
                 log::warn!(
@@ -453,11 +540,13 @@ impl Drop for Store {
 
 /// Reads the lock file's note and writes this process's pid into it,
 /// keeping the rest. The pid is advice for error messages; the lock is
-/// what protects. A garbled mark is left as it is, for `load` to refuse.
+/// what protects. A garbled mark is left as it is, for `load` to refuse,
+/// and so is a garbled `claim` line, which makes the claim file untrusted.
 fn sign_lock_file(lock: &File, lock_path: &Path) -> Result<LockNote> {
-    let note = read_lock_file(lock).map_err(|e| Error::io("read the lock file", lock_path, e))?;
-    if let Ok(mark) = note.mark {
-        let _ = write_lock_file(lock, note.had_state, mark);
+    let mut note =
+        read_lock_file(lock).map_err(|e| Error::io("read the lock file", lock_path, e))?;
+    if let (Ok(mark), Ok(claim)) = (note.mark, note.claim) {
+        note.len = write_lock_file(lock, note.had_state, mark, claim, note.len).ok();
     }
     Ok(note)
 }
