@@ -328,3 +328,163 @@ fn run_child(
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A child made by a fork that runs no fork handlers (the `clone` system
+/// call made directly, glibc's `_Fork`), of a process sharing its shard
+/// and of one holding it alone: its copy of the parent's generator must
+/// refuse at once, never issue the IDs left in its parent's block nor
+/// wait for ever on the reservation thread that stayed in the parent.
+#[test]
+fn a_child_of_a_raw_fork_refuses_and_never_repeats_its_parents_ids() {
+    let mut problems = Vec::new();
+    for how in ["clone", "_Fork"] {
+        for kind in ["member", "alone"] {
+            let what = format!("{how}, {kind}");
+            let dir = harness::state_dir();
+            let (stdout, stderr) = run_child(
+                "child_raw_fork",
+                &dir,
+                &[
+                    ("IDUTIL_CHILD_HOW", how.to_string()),
+                    ("IDUTIL_CHILD_KIND", kind.to_string()),
+                ],
+                Duration::from_secs(60),
+            );
+            if stdout.contains("@unavailable") {
+                harness::skipped(format_args!(
+                    "SKIPPED: {how} is not available here, so a child it makes is NOT tested"
+                ));
+                continue;
+            }
+            let ids = |mark: &str| -> Vec<u64> {
+                stdout
+                    .lines()
+                    .filter_map(|l| l.strip_prefix(mark))
+                    .map(|id| id.parse().unwrap())
+                    .collect()
+            };
+            let (parent, child) = (ids("@id "), ids("@cid "));
+            assert!(
+                stdout.contains("@parent done") && parent.len() == 2_010,
+                "{what}: the parent went on issuing: {stdout}\n{stderr}"
+            );
+            let verdict = stdout
+                .lines()
+                .find(|l| l.starts_with("@child "))
+                .unwrap_or("(no verdict: the child hung)");
+            let repeated = child.iter().filter(|id| parent.contains(id)).count();
+            if repeated > 0 || !child.is_empty() || !verdict.starts_with("@child refused") {
+                problems.push(format!(
+                    "{what}: the child issued {} IDs, {repeated} of them its parent's; {verdict}",
+                    child.len()
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// Child entry point of
+/// [`a_child_of_a_raw_fork_refuses_and_never_repeats_its_parents_ids`]:
+/// opens shard 15 (shared, or alone: ephemeral), issues, forks without the
+/// fork handlers (`IDUTIL_CHILD_HOW`: `clone` or `_Fork`), and both issue:
+/// the child until refused (`@child refused ...`; its IDs as `@cid N`),
+/// the parent 2,000 more (`@id N`), then reaps the child.
+#[test]
+#[ignore = "child process entry point, run by the tests in this file"]
+fn child_raw_fork() {
+    if !harness::is_child() {
+        return;
+    }
+    let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
+    let g = match child_var("IDUTIL_CHILD_KIND").as_str() {
+        "member" => harness::builder(&dir).shard(15).open(),
+        _ => idutil::Generator::builder_ephemeral().shard(15).open(),
+    }
+    .expect("open shard 15");
+    let mut parent: Vec<u64> = (0..10).map(|_| g.next_id().unwrap().as_u64()).collect();
+    let Some(pid) = raw_fork(&child_var("IDUTIL_CHILD_HOW")) else {
+        println!("@unavailable");
+        return;
+    };
+    if pid == 0 {
+        // SAFETY: `alarm` only arms a timer whose default action ends
+        // this child: a child that hangs ends, and says nothing.
+        unsafe { libc::alarm(20) };
+        let mut text = String::new();
+        let mut issued = 0u64;
+        let verdict = loop {
+            match g.next_id() {
+                Ok(id) => {
+                    // The first hundred thousand are enough to compare; the
+                    // rest only has to run into the reservation.
+                    if issued < 100_000 {
+                        text.push_str(&format!("@cid {id}\n"));
+                        if text.len() > 4_000 {
+                            write_all_raw(&text);
+                            text.clear();
+                        }
+                    }
+                    issued += 1;
+                    if issued == 20_000_000 {
+                        break "@child issued 20000000 IDs\n".to_string();
+                    }
+                }
+                Err(e) => break format!("@child refused: {e}\n"),
+            }
+        };
+        text.push_str(&verdict);
+        write_all_raw(&text);
+        // SAFETY: `_exit` ends the process without the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    parent.extend((0..2_000).map(|_| g.next_id().unwrap().as_u64()));
+    let mut text: String = parent.iter().map(|id| format!("@id {id}\n")).collect();
+    reap_or_kill(pid);
+    text.push_str("@parent done\n");
+    write_all_raw(&text);
+    g.close().unwrap();
+}
+
+/// Forks this process without running the fork handlers: `clone` through
+/// the system call itself, or glibc's `_Fork` (looked up at run time, since
+/// older C libraries lack it). `None` if this cannot be done here.
+fn raw_fork(how: &str) -> Option<libc::pid_t> {
+    let pid = match how {
+        #[cfg(target_os = "linux")]
+        "clone" => {
+            // SAFETY: `clone` with only the exit signal and no new stack
+            // is `fork` without the C library's handlers; the child only
+            // calls the generator, writes and leaves with `_exit`.
+            unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) as libc::pid_t }
+        }
+        "_Fork" => {
+            // SAFETY: looks up a symbol by a NUL-terminated name.
+            let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_Fork".as_ptr()) };
+            if f.is_null() {
+                return None;
+            }
+            // SAFETY: `_Fork` takes nothing and returns a pid, as declared
+            // in glibc's <unistd.h>.
+            let f: extern "C" fn() -> libc::pid_t = unsafe { std::mem::transmute(f) };
+            f()
+        }
+        _ => return None,
+    };
+    assert!(pid >= 0, "{how} failed");
+    Some(pid)
+}
+
+/// Writes `text` to standard output with `write(2)`, nothing buffered
+/// (a child of a raw fork leaves with `_exit`).
+fn write_all_raw(text: &str) {
+    let mut rest = text.as_bytes();
+    while !rest.is_empty() {
+        // SAFETY: writes from a valid buffer of `rest.len()` bytes.
+        let n = unsafe { libc::write(1, rest.as_ptr().cast(), rest.len()) };
+        if n <= 0 {
+            return;
+        }
+        rest = &rest[n as usize..];
+    }
+}
