@@ -259,9 +259,10 @@ impl fmt::Display for Error {
             ),
             Error::Forked { shard } => write!(
                 f,
-                "the generator of shard {shard} was opened by the parent of this process \
-                 (created by fork()), and a child never issues its parent's IDs; open a \
-                 generator on another shard in the child"
+                "the generator of shard {shard} was opened by the parent of this process, \
+                 which was made by a fork that ran no fork handlers (a raw clone or fork \
+                 system call, or _Fork), so its copy here would issue its parent's IDs; \
+                 create the child with fork()"
             ),
             Error::Closed => write!(f, "the generator is closed"),
             Error::AlreadyInitialized => {

@@ -369,12 +369,12 @@ pub enum Error {
         /// when resuming would leave no second of the layout.
         remedy: Option<Remedy>,
     },
-    /// The generator was opened by the parent of this process, which
-    /// `fork()` created. Never returned by a [`Generator`](crate::Generator)
-    /// call: it opens a generator of its own in the child instead (see
-    /// [`Generator`](crate::Generator#fork), *`fork()`*); when that fails,
-    /// the call returns why.
-    #[doc(hidden)]
+    /// The generator was opened by the parent of this process, and this
+    /// process was made by a fork that ran no fork handlers (the `clone`
+    /// or `fork` system call made directly, glibc's `_Fork`): its copy of
+    /// the generator issues nothing (see
+    /// [`Generator`](crate::Generator#fork), *`fork()`*). A child of
+    /// `fork()` never gets it: its calls go to a generator of its own.
     #[non_exhaustive]
     Forked {
         /// The parent's shard.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Generator;
 use crate::clock::Clock;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The generator a child of `fork()` opened in place of its parent's copy,
 /// once per process: tagged with the fork count it was opened at, so that
@@ -31,6 +31,12 @@ impl<C: Clock> Generator<C> {
     /// same settings, opening it on first use.
     #[cold]
     pub(super) fn in_child(&self) -> Result<Arc<Generator<C>>> {
+        if crate::fork::raw() {
+            // Made without the fork hook: see `Generator`, *`fork()`*.
+            return Err(Error::Forked {
+                shard: self.inner.shard(),
+            });
+        }
         let forks = crate::fork::current();
         if let Some(child) = self.opened_in_child() {
             return Ok(child);

@@ -220,7 +220,7 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// It joins the shard like any other process (see above), draws blocks of
 /// its own, and every later call of the child goes to it; a pre-forking
 /// server that opens its generator before it forks just works. The hot
-/// path pays one load of a static and a compare per call, no system call.
+/// path pays two loads and a compare per call, no system call.
 /// Closing or dropping the copy in the child closes the child's own
 /// generator and stops the copy (nothing of the parent's is written, the
 /// parent's thread is not waited for), and the cached wall clock starts
@@ -232,6 +232,24 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// before forking, not after. The hook is, with the exit hook of
 /// [`IdUtil`](crate::IdUtil) and the per-host lock's marks, the crate's
 /// only `unsafe` code.
+///
+/// **A fork that runs no fork handlers is not supported**: the `clone` or
+/// `fork` system call made directly (`libc::syscall(SYS_clone, SIGCHLD,
+/// ...)`), or glibc's `_Fork()`. Such a child may only make
+/// async-signal-safe calls until it `exec`s, and nothing tells it to
+/// open a generator of its own. Its copy of a generator still never
+/// hands out its parent's IDs, and never waits for the reservation
+/// thread that stayed in the parent: on Linux 4.14 and later the fork
+/// count sits in a page the kernel hands every child emptied
+/// (`MADV_WIPEONFORK`), so every call of the copy returns
+/// [`Error::Forked`] at once, the first included, and none opens a
+/// generator in its place. Elsewhere the copy notices only at its next
+/// slow step (a new block, its reservation's limit; one `getpid` there,
+/// never per ID), and until then issues what its parent's copy could
+/// still issue without one: the rest of its block for a process sharing
+/// its shard, up to its next reservation request (about half a window of
+/// seconds ahead) for one that holds its shard alone. Those IDs its
+/// parent may issue too.
 pub struct Generator<C: Clock = SystemClock> {
     inner: Arc<Inner<C>>,
     extender: Mutex<Option<JoinHandle<Result<()>>>>,

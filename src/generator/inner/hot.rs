@@ -77,6 +77,10 @@ impl<C: Clock> Inner<C> {
     /// ask for more reservation when it is due.
     #[cold]
     fn tick(&self) {
+        if self.forked() {
+            // The next step of the slow path says so; nothing to lock here.
+            return;
+        }
         let mut cold = self.lock();
         // Read the clock under the lock: a reading taken before another
         // thread acted on a newer one would otherwise look like a rollback.
@@ -137,6 +141,12 @@ impl<C: Clock> Inner<C> {
     /// or say why not. `Ok` means "try again".
     #[cold]
     fn slow(&self, last: u64, n: u64, wait: bool) -> Result<()> {
+        if self.forked() {
+            // A child made without the fork hook, where the hot path
+            // cannot tell: the locks below may have been held by a thread
+            // of its parent, and the reservation thread stayed there.
+            return Err(self.forked_error());
+        }
         let layout = self.hot.layout;
         let mut second = layout.counter_second(last);
         let mut cold = self.lock();

@@ -402,9 +402,11 @@ impl<C: Clock> Inner<C> {
     }
 
     /// Whether this process is a child, created by `fork()`, of the one
-    /// that opened the generator.
+    /// that opened the generator: a child made without the fork hook too
+    /// (see [`fork::checked`](crate::fork::checked)), so not for the hot
+    /// path.
     #[inline]
     pub(in crate::generator) fn forked(&self) -> bool {
-        crate::fork::current() != self.hot.forks
+        crate::fork::checked() != self.hot.forks
     }
 }
