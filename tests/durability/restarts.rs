@@ -107,12 +107,26 @@ fn crashed_child(dir: &Path, shard: u32, n: u64, time: u64) -> Vec<u64> {
     ids
 }
 
+/// After a crash, and a restart of the host (the claim file names
+/// another boot), the next generator starts after the reserved
+/// high-water second: nothing says how far the killed one drew.
 #[test]
 fn crash_resumes_after_the_reserved_high_water() {
     let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     let printed = crashed_child(dir.path(), 6, 500, T);
     ledger.record(&printed);
+    let claim = dir.path().join("shard-6.claim");
+    let text = std::fs::read_to_string(&claim).unwrap();
+    let rebooted: String = text
+        .lines()
+        .map(|line| match line.strip_prefix("boot ") {
+            Some(_) => "boot 00000000-0000-0000-0000-000000000000\n".to_string(),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    assert_ne!(text, rebooted, "the claim file names its boot");
+    std::fs::write(&claim, rebooted).unwrap();
     let s = on_disk(dir.path(), 6);
     assert_eq!(
         s.last, None,
@@ -131,6 +145,37 @@ fn crash_resumes_after_the_reserved_high_water() {
     assert_eq!(g.clock_id(), 0, "no rollback, no bump");
     let ids = issue(&g, 100);
     assert_eq!(Id::from_u64(ids[0]).unwrap().unix_seconds(), high_water + 1);
+    ledger.record_after_all(&ids);
+    ledger.assert_unique();
+}
+
+/// After a crash in the same boot, the next generator continues where
+/// the killed one's blocks ended, as the claim file says, not after the
+/// reserved high-water second a window ahead: nothing it drew comes
+/// again, and the IDs stay with the clock.
+#[test]
+fn crash_in_the_same_boot_resumes_where_the_blocks_ended() {
+    let dir = harness::state_dir();
+    let mut ledger = Ledger::new();
+    let printed = crashed_child(dir.path(), 7, 500, T);
+    ledger.record(&printed);
+    let s = on_disk(dir.path(), 7);
+    assert_eq!(s.last, None);
+    assert!(mark(&s, 0) >= T + DEFAULT_WINDOW.as_secs());
+    let claim = std::fs::read_to_string(dir.path().join("shard-7.claim")).unwrap();
+    let next: u64 = claim
+        .lines()
+        .find_map(|line| line.strip_prefix("next "))
+        .and_then(|n| n.parse().ok())
+        .expect("the claim file says where the blocks end");
+
+    let clock = ManualClock::new(T);
+    let g = open_at(dir.path(), 7, &clock);
+    let ids = issue(&g, 100);
+    let first = Id::from_u64(ids[0]).unwrap();
+    assert_eq!(first.unix_seconds(), T, "at the clock, not after the mark");
+    let parts = first.parts();
+    assert_eq!((parts.seconds << 16) | u64::from(parts.sequence), next);
     ledger.record_after_all(&ids);
     ledger.assert_unique();
 }

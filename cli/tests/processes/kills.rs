@@ -7,7 +7,8 @@ use std::thread;
 use std::time::Duration;
 
 use idutil::state;
-use idutil_harness::{on_disk, unix_second, Ledger, Rng};
+use idutil_harness::child::ChildProc;
+use idutil_harness::{on_disk, unix_second, wall_now, Ledger, Rng};
 
 use crate::child_env;
 
@@ -29,6 +30,36 @@ fn check_after_kill(dir: &Path, shard: u32, ledger: &Ledger, round: usize) -> Op
     Some(mark)
 }
 
+/// Where the processes of `shard` drew up to, as its claim file says
+/// (`None` without one that says it): after a crash, the next run starts
+/// there when it can trust the claim file, else after the state file's
+/// mark.
+fn claimed(dir: &Path, shard: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join(format!("shard-{shard}.claim"))).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("next "))
+        .and_then(|next| next.parse().ok())
+}
+
+/// The counter value of an ID (the default layout): its second and
+/// sequence number.
+fn counter(id: u64) -> u64 {
+    let parts = harness::parts(id);
+    (parts.seconds << 16) | u64::from(parts.sequence)
+}
+
+/// After a crash the next run starts after everything the killed process
+/// may have issued, printed or not: after the state file's `mark`, or,
+/// in the same boot, where the blocks it drew ended (`claimed`).
+fn assert_resumes_after_the_crash(first: u64, mark: u64, claimed: Option<u64>, what: &str) {
+    assert!(
+        unix_second(first) > mark || claimed.is_some_and(|next| counter(first) >= next),
+        "{what}: after a crash the first ID ({first}, second {}) must be past the reserved \
+         high-water {mark} or the claim file's counter {claimed:?}",
+        unix_second(first)
+    );
+}
+
 #[test]
 fn sigkill_at_random_moments_never_repeats() {
     let dir = harness::state_dir();
@@ -36,6 +67,7 @@ fn sigkill_at_random_moments_never_repeats() {
     let mut rng = Rng::from_env_or_time("sigkill_at_random_moments_never_repeats");
     let mut ledger = Ledger::new();
     let mut crash_mark: Option<u64> = None;
+    let mut claim = None;
     let mut rounds_with_output = 0;
     for round in 0..20 {
         let mut env = child_env(shard, dir.path());
@@ -63,20 +95,17 @@ fn sigkill_at_random_moments_never_repeats() {
         harness::sigkill(&mut child);
         ids.extend(harness::child_ids(&reader.join().unwrap()).0);
         if let (Some(mark), Some(&first)) = (crash_mark, ids.first()) {
-            assert!(
-                unix_second(first) > mark,
-                "round {round}: after a crash the first ID ({first}, second {}) must be \
-                 past the reserved high-water {mark}",
-                unix_second(first)
-            );
+            assert_resumes_after_the_crash(first, mark, claim, &format!("round {round}"));
         }
         ledger.record_after_all(&ids);
         rounds_with_output += usize::from(!ids.is_empty());
         crash_mark = check_after_kill(dir.path(), shard, &ledger, round).or(crash_mark);
+        claim = claimed(dir.path(), shard);
     }
     // The command on the same shard takes over.
     let ids = harness::next(shard, dir.path(), 100);
-    assert!(unix_second(ids[0]) > crash_mark.expect("some round wrote state"));
+    let mark = crash_mark.expect("some round wrote state");
+    assert_resumes_after_the_crash(ids[0], mark, claim, "the command");
     ledger.record_after_all(&ids);
     assert!(
         rounds_with_output >= 5,
@@ -94,25 +123,30 @@ fn sigkill_mid_output_of_a_huge_batch_never_repeats() {
     let mut rng = Rng::from_env_or_time("sigkill_mid_output_of_a_huge_batch_never_repeats");
     let mut ledger = Ledger::new();
     let mut crash_mark = None;
+    let mut claim = None;
     for round in 0..3 {
         let mut child = harness::spawn_next(shard, dir.path(), n);
         let ids = harness::kill_after_lines(&mut child, rng.range(1, 50_000));
         assert!(!ids.is_empty());
         if let Some(mark) = crash_mark {
-            assert!(unix_second(ids[0]) > mark, "round {round}");
+            assert_resumes_after_the_crash(ids[0], mark, claim, &format!("round {round}"));
         }
         ledger.record_after_all(&ids);
         let mark = check_after_kill(dir.path(), shard, &ledger, round).unwrap();
         crash_mark = Some(mark);
+        claim = claimed(dir.path(), shard);
     }
     let ids = harness::next(shard, dir.path(), 100);
-    assert!(unix_second(ids[0]) > crash_mark.unwrap());
+    assert_resumes_after_the_crash(ids[0], crash_mark.unwrap(), claim, "the command");
     ledger.record_after_all(&ids);
     ledger.assert_unique();
 }
 
+/// A command that is to borrow three million IDs ahead is killed after
+/// its first line: the next run must not reuse anything it may have
+/// issued, printed or not (the rest of its batch, of its block).
 #[test]
-fn a_crash_right_after_a_large_borrow_resumes_after_the_reservation() {
+fn a_crash_right_after_a_large_borrow_resumes_after_everything_it_drew() {
     let dir = harness::state_dir();
     let mut ledger = Ledger::new();
     let mut child = harness::spawn_next(5, dir.path(), 3_000_000);
@@ -122,11 +156,84 @@ fn a_crash_right_after_a_large_borrow_resumes_after_the_reservation() {
     assert_eq!(s.last, None);
     let mark = s.high_water[&0];
     assert!(mark >= unix_second(*printed.last().unwrap()));
+    let claim = claimed(dir.path(), 5);
+    assert!(
+        claim.is_some_and(|next| next > counter(printed[0])),
+        "the claim file says where its blocks end: {claim:?}"
+    );
 
     let again = harness::next(5, dir.path(), 10);
-    assert!(
-        unix_second(again[0]) > mark,
-        "must not reuse the reservation"
-    );
+    assert_resumes_after_the_crash(again[0], mark, claim, "the next run");
     ledger.record_after_all(&again);
+}
+
+/// Rounds of processes sharing a shard, every one of them killed with
+/// SIGKILL at a random moment of its issuing and the next ones started at
+/// once, in the same boot: the first to open again continues where the
+/// killed ones' blocks ended (the claim file's counter), not after the
+/// state file's mark, a window ahead. So the newest ID stays within 2 s of
+/// the wall clock after every round, where it used to move a window
+/// further ahead each round; no ID repeats. The test holds the claim
+/// file's lock while it kills, as a member in its turn does, so the kills
+/// land between turns: a member killed inside one (while it writes the
+/// state file, a few milliseconds) leaves the claim file behind the state
+/// file, and the next start is after the mark, as after any crash.
+#[test]
+fn members_all_killed_and_started_again_in_the_same_boot_stay_near_the_clock() {
+    let dir = harness::state_dir();
+    let shard = 6;
+    let mut rng = Rng::from_env_or_time("members_all_killed_and_started_again");
+    let mut ledger = Ledger::new();
+    let env = [
+        child_env(shard, dir.path()),
+        vec![
+            ("IDUTIL_CHILD_RATE", "1000".to_string()),
+            ("IDUTIL_CHILD_FOR_MS", "60000".to_string()),
+        ],
+    ]
+    .concat();
+    for round in 0..12 {
+        let mut members: Vec<(ChildProc, String)> = (0..3)
+            .map(|_| {
+                let mut member = ChildProc::spawn("child_issue_at_rate", &env);
+                let first = member.next().expect("the member issues");
+                (member, first)
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(rng.range(100, 1500)));
+        let claim = hold_claim(dir.path(), shard);
+        for (member, _) in &mut members {
+            thread::sleep(Duration::from_millis(rng.range(0, 20)));
+            harness::sigkill(&mut member.child);
+        }
+        drop(claim);
+        for (mut member, first) in members {
+            let ids: Vec<u64> = std::iter::once(first)
+                .chain(member.by_ref())
+                .filter_map(|line| line.strip_prefix("id ").map(|id| id.parse().unwrap()))
+                .collect();
+            ledger.record(&ids);
+        }
+        let newest = ledger.max().unwrap();
+        let ahead = unix_second(newest).saturating_sub(wall_now());
+        assert!(
+            ahead <= 2,
+            "round {round}: the newest ID, {newest}, is {ahead} s ahead of the wall clock"
+        );
+    }
+    ledger.assert_unique();
+    ledger.record_after_all(&harness::next(shard, dir.path(), 100));
+}
+
+/// Holds `shard`'s claim file locked, as a member in its turn does, until
+/// dropped.
+fn hold_claim(dir: &Path, shard: u32) -> std::fs::File {
+    let claim = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join(format!("shard-{shard}.claim")))
+        .expect("open the claim file");
+    rustix::fs::flock(&claim, rustix::fs::FlockOperation::LockExclusive)
+        .expect("lock the claim file");
+    claim
 }
