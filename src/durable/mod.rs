@@ -99,6 +99,12 @@ impl Durable {
         shared::begin(&self.store, file, start, now)
     }
 
+    /// Where the first process to open a shared shard again may start, by
+    /// the claim file, when it can be trusted ([`shared::frontier`]).
+    pub(crate) fn frontier(&self, layout: &Layout, prev: &StateFile) -> Result<Option<u64>> {
+        shared::frontier(&self.store, layout, prev)
+    }
+
     /// How `reading`, this process's clock, stands against the time the
     /// processes sharing the shard keep ([`shared::judge_clock`]).
     pub(crate) fn judge_clock(

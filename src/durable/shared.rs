@@ -200,6 +200,42 @@ pub(crate) fn begin(store: &Store, file: &StateFile, start: u64, now: u64) -> Re
     store.share()
 }
 
+/// Where the first process to open the shard again in this boot, every
+/// member before it gone (killed, say), may start: the claim file's
+/// counter, the exact frontier of every block any member drew, when it
+/// can be trusted; `None` otherwise, and the restart starts after the
+/// state file's mark, as after any crash.
+///
+/// Trusted only when the claim file was written in this boot and read
+/// whole, is no older copy put back (see
+/// [`Store::claims`](crate::state::Store::claims)), and the lock file's note
+/// holds the same counter (a member killed between the two writes of a
+/// turn leaves them apart); when the mark it records for the members is
+/// `prev`'s own, clock id and second (a generator that held the shard
+/// alone, a recovery or an older idutil wrote the state file without
+/// drawing from the claim file, so the mark differs, as it does after a
+/// member killed between writing the state file and the claim file);
+/// when `prev` holds no exact last ID, no seconds issued far ahead and the
+/// same layout; and when the counter lies within the mark.
+pub(crate) fn frontier(store: &Store, layout: &Layout, prev: &StateFile) -> Result<Option<u64>> {
+    let Some(turn) = store.turn()? else {
+        return Ok(None);
+    };
+    let claims = store.claims(&turn)?;
+    let noted = store.noted_claim();
+    drop(turn);
+    let (Some(next), Some(mark)) = (claims.next, mark(prev)) else {
+        return Ok(None);
+    };
+    let trusted = noted == Some(next)
+        && claims.reserved == Some((prev.clock_id, mark))
+        && prev.last.is_none()
+        && prev.skip.is_none()
+        && prev.layout == *layout
+        && next <= layout.counter_at(mark.saturating_add(1));
+    Ok(trusted.then_some(next))
+}
+
 /// Writes `ours` over what the other members wrote since (marks and clock
 /// readings only ever go up), during a turn, and tells the others the new
 /// mark: the state as written.

@@ -189,6 +189,16 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// crashes cannot compound: N crashes in a row cost at most N such skips.
 /// The reservation a lease keeps in its store is the same one.
 ///
+/// Processes sharing a shard (see above) skip less. One killed while
+/// others run loses only its unused block. When they are all gone and the
+/// next one opens in the same boot, it starts where their blocks ended,
+/// as the shard's claim file records it, or at the clock if later, with
+/// no skip at all, as long as the claim file can be trusted (written in
+/// this boot, no older copy, its mark the state file's own: the rule is
+/// the [`state`](crate::state) module's, *Processes sharing a shard*);
+/// otherwise, after a restart of the host say, it starts after the
+/// reservation as above.
+///
 /// # A clock outside the layout's range, or far ahead
 ///
 /// A wall clock that reads before the layout's epoch or after its last

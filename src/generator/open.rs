@@ -168,12 +168,24 @@ fn plan_restart<C: Clock>(
             durable.dir().display()
         );
     }
+    // The first of the processes sharing the shard, the ones before it all
+    // gone within this boot: the claim file may say exactly how far they
+    // drew (see `Generator`, *What a crash costs*).
+    let frontier = match &prev {
+        Some(prev) if durable.is_shared() => durable.frontier(&layout, prev)?,
+        _ => None,
+    };
     let Plan {
         mut file,
         mut start,
         rollback,
     } = plan(prev, &layout, shard, now_unix)
         .map_err(|reason| Error::bad_state(durable.path(), shard, reason, Remedy::Recover))?;
+    if let (Some(next), None) = (frontier, rollback) {
+        // Never later than the plan's start, after the mark (which the
+        // frontier is within) or at the clock.
+        start = next.max(layout.counter_at(now_unix)).min(start);
+    }
     if let Some(back) = rollback {
         log::warn!(
             "the wall clock is {back} s behind the last run of shard {shard} \

@@ -40,7 +40,10 @@
 //!   second is issued until the file says so. A clean close writes the
 //!   exact last second and sequence, so a restart within the same second
 //!   continues right after it; after a crash the next generator starts
-//!   after the high-water second instead: a little ahead, never behind.
+//!   after the high-water second instead: a little ahead, never behind
+//!   (or, sharing the shard, where the claim file says the processes
+//!   before it drew, within the same boot: see *What a crash costs*
+//!   below).
 //!
 //! # Processes sharing a shard
 //!
@@ -116,12 +119,27 @@
 //!   are.
 //! - **What a crash costs.** A process killed at any moment loses at most
 //!   its unused block (at most a quarter of what it issued, or 64 IDs);
-//!   the others go on. When every process of the shard
-//!   is gone, the next one starts after the state file's mark as after any
-//!   crash. The last to close cleanly records the last ID any of them was
-//!   given, so the next run continues right after it; a process that
-//!   closes while others run gives back what is left of its block, when
-//!   nobody drew after it, and leaves the state file to them.
+//!   the others go on. When every process of the shard is gone (all
+//!   killed, say) and the next one opens in the same boot, it starts where
+//!   their blocks ended, at the claim file's counter (or at the clock, if
+//!   later), when that counter can be trusted: the claim file was written
+//!   in this boot and reads whole, is no older copy put back (see
+//!   [*Older copies and deleted files*](#older-copies-and-deleted-files)),
+//!   the lock file's note holds the same counter, the mark it records for
+//!   the members is the state file's own (clock id and second: a generator
+//!   that held the shard alone, a recovery or an older idutil wrote the
+//!   state file without drawing from the claim file, and changed it), the
+//!   state file holds no exact last ID, no seconds issued far ahead and
+//!   the same layout, the counter lies within the mark, and the clock did
+//!   not go back. Otherwise (after a restart of the host, or a process
+//!   killed inside its turn, between the writes of the state file and the
+//!   claim file) it starts after the state file's mark, as after any
+//!   crash: a window ahead. So killing every process of a shard and
+//!   starting them again costs no window each time, however often. The
+//!   last to close cleanly records the last ID any of them was given, so
+//!   the next run continues right after it; a process that closes while
+//!   others run gives back what is left of its block, when nobody drew
+//!   after it, and leaves the state file to them.
 //! - **A member that does not let go.** The others wait for the holder of
 //!   the short lock as long as something moves (the claim file changes, or
 //!   the lock changes hands): on busy cores a member may queue behind the

@@ -232,6 +232,12 @@ impl Store {
         Ok(Claims::default())
     }
 
+    /// The claim file's `next` as the lock file's note says, read at the
+    /// start of the turn this member is in (or last was in).
+    pub(crate) fn noted_claim(&self) -> Option<u64> {
+        crate::sync::lock(&self.note).claim.ok().flatten()
+    }
+
     /// Writes the claim file during a turn, and its `next` in the lock
     /// file's note (see [`Store::claims`]). Of the two writes, the one
     /// that lowers the value goes first, so that a member killed between
