@@ -67,7 +67,9 @@ pub(crate) fn install() -> u64 {
         if rc != 0 {
             log::warn!(
                 "cannot install the fork hook (error {rc}): a child created by fork() \
-                 would issue its parent's IDs; do not fork while a generator is open"
+                 cannot open a generator of its own, its calls fail, and where the kernel \
+                 cannot empty a page in children it may first issue its parent's IDs; do \
+                 not fork while a generator is open"
             );
         }
         PID.store(std::process::id(), Relaxed);
