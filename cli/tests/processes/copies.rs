@@ -6,7 +6,7 @@
 use idutil_harness as harness;
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
@@ -30,7 +30,12 @@ impl Member {
         if pause_ms > 0 {
             env.push(("IDUTIL_CHILD_PAUSE_MS", pause_ms.to_string()));
         }
-        let mut child = harness::spawn_child("child_issue_until_killed", &env);
+        // Quiet: the members that find their claim file replaced stop
+        // with a panic, and say so on stderr.
+        let mut child = harness::child::child_command("child_issue_until_killed", &env)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let (ids, rest) = harness::read_until_issuing(child.stdout.take().unwrap());
         let rest = thread::spawn(move || harness::read_rest(rest));
         Member { child, ids, rest }
