@@ -55,10 +55,10 @@ pub(crate) fn draw(store: &Store, layout: &Layout, ask: Ask) -> Result<Block> {
         _ => ask.reserved,
     };
     if claims.next.is_none() {
-        // Nothing this boot vouches for (a new claim file, or one left
-        // garbled by a member killed while writing it): other members may
-        // have drawn blocks up to their own reservations, beyond this
-        // one's. The state file's mark bounds them all.
+        // Nothing this boot vouches for (a new claim file, one garbled,
+        // an older copy put back): other members may have drawn blocks up
+        // to their own reservations, beyond this one's. The state file's
+        // mark bounds them all.
         reserved = reserved.max(disk_mark(store, ask.clock_id)?);
     }
     let reserved = reserved.min(layout.last_unix_second());
