@@ -330,7 +330,7 @@ impl ClaimFile {
 /// This process's pid, asked of the system once per process: `getpid` is
 /// a system call, and a draw writes the pid each time. A child of `fork()`
 /// asks again.
-fn pid() -> u32 {
+pub(super) fn pid() -> u32 {
     // `(fork count + 1) << 32 | pid`; 0: not asked yet.
     static PID: AtomicU64 = AtomicU64::new(0);
     let forks = (crate::fork::current() & 0xffff_ffff) + 1;

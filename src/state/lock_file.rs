@@ -91,7 +91,7 @@ pub(super) fn read_lock_file(file: &File) -> io::Result<LockNote> {
 /// Reads the start of a small file into `bytes`: how many bytes it read,
 /// all of the file when fewer than `bytes` holds. A short read of a regular
 /// file is its end, so a file that fits takes one system call.
-pub(super) fn read_start(file: &File, bytes: &mut [u8]) -> io::Result<usize> {
+fn read_start(file: &File, bytes: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < bytes.len() {
         match file.read_at(&mut bytes[n..], n as u64) {
@@ -121,7 +121,10 @@ pub(super) fn write_lock_file(
     claim: Option<u64>,
     len: Option<usize>,
 ) -> io::Result<usize> {
-    let mut text = format!("{}\n", std::process::id());
+    // The pid padded to the widest one, as in the claim file: members
+    // whose pids differ in width write notes of one length, and a note
+    // seldom has to be cut.
+    let mut text = format!("{:<10}\n", super::claim::pid());
     if had_state {
         text.push_str("state\n");
     }
