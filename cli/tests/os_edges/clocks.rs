@@ -51,7 +51,8 @@ fn a_clock_past_the_range_creates_nothing_on_disk() {
 }
 
 /// The clock reads 2100 when the command opens the shard (a run has no
-/// earlier reading of its own to compare with) and comes back: the shard
+/// earlier reading of its own to compare with, and nothing ran on the
+/// shard before it in this boot) and comes back: the shard
 /// stays in 2100 until `state recover --unused-from --unused-to` brings it
 /// back, after which it issues at the real time again and nothing is
 /// issued twice.
@@ -61,9 +62,10 @@ fn a_shard_pushed_to_2100_when_it_opened_comes_back_with_recover() {
         return;
     };
     const Y2100: u64 = 4_102_444_800;
+    // The first run in this directory: nothing recorded in this boot to
+    // judge its clock by (see the test below), so it follows it.
     let dir = harness::state_dir();
     let mut ledger = Ledger::new();
-    ledger.record(&harness::next(8, dir.path(), 1000));
     let r = harness::next_under_faketime(&faketime, "@2100-01-01 00:00:00", 8, dir.path())
         .expect_code(0, "next while the clock reads 2100");
     ledger.record_after_all(&harness::parse_ids(&r.stdout));
@@ -92,4 +94,33 @@ fn a_shard_pushed_to_2100_when_it_opened_comes_back_with_recover() {
     );
     ledger.record(&back);
     ledger.assert_unique();
+}
+
+/// The clock reads 2100 when a command opens a shard that processes used
+/// earlier in this boot: it is far ahead of the time they recorded, so the
+/// command issues at their time, says why, and the shard stays where it
+/// was.
+#[test]
+fn a_command_under_a_clock_in_2100_after_others_in_this_boot_stays_at_their_time() {
+    let Some(faketime) = harness::faketime() else {
+        return;
+    };
+    let dir = harness::state_dir();
+    let mut ledger = Ledger::new();
+    ledger.record(&harness::next(8, dir.path(), 1000));
+    let r = harness::next_under_faketime(&faketime, "@2100-01-01 00:00:00", 8, dir.path())
+        .expect_code(0, "next while the clock reads 2100");
+    assert!(
+        r.stderr.contains("ahead of the time the processes sharing shard 8 keep"),
+        "{}",
+        r.stderr
+    );
+    let held = harness::parse_ids(&r.stdout);
+    ledger.record_after_all(&held);
+    let after = harness::next(8, dir.path(), 10);
+    ledger.record_after_all(&after);
+    let now = harness::wall_now();
+    for id in held.iter().chain(&after) {
+        assert!(harness::unix_second(*id) < now + 120, "{id} is not at the real time");
+    }
 }
