@@ -3,7 +3,8 @@
 //! (`MADV_WIPEONFORK`), hook or no hook, so that a generator opened before
 //! the fork finds out with two loads, not a system call per ID.
 //!
-//! The only `unsafe` code of the crate lives here.
+//! One of the three modules where the crate allows `unsafe` (the crate
+//! root lists them).
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed};

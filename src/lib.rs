@@ -153,8 +153,10 @@
 //! Every feature builds alone, and a database integration that reads a
 //! value that is not an ID returns an error.
 
-// `unsafe` only in `fork` and `exit` (one hook each) and in
-// `host_lock::marks` (`fcntl` on a byte range), allowed there.
+// `unsafe` is allowed in three modules only, each with a `// SAFETY:`
+// comment at every use: `fork` (the fork hook, the page the kernel
+// empties in a child), `exit` (the exit hook) and `host_lock::marks`
+// (`fcntl` on a byte range, which neither std nor rustix offers).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
