@@ -105,15 +105,22 @@ impl Durable {
         shared::frontier(&self.store, layout, prev)
     }
 
+    /// The lowest counter value the first process to open a shared shard
+    /// may start at, by what the members drew ([`shared::claim_floor`]).
+    pub(crate) fn claim_floor(&self, layout: &Layout, prev: &StateFile) -> Result<Option<u64>> {
+        shared::claim_floor(&self.store, layout, prev)
+    }
+
     /// How `reading`, this process's clock, stands against the time the
     /// processes sharing the shard keep ([`shared::judge_clock`]).
     pub(crate) fn judge_clock(
         &self,
         reading: u64,
+        seen_max: u64,
         max_step: u64,
         confirm: std::time::Duration,
     ) -> Result<ClockVerdict> {
-        shared::judge_clock(&self.store, reading, max_step, confirm)
+        shared::judge_clock(&self.store, reading, seen_max, max_step, confirm)
     }
 
     /// Where to resume: `start` (worked out from this host's state file),

@@ -119,9 +119,15 @@ pub(crate) enum ClockVerdict {
 pub(crate) fn judge_clock(
     store: &Store,
     reading: u64,
+    seen_max: u64,
     max_step: u64,
     confirm: Duration,
 ) -> Result<ClockVerdict> {
+    // Within the step limit of the highest clock reading any run of the
+    // shard recorded: no step to hold back.
+    if reading <= seen_max.saturating_add(max_step) {
+        return Ok(ClockVerdict::Follow);
+    }
     let Some(turn) = store.turn()? else {
         return Ok(ClockVerdict::Follow);
     };
@@ -175,7 +181,13 @@ fn record_time(claims: &mut Claims, now: u64) {
     let Some(boot) = boot_millis() else {
         return;
     };
-    claims.clock = Some((now, boot));
+    // Never back: a process whose clock is behind the others' does not
+    // become the time they are judged by.
+    let kept = claims.clock.and_then(|(second, then)| {
+        let elapsed = boot.checked_sub(then)?;
+        Some(second.saturating_add(elapsed / 1000))
+    });
+    claims.clock = Some((kept.map_or(now, |kept| kept.max(now)), boot));
     if let Some((seen, at)) = claims.step {
         let stepped = seen.saturating_add(boot.saturating_sub(at) / 1000);
         if now.saturating_add(2) >= stepped {
@@ -234,6 +246,34 @@ pub(crate) fn frontier(store: &Store, layout: &Layout, prev: &StateFile) -> Resu
         && prev.layout == *layout
         && next <= layout.counter_at(mark.saturating_add(1));
     Ok(trusted.then_some(next))
+}
+
+/// The lowest counter value a first member may start at in this boot,
+/// whatever the state file says: every value below what the claim file or
+/// the lock file's note says the members drew may have been issued. A
+/// state file put back from an older copy whose mark is still the
+/// current one (a run in between stayed within it) carries an older exact
+/// last ID; this floor keeps the next run after the IDs issued since.
+/// Values past the state file's mark are not a floor (blocks never pass
+/// the mark): a claim that says so is not believed.
+pub(crate) fn claim_floor(store: &Store, layout: &Layout, prev: &StateFile) -> Result<Option<u64>> {
+    let Some(turn) = store.turn()? else {
+        return Ok(None);
+    };
+    let claims = store.claims(&turn)?;
+    let noted = store.noted_claim();
+    drop(turn);
+    let Some(mark) = mark(prev) else {
+        return Ok(None);
+    };
+    let limit = layout.counter_at(mark.saturating_add(1));
+    let ours = |reserved: Option<(u64, u64)>| reserved.is_none_or(|(id, _)| id == prev.clock_id);
+    let from_claim = claims.next.filter(|_| ours(claims.reserved));
+    Ok([from_claim, noted]
+        .into_iter()
+        .flatten()
+        .filter(|&next| next <= limit)
+        .max())
 }
 
 /// Writes `ours` over what the other members wrote since (marks and clock

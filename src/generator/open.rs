@@ -96,7 +96,8 @@ fn start<C: Clock>(
     // A process sharing the shard judges its clock by the members' time:
     // the running members', or the last ones' of this boot.
     let (now, step) = if durable.is_shared() {
-        members_time(&durable, b.max_step, shard, now_unix)?
+        let seen_max = prev.as_ref().map_or(0, |p| p.seen_max);
+        members_time(&durable, b.max_step, shard, now_unix, seen_max)?
     } else {
         (now_unix, None)
     };
@@ -171,9 +172,12 @@ fn plan_restart<C: Clock>(
     // The first of the processes sharing the shard, the ones before it all
     // gone within this boot: the claim file may say exactly how far they
     // drew (see `Generator`, *What a crash costs*).
-    let frontier = match &prev {
-        Some(prev) if durable.is_shared() => durable.frontier(&layout, prev)?,
-        _ => None,
+    let (frontier, floor) = match &prev {
+        Some(prev) if durable.is_shared() => (
+            durable.frontier(&layout, prev)?,
+            durable.claim_floor(&layout, prev)?,
+        ),
+        _ => (None, None),
     };
     let Plan {
         mut file,
@@ -185,6 +189,12 @@ fn plan_restart<C: Clock>(
         // Never later than the plan's start, after the mark (which the
         // frontier is within) or at the clock.
         start = next.max(layout.counter_at(now_unix)).min(start);
+    }
+    if let (Some(floor), None) = (floor, rollback) {
+        // After everything the members drew in this boot, whatever the
+        // state file says (an older copy put back with the same mark
+        // holds an older exact last ID).
+        start = start.max(floor);
     }
     if let Some(back) = rollback {
         log::warn!(
@@ -247,11 +257,12 @@ fn members_time(
     max_step: Option<(u64, Duration)>,
     shard: u32,
     now_unix: u64,
+    seen_max: u64,
 ) -> Result<(u64, Option<(u64, Duration)>)> {
     let Some((max_step, confirm)) = max_step else {
         return Ok((now_unix, None));
     };
-    match durable.judge_clock(now_unix, max_step, confirm)? {
+    match durable.judge_clock(now_unix, seen_max, max_step, confirm)? {
         ClockVerdict::Follow => Ok((now_unix, None)),
         ClockVerdict::Confirmed { ahead } => {
             log::warn!(

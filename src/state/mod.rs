@@ -116,7 +116,15 @@
 //!   five minutes) follow it, as a running generator does: one process's
 //!   far clock never drags the others' IDs ahead with it, and a real step
 //!   of the host's clock is followed however short-lived its processes
-//!   are.
+//!   are. The recorded time never goes back (a process whose clock is
+//!   behind does not become the others' time), and a reading within the
+//!   step limit of the highest second any run of the shard saw is never
+//!   held back. Limits: the first process of a shard in a boot sets the
+//!   time the next ones are judged by, so after a first process with a
+//!   clock more than a day behind the rest wait the confirmation time
+//!   before they issue at their own (their IDs unique and increasing
+//!   either way); and a claim file without a readable time, or a host
+//!   whose boot clock cannot be read, judges nothing.
 //! - **What a crash costs.** A process killed at any moment loses at most
 //!   its unused block (at most a quarter of what it issued, or 64 IDs);
 //!   the others go on. When every process of the shard is gone (all

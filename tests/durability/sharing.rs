@@ -237,3 +237,69 @@ fn an_older_claim_file_and_lock_file_put_back_together_are_caught_by_a_later_dra
     let from_c = batch(&c, 2_000);
     assert_disjoint(&[from_a, from_b].concat(), &from_c, "a member that joins");
 }
+
+/// An older copy of the state file put back in place, its mark still the
+/// current one (the run in between stayed within what was reserved):
+/// its exact last ID is older than what was issued since, and the next
+/// run must still start after everything the members drew.
+#[test]
+fn an_older_state_file_with_the_current_mark_put_back_never_repeats_an_id() {
+    let dir = harness::state_dir();
+    let clock = ManualClock::new(T);
+    let state = dir.path().join("shard-13.state");
+    let first = open_at(dir.path(), 13, &clock);
+    // Thirty seconds borrowed: the runs after it stay within the mark.
+    assert_eq!(batch(&first, 65_536 * 30).len(), 65_536 * 30);
+    drop(first);
+    let copy = std::fs::read(&state).unwrap();
+    // A window of a second: the next runs reserve within the first's mark.
+    let open_small = || {
+        harness::builder(dir.path())
+            .shard(13)
+            .clock(clock.clone())
+            .window(std::time::Duration::from_secs(1))
+            .open()
+            .expect("open the generator")
+    };
+    let second = open_small();
+    let between = batch(&second, 1000);
+    assert_eq!(between.len(), 1000);
+    drop(second);
+    std::fs::write(&state, copy).unwrap();
+    let third = open_small();
+    let after = batch(&third, 1000);
+    assert_eq!(after.len(), 1000, "the third run issues");
+    assert_disjoint(&between, &after, "after the older state file was put back");
+}
+
+/// The members' time in the claim file (`clock SECOND BOOT_MS`), read
+/// back as its second.
+fn recorded_time(dir: &Path, shard: u32) -> u64 {
+    let text = std::fs::read_to_string(claim_file(dir, shard)).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("clock "))
+        .expect("a clock line");
+    line.split(' ').next().unwrap().parse().unwrap()
+}
+
+/// A process whose clock is a day behind the others' opens the shard in
+/// between: the time the processes record never goes back with it, so the
+/// processes after it, on the right clock, are not judged a day ahead.
+#[test]
+fn a_process_with_a_slow_clock_does_not_become_the_others_time() {
+    let dir = harness::state_dir();
+    let clock = ManualClock::new(T);
+    let first = open_stepping(dir.path(), 14, &clock);
+    batch(&first, 10);
+    drop(first);
+    let slow = ManualClock::new(T - 90_000);
+    let behind = open_stepping(dir.path(), 14, &slow);
+    assert_eq!(batch(&behind, 10).len(), 10);
+    drop(behind);
+    assert!(
+        recorded_time(dir.path(), 14) >= T,
+        "the recorded time went back to {}",
+        recorded_time(dir.path(), 14)
+    );
+}

@@ -111,7 +111,8 @@ fn a_command_under_a_clock_in_2100_after_others_in_this_boot_stays_at_their_time
     let r = harness::next_under_faketime(&faketime, "@2100-01-01 00:00:00", 8, dir.path())
         .expect_code(0, "next while the clock reads 2100");
     assert!(
-        r.stderr.contains("ahead of the time the processes sharing shard 8 keep"),
+        r.stderr
+            .contains("ahead of the time the processes sharing shard 8 keep"),
         "{}",
         r.stderr
     );
@@ -121,6 +122,9 @@ fn a_command_under_a_clock_in_2100_after_others_in_this_boot_stays_at_their_time
     ledger.record_after_all(&after);
     let now = harness::wall_now();
     for id in held.iter().chain(&after) {
-        assert!(harness::unix_second(*id) < now + 120, "{id} is not at the real time");
+        assert!(
+            harness::unix_second(*id) < now + 120,
+            "{id} is not at the real time"
+        );
     }
 }
