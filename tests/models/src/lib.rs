@@ -11,4 +11,5 @@
 //! run a known-wrong variant and assert that the check catches it.
 
 pub mod explore;
+pub mod hot;
 pub mod shared;
