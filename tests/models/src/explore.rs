@@ -10,7 +10,44 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::hash::Hash;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+/// A fast hash for the states seen (no defence against chosen keys is
+/// needed here): a word at a time, multiplied and rotated.
+#[derive(Default)]
+struct Fast(u64);
+
+impl Hasher for Fast {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Seen<S> = HashMap<S, usize, BuildHasherDefault<Fast>>;
 
 /// A protocol as a state machine.
 pub trait Model {
@@ -64,7 +101,7 @@ pub struct Outcome<M: Model> {
 pub fn explore<M: Model>(model: &M, max_depth: usize) -> Outcome<M> {
     // Each state is kept once, as the key; a node keeps its parent's
     // index and the step from it, and a trace is replayed from its start.
-    let mut seen: HashMap<M::State, usize> = HashMap::new();
+    let mut seen: Seen<M::State> = Seen::default();
     let mut nodes: Vec<Option<(usize, M::Action)>> = Vec::new();
     let mut frontier: Vec<(usize, M::State)> = Vec::new();
     // The distinct starts, numbered as their nodes (first).

@@ -12,4 +12,5 @@
 
 pub mod explore;
 pub mod hot;
+pub mod lease;
 pub mod shared;

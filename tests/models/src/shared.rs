@@ -72,7 +72,7 @@ pub struct Claims {
     pub reserved: Option<u8>,
 }
 
-/// Which rule the model's processes follow; the code's is [`Rules::CODE`].
+/// Which rule the model's processes follow; the code's is [`Rules::CHECKED`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
     /// An older copy of the claim file put back: how a process tells.
@@ -100,7 +100,7 @@ pub enum OlderClaim {
 impl Rules {
     /// The rules with the older-claim check the code is getting: what is
     /// known is recorded outside the claim file.
-    pub const CODE: Rules = Rules {
+    pub const CHECKED: Rules = Rules {
         older_claim: OlderClaim::BelowRecorded,
         untrusted_after_disk_mark: true,
     };

@@ -14,15 +14,17 @@ use loom::sync::{Arc, Mutex};
 
 /// Runs the scenario under loom with `variant`, to the preemption bound
 /// (2 in CI, 3 with `IDUTIL_MODELS=long`).
-fn check(variant: Variant) {
+fn check(variant: Variant, second: &'static [u64]) {
     let started = Instant::now();
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(if long_run() { 3 } else { 2 });
-    builder.check(move || scenario(variant));
+    builder.check(move || scenario(variant, second));
     eprintln!("{variant:?}: every interleaving in {:.1?}", started.elapsed());
 }
 
-fn scenario(variant: Variant) {
+/// One thread takes two single values, the other `second` (single values
+/// and batches), while another process draws one value.
+fn scenario(variant: Variant, second: &'static [u64]) {
     let clock = Arc::new(AtomicU64::new(0));
     // The first process's plan: the counter starts at second 0, and one
     // window (1 s) is reserved.
@@ -50,7 +52,7 @@ fn scenario(variant: Variant) {
         })
     };
     let one = spawn(&[1, 1]);
-    let two = spawn(&[1, 2]);
+    let two = spawn(second);
     let other = {
         let (shard, clock, inner) = (Arc::clone(&shard), Arc::clone(&clock), Arc::clone(&inner));
         loom::thread::spawn(move || {
@@ -93,7 +95,7 @@ fn scenario(variant: Variant) {
 /// `check(variant)` fails: loom found an interleaving that breaks the
 /// invariant. The panic's message (the counterexample) is printed.
 fn caught(variant: Variant) {
-    let result = catch_unwind(AssertUnwindSafe(|| check(variant)));
+    let result = catch_unwind(AssertUnwindSafe(|| check(variant, &[1, 2])));
     let message = match result {
         Ok(()) => panic!("{variant:?}: no interleaving broke the invariant"),
         Err(e) => e
@@ -107,7 +109,9 @@ fn caught(variant: Variant) {
 
 #[test]
 fn no_value_twice_each_thread_increasing_all_within_blocks() {
-    check(Variant::Code);
+    // A batch beside single values; with `IDUTIL_MODELS=long`, a single
+    // value and then a batch, to a higher preemption bound.
+    check(Variant::Code, if long_run() { &[1, 2] } else { &[2] });
 }
 
 #[test]

@@ -22,7 +22,7 @@ fn run(rules: Rules, bound: usize) -> idutil_models::explore::Outcome<SharedShar
 
 #[test]
 fn no_value_is_handed_out_twice() {
-    let out = run(Rules::CODE, depth(20, 24));
+    let out = run(Rules::CHECKED, depth(20, 24));
     if let Some(cex) = &out.violation {
         panic!("{}\n{}", cex.why, cex.steps());
     }
@@ -32,7 +32,7 @@ fn no_value_is_handed_out_twice() {
 fn without_the_older_claim_check_a_claim_put_back_repeats_values() {
     let rules = Rules {
         older_claim: OlderClaim::Trusted,
-        ..Rules::CODE
+        ..Rules::CHECKED
     };
     let cex = run(rules, depth(20, 24)).violation.expect("a counterexample");
     eprintln!("{}\n{}", cex.why, cex.steps());
@@ -75,7 +75,7 @@ fn what_a_process_knows_of_its_own_draws_does_not_catch_an_older_claim() {
     // process that joins after the copy was put back knows nothing.
     let rules = Rules {
         older_claim: OlderClaim::BelowOwn,
-        ..Rules::CODE
+        ..Rules::CHECKED
     };
     let cex = run(rules, depth(20, 24)).violation.expect("a counterexample");
     eprintln!("{}\n{}", cex.why, cex.steps());
