@@ -320,8 +320,8 @@ impl LeasedShard {
             return None;
         }
         let mut n = s.clone();
-        let still = self.holds(s, i, h)
-            && (!self.rules.fencing || s.row.high_water >= h.known_mark);
+        let still =
+            self.holds(s, i, h) && (!self.rules.fencing || s.row.high_water >= h.known_mark);
         if still {
             n.row.high_water = n.row.high_water.max(target);
             let h = &mut n.holders[i];
@@ -460,5 +460,4 @@ impl LeasedShard {
             out.push((Action::Failover, n));
         }
     }
-
 }

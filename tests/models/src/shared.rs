@@ -72,7 +72,9 @@ pub struct Claims {
     pub reserved: Option<u8>,
 }
 
-/// Which rule the model's processes follow; the code's is [`Rules::CHECKED`].
+/// Which rules the model's processes follow: [`Rules::CHECKED`] is the
+/// code's, with a claim whose `next` went back refused; the code without
+/// that check is [`OlderClaim::Trusted`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
     /// An older copy of the claim file put back: how a process tells.
@@ -98,8 +100,8 @@ pub enum OlderClaim {
 }
 
 impl Rules {
-    /// The rules with the older-claim check the code is getting: what is
-    /// known is recorded outside the claim file.
+    /// The code's rules, an older claim told apart by what is recorded
+    /// outside the claim file.
     pub const CHECKED: Rules = Rules {
         older_claim: OlderClaim::BelowRecorded,
         untrusted_after_disk_mark: true,
@@ -500,12 +502,10 @@ impl SharedShard {
                                 },
                             };
                             if disk.is_some() {
-                                merged.last = match next.and_then(|v| v.checked_sub(1)) {
-                                    Some(theirs) => {
-                                        Some(ours.last.map_or(theirs, |mine| mine.max(theirs)))
-                                    }
-                                    None => None,
-                                };
+                                // Without a claim to trust, after the mark.
+                                merged.last = next.and_then(|v| v.checked_sub(1)).map(|theirs| {
+                                    ours.last.map_or(theirs, |mine| mine.max(theirs))
+                                });
                             }
                             if let Some(last) = merged.last {
                                 merged.mark = merged.mark.max(counter_second(last));

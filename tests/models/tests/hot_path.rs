@@ -19,7 +19,10 @@ fn check(variant: Variant, second: &'static [u64]) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(if long_run() { 3 } else { 2 });
     builder.check(move || scenario(variant, second));
-    eprintln!("{variant:?}: every interleaving in {:.1?}", started.elapsed());
+    eprintln!(
+        "{variant:?}: every interleaving in {:.1?}",
+        started.elapsed()
+    );
 }
 
 /// One thread takes two single values, the other `second` (single values

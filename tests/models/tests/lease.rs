@@ -37,7 +37,7 @@ fn no_two_holders_issue_the_same_id_through_crashes_cuts_and_failover() {
         restores: false,
         ..Rules::CODE
     };
-    holds(rules, depth(12, 20) as u32);
+    holds(rules, depth(12, 14) as u32);
 }
 
 #[test]

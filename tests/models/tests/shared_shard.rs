@@ -34,7 +34,9 @@ fn without_the_older_claim_check_a_claim_put_back_repeats_values() {
         older_claim: OlderClaim::Trusted,
         ..Rules::CHECKED
     };
-    let cex = run(rules, depth(20, 24)).violation.expect("a counterexample");
+    let cex = run(rules, depth(20, 24))
+        .violation
+        .expect("a counterexample");
     eprintln!("{}\n{}", cex.why, cex.steps());
 }
 
@@ -77,6 +79,8 @@ fn what_a_process_knows_of_its_own_draws_does_not_catch_an_older_claim() {
         older_claim: OlderClaim::BelowOwn,
         ..Rules::CHECKED
     };
-    let cex = run(rules, depth(20, 24)).violation.expect("a counterexample");
+    let cex = run(rules, depth(20, 24))
+        .violation
+        .expect("a counterexample");
     eprintln!("{}\n{}", cex.why, cex.steps());
 }
