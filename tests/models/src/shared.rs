@@ -83,6 +83,9 @@ pub struct Rules {
     /// file's mark (`disk_mark` in `shared::draw`), not after what the
     /// drawing process itself reserved.
     pub untrusted_after_disk_mark: bool,
+    /// Leaving reads the claim file with the same older-claim check as a
+    /// draw (the last process to leave records the last value from it).
+    pub older_claim_on_leave: bool,
 }
 
 /// How a claim whose `next` went back is told apart.
@@ -105,6 +108,7 @@ impl Rules {
     pub const CHECKED: Rules = Rules {
         older_claim: OlderClaim::BelowRecorded,
         untrusted_after_disk_mark: true,
+        older_claim_on_leave: true,
     };
 }
 
@@ -248,6 +252,10 @@ impl SharedShard {
 
     /// `ClaimFile::read` (`parse`), then the older-claim rule.
     fn claims(&self, s: &State, member: usize) -> Claims {
+        self.claims_checked(s, member, self.rules.older_claim)
+    }
+
+    fn claims_checked(&self, s: &State, member: usize, rule: OlderClaim) -> Claims {
         let claims = match s.claim {
             ClaimFile::Written {
                 boot,
@@ -260,7 +268,7 @@ impl SharedShard {
             Member::Running { block, .. } => block.1,
             _ => 0,
         };
-        let known = match self.rules.older_claim {
+        let known = match rule {
             OlderClaim::Trusted => 0,
             OlderClaim::BelowOwn => own,
             OlderClaim::BelowRecorded => own.max(s.known),
@@ -428,7 +436,12 @@ impl SharedShard {
         else {
             return None;
         };
-        let mut claims = self.claims(s, i);
+        let rule = if self.rules.older_claim_on_leave {
+            self.rules.older_claim
+        } else {
+            OlderClaim::Trusted
+        };
+        let mut claims = self.claims_checked(s, i, rule);
         let mut effects = Vec::new();
         if claims.next == Some(block.1) && block.0 < block.1 {
             claims.next = Some(cursor.clamp(block.0, block.1));

@@ -50,6 +50,7 @@ fn a_draw_from_an_untrusted_claim_after_its_own_reservation_repeats_values() {
     let rules = Rules {
         untrusted_after_disk_mark: false,
         older_claim: OlderClaim::Trusted,
+        older_claim_on_leave: false,
     };
     // Only what the counterexample needs, so that it is within reach: two
     // processes, one kill (during a claim write), no copies put back.
@@ -82,5 +83,36 @@ fn what_a_process_knows_of_its_own_draws_does_not_catch_an_older_claim() {
     let cex = run(rules, depth(20, 24))
         .violation
         .expect("a counterexample");
+    eprintln!("{}\n{}", cex.why, cex.steps());
+}
+
+#[test]
+fn an_older_claim_trusted_when_the_last_process_leaves_repeats_values() {
+    // Leaving reads the claim file too: to give back the rest of its
+    // block when nobody drew after it, and, the last to leave, to record
+    // the last value. An older claim trusted there gives back values
+    // another process was handed since (or resumes the next run inside
+    // them): the older-claim check must hold there as in a draw.
+    let rules = Rules {
+        older_claim_on_leave: false,
+        ..Rules::CHECKED
+    };
+    // Only what the counterexample needs: three opens, a kill, a copy of
+    // the claim file put back.
+    let mut shard = SharedShard::new(rules);
+    shard.budget = Budget {
+        opens: 3,
+        kills: 1,
+        boots: 0,
+        ticks: 0,
+        claim_copies: 1,
+        claim_restores: 1,
+        state_copies: 0,
+        state_restores: 0,
+    };
+    let started = Instant::now();
+    let out = explore(&shard, 40);
+    eprintln!("{} states in {:.1?}", out.states, started.elapsed());
+    let cex = out.violation.expect("a counterexample");
     eprintln!("{}\n{}", cex.why, cex.steps());
 }
