@@ -14,7 +14,17 @@
 //! The copy keeps the code's order of operations and memory orderings;
 //! what it leaves out (the lead cap, the island, the end margin, the
 //! flags other than `CLOSED`, the rate that sizes blocks) only ever
-//! lowers the limit or stops issuing. `tests/constants.rs` checks that
+//! lowers the limit or stops issuing. A call that needs a reservation
+//! writes it itself, under the lock, where the code's waits for the
+//! reservation thread with the lock let go; the trigger is set as for a
+//! generator that borrows.
+//!
+//! What loom cannot show: it runs the threads one step at a time, so a
+//! compare-and-swap always reads the cursor's latest value. The weak
+//! reordering the limit's `Release`/`Acquire` pair rules out (a call that
+//! read a new block's limit, yet swapped a cursor value from before the
+//! jump into the block) never happens under it, with the pair or without:
+//! `tests/constants.rs` pins the orderings instead. `tests/constants.rs` checks that
 //! the lines it copies are still the code's.
 
 use loom::sync::atomic::AtomicU64;
