@@ -153,6 +153,9 @@
 //! Every feature builds alone, and a database integration that reads a
 //! value that is not an ID returns an error.
 
+#![doc = ""]
+#![doc = include_str!("checked.md")]
+
 // `unsafe` is allowed in three modules only, each with a `// SAFETY:`
 // comment at every use: `fork` (the fork hook, the page the kernel
 // empties in a child), `exit` (the exit hook) and `host_lock::marks`
