@@ -155,7 +155,6 @@
 
 #![doc = ""]
 #![doc = include_str!("checked.md")]
-
 // `unsafe` is allowed in three modules only, each with a `// SAFETY:`
 // comment at every use: `fork` (the fork hook, the page the kernel
 // empties in a child), `exit` (the exit hook) and `host_lock::marks`
