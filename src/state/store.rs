@@ -247,10 +247,19 @@ impl Store {
         let Some(claim) = &self.claim else {
             return Ok(());
         };
+        if claims.next.is_none() {
+            // A claim nobody vouches for (an older copy found, a garbled
+            // file): the note keeps the counter it holds. Written without
+            // it, a member killed before the claim file is written would
+            // leave an older copy there with nothing to refute it; kept,
+            // the next draw starts after the mark, above it.
+            claim.write(turn, claims)?;
+            self.wrote.store(0, Relaxed);
+            return Ok(());
+        }
         let mut note = crate::sync::lock(&self.note);
         let lowers = match (note.claim, claims.next) {
             (Ok(Some(noted)), Some(next)) => next < noted,
-            (Ok(Some(_)), None) => true,
             _ => false,
         };
         if !lowers {
