@@ -1,16 +1,22 @@
 //! The shared-shard protocol (the `state` module's *Processes sharing a
 //! shard*) as a state machine: processes that open the shard (the first
-//! plans the restart after the state file's mark, `generator/open.rs`
-//! `plan_restart` and `durable/shared.rs` `begin`; the others join, `join`),
+//! plans the restart, `generator/open.rs` `plan_restart`: after the state
+//! file's mark, or where the members' blocks ended when the claim file can
+//! be trusted, `shared::frontier`, and never below what the claim file and
+//! the lock file's note say was drawn, `shared::claim_floor`; then
+//! `shared::begin`; the others join, `join`),
 //! draw blocks of the counter from the claim file (`shared::draw`), write
 //! the state file over the others' (`shared::save`, with the lock file's
 //! note, `Store::save` and `note_in_lock_file`), issue from their blocks,
 //! and leave (`shared::leave`); the claim file's trust rules
-//! (`state/claim.rs` `parse`: another boot, a garbled file). Around them,
+//! (`state/claim.rs` `parse`: another boot, a garbled file; `Store::claims`:
+//! a `next` below the lock file's note of it or below what the process
+//! itself wrote last is an older copy; `Store::set_claims`: the note beside
+//! each claim write, the lowering write first). Around them,
 //! everything the disk and the host may do: `SIGKILL` between any two
 //! writes and in the middle of a claim write (the file is then garbled), a
-//! new boot, and an older copy of the claim file or of the state file put
-//! back. The invariant: no counter value is handed out twice, across every
+//! new boot, and an older copy of the claim file (alone, or with the lock
+//! file's note) or of the state file put back. The invariant: no counter value is handed out twice, across every
 //! crash and restart.
 //!
 //! The model's numbers are small (a second of two counter values, blocks
@@ -86,6 +92,19 @@ pub struct Rules {
     /// Leaving reads the claim file with the same older-claim check as a
     /// draw (the last process to leave records the last value from it).
     pub older_claim_on_leave: bool,
+    /// The first process starts where the members' blocks ended when the
+    /// claim file can be trusted (`shared::frontier`).
+    pub frontier: bool,
+    /// The first process starts no lower than what the claim file and the
+    /// lock file's note say was drawn (`shared::claim_floor`).
+    pub claim_floor: bool,
+    /// A claim written without a `next` (after the turn found an older
+    /// copy, which reads as nothing) leaves the lock file's note as it
+    /// was, and goes first. The code (`Store::set_claims`) counts it as
+    /// lowering: the note loses its `claim` line first, and a process
+    /// killed before the claim write leaves the older copy with nothing
+    /// to refute it.
+    pub keep_note_without_next: bool,
 }
 
 /// How a claim whose `next` went back is told apart.
@@ -93,22 +112,33 @@ pub struct Rules {
 pub enum OlderClaim {
     /// Not at all: a claim of this boot is trusted whatever its `next`.
     Trusted,
-    /// A claim whose `next` is below what the process knows was handed
-    /// out (the end of its own last block) is not trusted.
+    /// A claim whose `next` is below what the process itself wrote last
+    /// is not trusted.
     BelowOwn,
-    /// Below what any process knows: the highest `next` written, recorded
-    /// outside the claim file (in the lock file, beside the state file's
-    /// mark) before each claim write, as well as the process's own.
+    /// Below that, or below the lock file's note of the claim file's
+    /// `next` (written in the same turn as the claim file, the lowering
+    /// write first).
     BelowRecorded,
 }
 
 impl Rules {
-    /// The code's rules, an older claim told apart by what is recorded
-    /// outside the claim file.
+    /// The code's rules: an older claim told apart by the lock file's note
+    /// and by what each process wrote last; the first process starts at a
+    /// trusted claim's `next`, never below what was drawn.
     pub const CHECKED: Rules = Rules {
         older_claim: OlderClaim::BelowRecorded,
         untrusted_after_disk_mark: true,
         older_claim_on_leave: true,
+        frontier: true,
+        claim_floor: true,
+        keep_note_without_next: false,
+    };
+
+    /// [`Rules::CHECKED`] with the note kept when a claim without a `next`
+    /// is written.
+    pub const KEEPING_THE_NOTE: Rules = Rules {
+        keep_note_without_next: true,
+        ..Rules::CHECKED
     };
 }
 
@@ -122,6 +152,8 @@ pub enum Member {
         block: (u8, u8),
         /// The highest second it knows to be reserved.
         reserved: u8,
+        /// The claim file's `next` as it wrote it last (0: never).
+        wrote: u8,
     },
     /// Closing: it issues nothing more (`begin_close` set the cursor's
     /// flag) and leaves during its turn.
@@ -138,9 +170,11 @@ pub enum Effect {
     State(StateFile),
     /// The lock file's note of the highest mark written (after the state).
     Note(u8),
-    /// The lock file's record of the highest claim `next` written
+    /// The lock file's note of the claim file's `next`
     /// ([`OlderClaim::BelowRecorded`]).
-    Known(u8),
+    Noted(Option<u8>),
+    /// The process remembers the `next` it wrote.
+    Wrote(u8),
     /// The turn's draw hands the block to the process.
     Block { start: u8, end: u8, reserved: u8 },
     /// The process learns what is reserved.
@@ -161,8 +195,8 @@ pub struct State {
     pub state_file: Option<StateFile>,
     /// The lock file's note: the highest mark a state file held.
     pub note: Option<u8>,
-    /// The lock file's record of the highest claim `next` written.
-    pub known: u8,
+    /// The lock file's note of the claim file's `next`.
+    pub noted: Option<u8>,
     pub claim: ClaimFile,
     pub members: Vec<Member>,
     /// The process in a turn on the claim file, and what its turn still
@@ -174,7 +208,8 @@ pub struct State {
     pub twice: Option<u8>,
     /// The wall clock (second).
     pub now: u8,
-    pub claim_copy: Option<ClaimFile>,
+    /// A copy of the claim file, with the lock file's note beside it.
+    pub claim_copy: Option<(ClaimFile, Option<u8>)>,
     pub state_copy: Option<StateFile>,
     pub budget: Budget,
 }
@@ -188,6 +223,10 @@ pub struct Budget {
     pub ticks: u8,
     pub claim_copies: u8,
     pub claim_restores: u8,
+    /// Of the claim file's copies put back, how many come with the lock
+    /// file's note of that time (the documented limit: caught only by a
+    /// process that drew after the copy was taken).
+    pub note_restores: u8,
     pub state_copies: u8,
     pub state_restores: u8,
 }
@@ -209,6 +248,8 @@ pub enum Action {
     Tick,
     CopyClaim,
     PutBackClaim,
+    /// The claim file and the lock file's note put back together.
+    PutBackClaimAndNote,
     CopyState,
     PutBackState,
 }
@@ -233,6 +274,7 @@ impl SharedShard {
                 ticks: 1,
                 claim_copies: 1,
                 claim_restores: 1,
+                note_restores: 0,
                 state_copies: 1,
                 state_restores: 1,
             },
@@ -265,13 +307,13 @@ impl SharedShard {
             _ => Claims::default(),
         };
         let own = match s.members[member] {
-            Member::Running { block, .. } => block.1,
+            Member::Running { wrote, .. } => wrote,
             _ => 0,
         };
         let known = match rule {
             OlderClaim::Trusted => 0,
             OlderClaim::BelowOwn => own,
-            OlderClaim::BelowRecorded => own.max(s.known),
+            OlderClaim::BelowRecorded => own.max(s.noted.unwrap_or(0)),
         };
         if claims.next.is_some_and(|next| next < known) {
             // Nothing this boot vouches for: after the mark, as a garbled
@@ -281,15 +323,42 @@ impl SharedShard {
         claims
     }
 
-    /// A claim write, preceded (with the recorded rule) by the record of
-    /// what it says.
-    fn claim_write(&self, effects: &mut Vec<Effect>, file: ClaimFile) {
-        if let (OlderClaim::BelowRecorded, ClaimFile::Written { next: Some(n), .. }) =
-            (self.rules.older_claim, file)
-        {
-            effects.push(Effect::Known(n));
+    /// `Store::set_claims`: the claim file and the lock file's note of
+    /// it, the one that lowers the value first; then the process
+    /// remembers what it wrote.
+    ///
+    /// `noted` is the note as the turn left it so far.
+    fn claim_write(
+        &self,
+        noted: &mut Option<u8>,
+        effects: &mut Vec<Effect>,
+        boot: u8,
+        claims: Claims,
+    ) {
+        let file = written(boot, claims);
+        if self.rules.older_claim != OlderClaim::BelowRecorded {
+            effects.push(Effect::Claim(file));
+        } else {
+            let lowers = match (*noted, claims.next) {
+                (Some(noted), Some(next)) => next < noted,
+                (Some(_), None) => !self.rules.keep_note_without_next,
+                _ => false,
+            };
+            if claims.next.is_none() && self.rules.keep_note_without_next {
+                effects.push(Effect::Claim(file));
+                effects.push(Effect::Wrote(0));
+                return;
+            }
+            if lowers {
+                effects.push(Effect::Noted(claims.next));
+                effects.push(Effect::Claim(file));
+            } else {
+                effects.push(Effect::Claim(file));
+                effects.push(Effect::Noted(claims.next));
+            }
+            *noted = claims.next;
         }
-        effects.push(Effect::Claim(file));
+        effects.push(Effect::Wrote(claims.next.unwrap_or(0)));
     }
 
     fn alive_others(s: &State, i: usize) -> bool {
@@ -313,10 +382,13 @@ impl SharedShard {
                 cursor: counter_at(s.now),
                 block: (0, 0),
                 reserved: prev.mark,
+                wrote: 0,
             };
             return Some(n);
         }
-        let start = match prev {
+        // A new process: it wrote no claim yet.
+        n.members[i] = Member::Planning;
+        let mut start = match prev {
             None => counter_at(s.now),
             Some(f) => match f.last {
                 Some(last) => last + 1,
@@ -324,6 +396,34 @@ impl SharedShard {
             }
             .max(counter_at(s.now)),
         };
+        if let Some(f) = prev {
+            let claims = self.claims(&n, i);
+            let limit = counter_at(f.mark + 1);
+            // `shared::frontier`: where the members' blocks ended, when
+            // the claim file can be trusted.
+            if self.rules.frontier {
+                if let Some(next) = claims.next {
+                    let trusted = s.noted == Some(next)
+                        && claims.reserved == Some(f.mark)
+                        && f.last.is_none()
+                        && next <= limit;
+                    if trusted {
+                        start = next.max(counter_at(s.now)).min(start);
+                    }
+                }
+            }
+            // `shared::claim_floor`: never below what was drawn.
+            if self.rules.claim_floor {
+                let floor = [claims.next, s.noted]
+                    .into_iter()
+                    .flatten()
+                    .filter(|&next| next <= limit)
+                    .max();
+                if let Some(floor) = floor {
+                    start = start.max(floor);
+                }
+            }
+        }
         let reserved = counter_second(start) + WINDOW;
         if reserved > LAST {
             // The end of the model's range: refused before anything is
@@ -334,20 +434,17 @@ impl SharedShard {
             mark: prev.map_or(reserved, |f| f.mark.max(reserved)),
             last: None,
         };
+        // `begin`: the plan written, then the claims as read, from `start`.
         let mut effects = vec![Effect::State(file), Effect::Note(file.mark)];
-        self.claim_write(
-            &mut effects,
-            ClaimFile::Written {
-                boot: s.boot,
-                next: Some(start),
-                reserved: Some(file.mark),
-            },
-        );
+        let mut claims = self.claims(&n, i);
+        claims.next = Some(start);
+        claims.reserved = Some(file.mark);
+        let mut noted = s.noted;
+        self.claim_write(&mut noted, &mut effects, s.boot, claims);
         effects.push(Effect::Share {
             start,
             reserved: file.mark,
         });
-        n.members[i] = Member::Planning;
         n.turn = Some((i, effects));
         Some(n)
     }
@@ -375,9 +472,10 @@ impl SharedShard {
         let limit = counter_at(reserved + 1);
         let next = claims.next.unwrap_or(limit);
         let mut effects = Vec::new();
+        let mut noted = s.noted;
         if claims.next.is_none() {
             claims.next = Some(next);
-            self.claim_write(&mut effects, written(s.boot, claims));
+            self.claim_write(&mut noted, &mut effects, s.boot, claims);
         }
         let start = next.max(cursor);
         let end = (start + BLOCK).min(limit);
@@ -386,7 +484,7 @@ impl SharedShard {
             effects.push(Effect::Reserved(reserved));
         } else {
             claims.next = Some(end);
-            self.claim_write(&mut effects, written(s.boot, claims));
+            self.claim_write(&mut noted, &mut effects, s.boot, claims);
             effects.push(Effect::Block {
                 start,
                 end,
@@ -417,7 +515,7 @@ impl SharedShard {
         claims.reserved = Some(merged.mark);
         let mut effects = vec![Effect::State(merged), Effect::Note(merged.mark)];
         // The claims as read, with the new mark (`next` as read too).
-        effects.push(Effect::Claim(written(s.boot, claims)));
+        self.claim_write(&mut s.noted.clone(), &mut effects, s.boot, claims);
         effects.push(Effect::Reserved(merged.mark.max(target)));
         let mut n = s.clone();
         n.turn = Some((i, effects));
@@ -432,6 +530,7 @@ impl SharedShard {
             cursor,
             block,
             reserved,
+            ..
         } = s.members[i]
         else {
             return None;
@@ -445,7 +544,7 @@ impl SharedShard {
         let mut effects = Vec::new();
         if claims.next == Some(block.1) && block.0 < block.1 {
             claims.next = Some(cursor.clamp(block.0, block.1));
-            self.claim_write(&mut effects, written(s.boot, claims));
+            self.claim_write(&mut s.noted.clone(), &mut effects, s.boot, claims);
         }
         let ours = StateFile {
             mark: reserved,
@@ -471,7 +570,12 @@ impl SharedShard {
             Effect::Claim(file) => n.claim = file,
             Effect::State(file) => n.state_file = Some(file),
             Effect::Note(mark) => n.note = Some(n.note.map_or(mark, |m| m.max(mark))),
-            Effect::Known(next) => n.known = next,
+            Effect::Noted(next) => n.noted = next,
+            Effect::Wrote(next) => {
+                if let Member::Running { wrote, .. } = &mut n.members[i] {
+                    *wrote = next;
+                }
+            }
             Effect::Block {
                 start,
                 end,
@@ -481,6 +585,7 @@ impl SharedShard {
                     cursor,
                     block,
                     reserved: r,
+                    ..
                 } = &mut n.members[i]
                 {
                     *block = (start, end);
@@ -498,6 +603,7 @@ impl SharedShard {
                     cursor: start,
                     block: (0, 0),
                     reserved,
+                    wrote: start,
                 };
             }
             Effect::LeaveTail { next, ours } => {
@@ -558,7 +664,7 @@ impl Model for SharedShard {
             boot: 0,
             state_file: None,
             note: None,
-            known: 0,
+            noted: None,
             claim: ClaimFile::Empty,
             members: vec![Member::Down; self.processes],
             turn: None,
@@ -592,6 +698,7 @@ impl Model for SharedShard {
                     cursor,
                     block,
                     reserved,
+                    ..
                 } => {
                     let (cursor, block, reserved) = (*cursor, *block, *reserved);
                     if block.0 <= cursor && cursor < block.1 {
@@ -663,14 +770,19 @@ impl Model for SharedShard {
         if s.budget.claim_copies > 0 {
             let mut n = s.clone();
             n.budget.claim_copies -= 1;
-            n.claim_copy = Some(s.claim);
+            n.claim_copy = Some((s.claim, s.noted));
             out.push((Action::CopyClaim, n));
         }
-        if let (Some(copy), true) = (s.claim_copy, s.budget.claim_restores > 0) {
+        if let (Some((claim, noted)), true) = (s.claim_copy, s.budget.claim_restores > 0) {
             let mut n = s.clone();
             n.budget.claim_restores -= 1;
-            n.claim = copy;
-            out.push((Action::PutBackClaim, n));
+            n.claim = claim;
+            out.push((Action::PutBackClaim, n.clone()));
+            if self.rules.older_claim == OlderClaim::BelowRecorded && s.budget.note_restores > 0 {
+                n.budget.note_restores -= 1;
+                n.noted = noted;
+                out.push((Action::PutBackClaimAndNote, n));
+            }
         }
         if s.budget.state_copies > 0 && s.state_file.is_some() {
             let mut n = s.clone();

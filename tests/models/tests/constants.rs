@@ -182,6 +182,38 @@ fn the_shared_shard_model_s_rules_are_the_code_s() {
         shared,
         "if claims.next == Some(block.1) && block.0 < block.1 {",
     );
+    has(
+        "durable/shared.rs",
+        shared,
+        "let trusted = noted == Some(next) && claims.reserved == Some((prev.clock_id, mark)) \
+         && prev.last.is_none()",
+    );
+    has(
+        "durable/shared.rs",
+        shared,
+        "Ok([from_claim, noted] .into_iter() .flatten() .filter(|&next| next <= limit) .max())",
+    );
+    let open = include_str!("../../../src/generator/open.rs");
+    has(
+        "generator/open.rs",
+        open,
+        "start = next.max(layout.counter_at(now_unix)).min(start);",
+    );
+    has("generator/open.rs", open, "start = start.max(floor);");
+    let store = include_str!("../../../src/state/store.rs");
+    has(
+        "state/store.rs",
+        store,
+        "let wrote = Some(self.wrote.load(Relaxed)).filter(|&w| w > next);",
+    );
+    has(
+        "state/store.rs",
+        store,
+        "Ok(noted) => match noted.filter(|&n| n > next).max(wrote) {",
+    );
+    // `Rules::CHECKED.keep_note_without_next` is false: the code counts a
+    // claim written without a `next` as lowering.
+    has("state/store.rs", store, "(Ok(Some(_)), None) => true,");
     let claim = include_str!("../../../src/state/claim.rs");
     has(
         "state/claim.rs",

@@ -22,7 +22,7 @@ fn run(rules: Rules, bound: usize) -> idutil_models::explore::Outcome<SharedShar
 
 #[test]
 fn no_value_is_handed_out_twice() {
-    let out = run(Rules::CHECKED, depth(20, 24));
+    let out = run(Rules::KEEPING_THE_NOTE, depth(22, 25));
     if let Some(cex) = &out.violation {
         panic!("{}\n{}", cex.why, cex.steps());
     }
@@ -51,6 +51,7 @@ fn a_draw_from_an_untrusted_claim_after_its_own_reservation_repeats_values() {
         untrusted_after_disk_mark: false,
         older_claim: OlderClaim::Trusted,
         older_claim_on_leave: false,
+        ..Rules::CHECKED
     };
     // Only what the counterexample needs, so that it is within reach: two
     // processes, one kill (during a claim write), no copies put back.
@@ -62,11 +63,12 @@ fn a_draw_from_an_untrusted_claim_after_its_own_reservation_repeats_values() {
         ticks: 0,
         claim_copies: 0,
         claim_restores: 0,
+        note_restores: 0,
         state_copies: 0,
         state_restores: 0,
     };
     let started = Instant::now();
-    let out = explore(&shard, 40);
+    let out = explore(&shard, 60);
     eprintln!("{} states in {:.1?}", out.states, started.elapsed());
     let cex = out.violation.expect("a counterexample");
     eprintln!("{}\n{}", cex.why, cex.steps());
@@ -107,12 +109,110 @@ fn an_older_claim_trusted_when_the_last_process_leaves_repeats_values() {
         ticks: 0,
         claim_copies: 1,
         claim_restores: 1,
+        note_restores: 0,
         state_copies: 0,
         state_restores: 0,
     };
     let started = Instant::now();
-    let out = explore(&shard, 40);
+    let out = explore(&shard, 60);
     eprintln!("{} states in {:.1?}", out.states, started.elapsed());
     let cex = out.violation.expect("a counterexample");
     eprintln!("{}\n{}", cex.why, cex.steps());
+}
+
+#[test]
+fn without_the_claim_floor_an_older_state_file_put_back_repeats_values() {
+    // A copy of the state file with the current mark but an older exact
+    // last ID (a run in between stayed within the mark), put back after
+    // every member is gone: the first to open again must start after what
+    // the claim file and the lock file's note say was drawn.
+    let rules = Rules {
+        claim_floor: false,
+        ..Rules::CHECKED
+    };
+    let mut shard = SharedShard::new(rules);
+    shard.budget = Budget {
+        opens: 3,
+        kills: 1,
+        boots: 0,
+        ticks: 0,
+        claim_copies: 0,
+        claim_restores: 0,
+        note_restores: 0,
+        state_copies: 1,
+        state_restores: 1,
+    };
+    let started = Instant::now();
+    let out = explore(&shard, 60);
+    eprintln!("{} states in {:.1?}", out.states, started.elapsed());
+    let cex = out.violation.expect("a counterexample");
+    eprintln!("{}\n{}", cex.why, cex.steps());
+}
+
+#[test]
+fn a_claim_file_and_lock_file_put_back_together_repeat_values_for_a_newcomer() {
+    // The documented limit (the `state` module's *Older copies and deleted
+    // files*): an older copy of both files put back together is caught
+    // only by a process that drew after the copy was taken, as a whole
+    // directory restored is not caught at all.
+    let mut shard = SharedShard::new(Rules::CHECKED);
+    shard.budget = Budget {
+        opens: 2,
+        kills: 0,
+        boots: 0,
+        ticks: 0,
+        claim_copies: 1,
+        claim_restores: 1,
+        note_restores: 1,
+        state_copies: 0,
+        state_restores: 0,
+    };
+    let cex = explore(&shard, 40).violation.expect("a counterexample");
+    eprintln!("{}\n{}", cex.why, cex.steps());
+}
+
+/// Two processes, one kill, one copy of the claim file put back: small
+/// enough to explore every state.
+fn put_back_and_kill(rules: Rules) -> SharedShard {
+    let mut shard = SharedShard::new(rules);
+    shard.budget = Budget {
+        opens: 2,
+        kills: 1,
+        boots: 0,
+        ticks: 0,
+        claim_copies: 1,
+        claim_restores: 1,
+        note_restores: 0,
+        state_copies: 0,
+        state_restores: 0,
+    };
+    shard
+}
+
+#[test]
+fn a_kill_between_the_note_and_the_claim_after_an_older_copy_lets_it_back() {
+    // A process finds an older copy of the claim file put back (it reads
+    // as nothing) and writes the claim file without a `next`, with its
+    // mark: `set_claims` counts that as lowering and writes the lock
+    // file's note first, without its `claim` line. Killed before the
+    // claim write, it leaves the older copy in place and nothing that
+    // refutes it: a process that joined since trusts it.
+    let out = explore(&put_back_and_kill(Rules::CHECKED), 60);
+    let cex = out.violation.expect("a counterexample");
+    eprintln!("{}\n{}", cex.why, cex.steps());
+}
+
+#[test]
+fn keeping_the_note_when_the_claim_has_no_next_closes_it() {
+    let started = Instant::now();
+    let out = explore(&put_back_and_kill(Rules::KEEPING_THE_NOTE), depth(50, 80));
+    eprintln!(
+        "{} states to depth {} in {:.1?}",
+        out.states,
+        out.depth,
+        started.elapsed()
+    );
+    if let Some(cex) = out.violation {
+        panic!("{}\n{}", cex.why, cex.steps());
+    }
 }
