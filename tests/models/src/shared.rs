@@ -100,10 +100,10 @@ pub struct Rules {
     pub claim_floor: bool,
     /// A claim written without a `next` (after the turn found an older
     /// copy, which reads as nothing) leaves the lock file's note as it
-    /// was, and goes first. The code (`Store::set_claims`) counts it as
-    /// lowering: the note loses its `claim` line first, and a process
-    /// killed before the claim write leaves the older copy with nothing
-    /// to refute it.
+    /// was, and goes first, as the code (`Store::set_claims`) does. The
+    /// other way (counting it as lowering: the note loses its `claim` line
+    /// first), a process killed before the claim write leaves the older
+    /// copy with nothing to refute it.
     pub keep_note_without_next: bool,
 }
 
@@ -131,13 +131,13 @@ impl Rules {
         older_claim_on_leave: true,
         frontier: true,
         claim_floor: true,
-        keep_note_without_next: false,
+        keep_note_without_next: true,
     };
 
-    /// [`Rules::CHECKED`] with the note kept when a claim without a `next`
-    /// is written.
-    pub const KEEPING_THE_NOTE: Rules = Rules {
-        keep_note_without_next: true,
+    /// [`Rules::CHECKED`] with the note's `claim` line dropped first when
+    /// a claim without a `next` is written: known wrong.
+    pub const DROPPING_THE_NOTE: Rules = Rules {
+        keep_note_without_next: false,
         ..Rules::CHECKED
     };
 }

@@ -211,9 +211,9 @@ fn the_shared_shard_model_s_rules_are_the_code_s() {
         store,
         "Ok(noted) => match noted.filter(|&n| n > next).max(wrote) {",
     );
-    // `Rules::CHECKED.keep_note_without_next` is false: the code counts a
-    // claim written without a `next` as lowering.
-    has("state/store.rs", store, "(Ok(Some(_)), None) => true,");
+    // `Rules::CHECKED.keep_note_without_next`: the code writes a claim
+    // without a `next` first and leaves the note as it is.
+    has("state/store.rs", store, "if claims.next.is_none() {");
     let claim = include_str!("../../../src/state/claim.rs");
     has(
         "state/claim.rs",

@@ -22,7 +22,7 @@ fn run(rules: Rules, bound: usize) -> idutil_models::explore::Outcome<SharedShar
 
 #[test]
 fn no_value_is_handed_out_twice() {
-    let out = run(Rules::KEEPING_THE_NOTE, depth(22, 25));
+    let out = run(Rules::CHECKED, depth(22, 25));
     if let Some(cex) = &out.violation {
         panic!("{}\n{}", cex.why, cex.steps());
     }
@@ -193,11 +193,11 @@ fn put_back_and_kill(rules: Rules) -> SharedShard {
 fn a_kill_between_the_note_and_the_claim_after_an_older_copy_lets_it_back() {
     // A process finds an older copy of the claim file put back (it reads
     // as nothing) and writes the claim file without a `next`, with its
-    // mark: `set_claims` counts that as lowering and writes the lock
-    // file's note first, without its `claim` line. Killed before the
+    // mark. Were that counted as lowering, the lock file's note would be
+    // written first, without its `claim` line. Killed before the
     // claim write, it leaves the older copy in place and nothing that
     // refutes it: a process that joined since trusts it.
-    let out = explore(&put_back_and_kill(Rules::CHECKED), 60);
+    let out = explore(&put_back_and_kill(Rules::DROPPING_THE_NOTE), 60);
     let cex = out.violation.expect("a counterexample");
     eprintln!("{}\n{}", cex.why, cex.steps());
 }
@@ -205,7 +205,7 @@ fn a_kill_between_the_note_and_the_claim_after_an_older_copy_lets_it_back() {
 #[test]
 fn keeping_the_note_when_the_claim_has_no_next_closes_it() {
     let started = Instant::now();
-    let out = explore(&put_back_and_kill(Rules::KEEPING_THE_NOTE), depth(50, 80));
+    let out = explore(&put_back_and_kill(Rules::CHECKED), depth(50, 80));
     eprintln!(
         "{} states to depth {} in {:.1?}",
         out.states,
