@@ -329,17 +329,22 @@ pub(crate) fn process_state(pid: u32) -> ProcessState {
     }
 }
 
-#[cfg(target_os = "linux")]
-pub(crate) use procfs::ProcessState;
-
-/// How a process is (see the Linux definition; elsewhere nothing tells).
-#[cfg(not(target_os = "linux"))]
-#[allow(dead_code)]
+/// How a process is, from the state of each of its threads in
+/// `/proc/<pid>/task/*/stat` on Linux; elsewhere nothing tells, and a
+/// holder is [`ProcessState::Gone`].
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ProcessState {
+    /// A thread runs or waits for a CPU (`R`), or waits on a disk (`D`):
+    /// it goes on by itself.
     Live,
+    /// Stopped (`T`: `SIGSTOP`, a terminal's Ctrl-Z) or stopped by a
+    /// debugger (`t`), and no thread runs.
     Stopped,
+    /// Every thread sleeps (`S`), waiting for something else: another
+    /// process, a pipe, a timer.
     Asleep,
+    /// Gone, or not shown.
     Gone,
 }
 

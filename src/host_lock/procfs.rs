@@ -7,6 +7,8 @@ use std::io::{self, BufRead, BufReader};
 
 use rustix::fs as rfs;
 
+use super::ProcessState;
+
 /// The `MAJ:MIN:` prefix `/proc/locks` names `st`'s device by.
 pub(super) fn device_of(st: &rfs::Stat) -> String {
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
@@ -97,23 +99,6 @@ pub(super) fn uid_of(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// How a process is, from the state of each of its threads in
-/// `/proc/<pid>/task/*/stat`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ProcessState {
-    /// A thread runs or waits for a CPU (`R`), or waits on a disk (`D`):
-    /// it goes on by itself.
-    Live,
-    /// Stopped (`T`: `SIGSTOP`, a terminal's Ctrl-Z) or stopped by a
-    /// debugger (`t`), and no thread runs.
-    Stopped,
-    /// Every thread sleeps (`S`), waiting for something else: another
-    /// process, a pipe, a timer.
-    Asleep,
-    /// Gone, or not shown.
-    Gone,
 }
 
 /// How the process `/proc` numbers `pid` is.
