@@ -197,6 +197,26 @@ impl ClaimFile {
         }
     }
 
+    /// The error for a claim file found `what` ("deleted", "replaced"):
+    /// when the state directory itself is gone from its path, that is
+    /// what happened, and what the message names.
+    fn gone(&self, what: &str) -> Error {
+        let dir = match id_at(rfs::CWD, &self.dir) {
+            Ok(Some((id, _))) if file_id(&self.dir_fd).ok() == Some(id) => None,
+            Ok(Some(_)) => Some("replaced"),
+            Ok(None) => Some("deleted"),
+            Err(_) => None,
+        };
+        let reason = match dir {
+            Some(dir_what) => format!("the state directory {} was {dir_what}", self.dir.display()),
+            None => format!("the claim file {} was {what}", self.path.display()),
+        };
+        Error::StateReplaced {
+            shard: self.shard,
+            reason,
+        }
+    }
+
     /// What shows the members making progress: the claim file's text, read
     /// without the lock (a write half seen is a change too), and this
     /// generator's turns.
@@ -210,10 +230,7 @@ impl ClaimFile {
     /// `Err(Error::StateReplaced)` if the path no longer names the file
     /// this member opened (see [`ClaimFile::check`]).
     fn reopen(&self) -> Result<File> {
-        let gone = |what: &str| Error::StateReplaced {
-            shard: self.shard,
-            reason: format!("the claim file {} was {what}", self.path.display()),
-        };
+        let gone = |what: &str| self.gone(what);
         // A new turn: what an earlier one learnt of the length is stale.
         self.turns.fetch_add(1, Relaxed);
         let file = open_in(&self.dir_fd, &self.path, &self.name, OFlags::RDWR)?
@@ -233,10 +250,7 @@ impl ClaimFile {
     /// same values. Checked during a turn: a member that passed it drew
     /// below the mark the newcomer reads.
     pub(crate) fn check(&self, _turn: &Turn<'_>) -> Result<()> {
-        let gone = |what: &str| Error::StateReplaced {
-            shard: self.shard,
-            reason: format!("the claim file {} was {what}", self.path.display()),
-        };
+        let gone = |what: &str| self.gone(what);
         // By its name in the directory held open: the store checks, in
         // the same turn, that the directory's path still names it.
         match id_at(&self.dir_fd, Path::new(&self.name)) {

@@ -114,8 +114,10 @@ fn deleting_the_state_dir_fences_the_holder_which_never_writes_into_the_new_one(
     assert!(
         // Deleted, or replaced when the new directory came first; or, when
         // the holder looked while the directory was being emptied, its
-        // lock file deleted.
-        (error.contains("state directory") || error.contains("lock file"))
+        // lock file or claim file deleted.
+        (error.contains("state directory")
+            || error.contains("lock file")
+            || error.contains("claim file"))
             && (error.contains("was deleted") || error.contains("was replaced")),
         "{error}"
     );
