@@ -24,6 +24,8 @@ pub const DEFAULT_MAX_LEAD: Duration = Duration::from_secs(30);
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// Shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// Default open deadline: see [`LeaseConfig::open_timeout`].
+pub const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to lease a shard: the store (its URL names the engine), the fleet's
 /// ID space in it, the TTL, which shards may be leased and how far the
@@ -52,6 +54,7 @@ pub struct LeaseConfig {
     pub(crate) max_lead: Duration,
     pub(crate) schema: Option<String>,
     pub(crate) strict_replication: bool,
+    pub(crate) open_timeout: Duration,
 }
 
 impl fmt::Debug for LeaseConfig {
@@ -65,6 +68,7 @@ impl fmt::Debug for LeaseConfig {
             .field("max_lead", &self.max_lead)
             .field("schema", &self.schema)
             .field("strict_replication", &self.strict_replication)
+            .field("open_timeout", &self.open_timeout)
             .finish()
     }
 }
@@ -77,8 +81,8 @@ impl LeaseConfig {
     /// options (`host=a,b dbname=app`) is a PostgreSQL lease too. Every
     /// other setting at its default:
     /// ID space `idutil`, TTL 10 s, every shard of the layout, clock skew
-    /// up to 5 s, a lead of up to 30 s. The URL is checked when the lease
-    /// is taken.
+    /// up to 5 s, a lead of up to 30 s, an open deadline of 30 s. The URL
+    /// is checked when the lease is taken.
     pub fn new(url: impl Into<String>) -> Self {
         LeaseConfig {
             url: url.into(),
@@ -89,6 +93,7 @@ impl LeaseConfig {
             max_lead: DEFAULT_MAX_LEAD,
             schema: None,
             strict_replication: false,
+            open_timeout: DEFAULT_OPEN_TIMEOUT,
         }
     }
 
@@ -212,6 +217,42 @@ impl LeaseConfig {
         self
     }
 
+    /// How long each of the lease's two parts of opening a generator may
+    /// take: leasing a shard (from the first request to the store), then,
+    /// once the state directory is open, recording the shard's first mark
+    /// (default 30 s each, [`DEFAULT_OPEN_TIMEOUT`]; never less than one
+    /// round trip's deadline, a fifth of the TTL and at least 2 s). The
+    /// state directory's part in between is not counted. PostgreSQL only;
+    /// Redis ignores it.
+    ///
+    /// Within it, a busy store or machine makes an open slower, never
+    /// failed: every step that failed in a way that may pass (no answer in
+    /// time, a connection refused or cut, a lock or serialization
+    /// conflict, a statement cancelled, a pooler's queue or restart, a
+    /// commit the synchronous standby did not confirm) is tried again on a
+    /// fresh connection after a short random pause, each try given longer
+    /// to answer than the last. Past it, opening fails with
+    /// [`LeaseError::Store`] naming the step, its last failure and the
+    /// deadline. A shard whose acquisition was answered too late to be
+    /// known is either found again by the next try or comes free by
+    /// itself within one TTL (see [the lease
+    /// rules](crate::lease#when-the-store-fails)).
+    ///
+    /// The default is long enough for a thousand holders to open at once
+    /// through a pool of ten server connections on a loaded two-core
+    /// machine, and short enough for a start-up probe to report a store
+    /// that is down. An application that would rather fail fast and retry
+    /// by itself sets it shorter.
+    pub fn open_timeout(mut self, open_timeout: Duration) -> Self {
+        self.open_timeout = open_timeout;
+        self
+    }
+
+    /// The deadline set by [`open_timeout`](LeaseConfig::open_timeout).
+    pub fn get_open_timeout(&self) -> Duration {
+        self.open_timeout
+    }
+
     /// The rule set by
     /// [`strict_replication`](LeaseConfig::strict_replication).
     pub fn get_strict_replication(&self) -> bool {
@@ -273,6 +314,14 @@ impl LeaseConfig {
     /// Longest wait for one round trip to the store.
     pub(crate) fn op_timeout(&self) -> Duration {
         self.ttl / 5
+    }
+
+    /// How long giving the lease back at close may take: a quarter of the
+    /// TTL (one round trip and a second try).
+    /// Past it the lease expires by itself, within a TTL of its last
+    /// renewal.
+    pub(crate) fn close_timeout(&self) -> Duration {
+        self.ttl / 4
     }
 
     /// The shards that may be leased under `layout`, narrowed to `only`.

@@ -47,6 +47,7 @@ impl Lease {
     ) -> Result<Arc<Lease>> {
         let range = config.range(layout, only)?;
         let engine = engine_for(config)?;
+        let deadline = Instant::now() + config.open_timeout;
         let token = new_token();
         let mut skip = skip.to_vec();
         let mut skipped = Vec::new();
@@ -57,6 +58,7 @@ impl Lease {
                 range: range.clone(),
                 skip: &skip,
                 token: &token,
+                deadline,
             };
             let (held, grant) = match engine.connect(&ask, time) {
                 Ok(granted) => granted,

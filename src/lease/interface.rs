@@ -52,6 +52,9 @@ pub(crate) struct Ask<'a> {
     pub(crate) skip: &'a [u32],
     /// Names this holder in the store.
     pub(crate) token: &'a str,
+    /// When the open gives up ([`LeaseConfig::open_timeout`] from its
+    /// start), for the engines that retry within it.
+    pub(crate) deadline: Instant,
 }
 
 /// A shard an engine leased, with its record as the store held it.

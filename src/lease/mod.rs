@@ -137,14 +137,25 @@
 //!
 //! # When the store fails
 //!
-//! - Unreachable at open: opening fails with [`LeaseError::Store`]. While
-//!   running: IDs continue within the reservation already recorded; past
-//!   it, or past the fence, calls fail until the store answers again, and
-//!   the holder takes its lease back if nobody else leased the shard.
+//! - Unreachable or too busy at open: with PostgreSQL, opening tries again
+//!   until its deadline ([`LeaseConfig::open_timeout`], 30 s by default),
+//!   then fails with [`LeaseError::Store`] naming the step, its last
+//!   failure and the deadline (see [the open's
+//!   deadline](postgres#opening-and-closing-the-deadlines)); with Redis it
+//!   fails at once. While running: IDs continue within the reservation
+//!   already recorded; past it, or past the fence, calls fail until the
+//!   store answers again, and the holder takes its lease back if nobody
+//!   else leased the shard.
 //! - A connection cut (a restarted server, a terminated session): the call
 //!   that finds it closed opens a new one and runs once more within its
-//!   deadline (every call on a held lease may run twice), so a routine
-//!   restart of the store costs no caller an error.
+//!   deadline (a renewal or a raise may run twice; an acquisition or a
+//!   close whose answer may have been lost is tried again the way [the
+//!   open's deadline](postgres#opening-and-closing-the-deadlines) says), so
+//!   a routine restart of the store costs no caller an error.
+//! - Closing never waits longer than a bounded time: with PostgreSQL, a
+//!   quarter of the TTL after any call in flight (a round trip's
+//!   deadline); past it, a warning says the lease was not given back, and
+//!   it expires by itself within a TTL.
 //! - All shards leased: opening fails; dead holders' shards come free
 //!   within one TTL.
 //! - An empty or blank URL (`IDUTIL_LEASE_URL=" "`, `--lease ''`) is an
@@ -178,7 +189,8 @@ pub mod redis;
 
 pub use commands::{check, inspect, release};
 pub use config::{
-    LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_PREFIX, DEFAULT_TTL, MIN_TTL,
+    LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_OPEN_TIMEOUT, DEFAULT_PREFIX,
+    DEFAULT_TTL, MIN_TTL,
 };
 pub use error::{LeaseError, LeaseResult};
 #[doc(hidden)]

@@ -144,8 +144,7 @@ fn tls_require_and_verify_full() {
     ))
     .unwrap_err();
     assert!(
-        err.to_string()
-            .contains("cannot lease a shard from PostgreSQL"),
+        err.to_string().contains("cannot connect to PostgreSQL"),
         "{err}"
     );
 }

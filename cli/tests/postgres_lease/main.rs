@@ -22,8 +22,10 @@ use idutil_harness::child::{self, MARK};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::state_dir;
 
+mod answers;
 mod check;
 mod command;
+mod crowds;
 mod fleet;
 mod marks;
 mod outages;

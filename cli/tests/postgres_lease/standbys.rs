@@ -242,11 +242,15 @@ fn a_short_statement_timeout_lets_nothing_past_a_cut_off_standby() {
         burst.is_err(),
         "a holder cut off from its synchronous standby borrowed ahead (from {before})"
     );
-    // Nor can a new holder lease a shard there.
+    // Nor can a new holder lease a shard there: it tries until its open
+    // deadline, here a short one.
     let host_b = state_dir();
     let b = leased(
         &host_b,
-        LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(5..=5),
+        LeaseConfig::new(primary.tcp_url())
+            .ttl(ttl)
+            .shards(5..=5)
+            .open_timeout(Duration::from_secs(3)),
     )
     .open();
     assert!(

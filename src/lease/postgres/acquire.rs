@@ -1,19 +1,23 @@
 //! Leasing a shard from PostgreSQL: the table and the ID space's rows made
 //! on first use, the replication setup judged, the history checked, and the
-//! first free row taken in one statement.
+//! first free row taken and checked against its history in one statement.
+//! Every step is tried again within the open's deadline when it failed in
+//! a way that may pass ([`retry`](super::retry)).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::conn::{off_runtime, Answer, Conn};
+use super::conn::{off_runtime, Conn};
 use super::held::PgLease;
+use super::history::{self, caps, create_history};
+use super::replication;
+use super::retry::{Deadline, Stop};
 use super::row::Granted;
 use super::sql::{self, create_table, prepare_space};
 use super::target::Target;
-use super::{history, release, replication, server_time, MAX_TRIES, UNDEFINED_TABLE};
+use super::{release, server_time, MAX_TRIES, UNDEFINED_TABLE};
 use crate::lease::interface::{Ask, Grant, Held};
-use crate::lease::record::Record;
 use crate::lease::LeaseError;
 use crate::lease::LeaseResult as Result;
 
@@ -23,25 +27,38 @@ pub(super) fn connect(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
     off_runtime(|| connect_here(ask))
 }
 
+/// What one try of the acquisition found.
+enum Took {
+    /// A row, the send time of the statement that took it, and whether the
+    /// statement raised it past a forgotten history.
+    Row(Granted, Instant, bool),
+    /// No free row.
+    Nothing,
+}
+
 fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
     let config = ask.config;
     let target = Target::parse(config)?;
     let mut conn = Conn::open(config)?;
     let layout = ask.layout.fingerprint();
-    let timeout = config.op_timeout().max(Duration::from_secs(2));
-    conn.transaction_block(&target, timeout)
-        .map_err(|f| f.into_error("lease a shard from", config))?;
+    let mut deadline = Deadline::open(config, ask.deadline);
+    deadline.run(config, |t| {
+        conn.transaction_block(&target, t)
+            .map_err(|f| Stop::Step("connect to", f))
+    })?;
     let warned = AtomicBool::new(false);
-    let setup = match conn.write(&target, timeout, &[replication::PROBE.to_string()]) {
-        Ok(mut answers) => answers
-            .pop()
-            .and_then(|a| a.rows.into_iter().next())
-            .and_then(|row| replication::Setup::read(&row)),
-        // A role that may not read `pg_stat_replication`: the setup is not
-        // checked (renewals do not try), unless the rule is strict.
-        Err(f) if f.code().is_some() => None,
-        Err(f) => return Err(f.into_error("lease a shard from", config)),
-    };
+    let setup = deadline.run(config, |t| {
+        match conn.write(&target, t, &[replication::PROBE.to_string()]) {
+            Ok(mut answers) => Ok(answers
+                .pop()
+                .and_then(|a| a.rows.into_iter().next())
+                .and_then(|row| replication::Setup::read(&row))),
+            // A role that may not read `pg_stat_replication`: the setup is
+            // not checked (renewals do not try), unless the rule is strict.
+            Err(f) if f.code().is_some() && !f.may_pass() => Ok(None),
+            Err(f) => Err(Stop::Step("read the replication setup of", f)),
+        }
+    })?;
     match &setup {
         Some(setup) => replication::judge(setup, config, target.strict(), &warned)?,
         None if target.strict() => {
@@ -59,7 +76,10 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
             config.url_redacted()
         ),
     }
-    if let Some(forgotten) = history::check_space(&mut conn, &target, config, timeout)? {
+    let forgotten = deadline.run(config, |t| {
+        history::check_space(&mut conn, &target, config, t)
+    })?;
+    if let Some(forgotten) = forgotten {
         log::warn!(
             "ID space {:?} in {}: {}; every shard's mark is raised to {}, past every ID a \
              holder can have issued before",
@@ -69,33 +89,70 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
             forgotten.floor
         );
     }
-    let acquire = [sql::acquire(ask, &target, &layout)];
+    let acquire = [sql::acquire(ask, &target, &layout, caps(config))];
+    let reclaim = [sql::reclaim(ask, &target, &layout)];
+    // Whether a try of the acquisition failed: it may have taken a row
+    // whose answer was lost, which the next try looks for first.
+    let mut unsure = false;
     let mut tries = 0;
     loop {
-        tries += 1;
-        let sent = Instant::now();
-        let row = match conn.write(&target, timeout, &acquire) {
-            Ok(mut answers) => answers
-                .pop()
-                .and_then(|a: Answer| a.rows.into_iter().next()),
-            Err(f) if f.code() == Some(UNDEFINED_TABLE) && tries < MAX_TRIES => {
-                create_table(&mut conn, &target, config, timeout)?;
-                continue;
+        let took = deadline.run(config, |t| {
+            let fail = |f| Stop::Step("lease a shard from", f);
+            if unsure {
+                let sent = Instant::now();
+                let mut answers = conn.write(&target, t, &reclaim).map_err(fail)?;
+                if let Some(row) = answers.pop().and_then(|a| a.rows.into_iter().next()) {
+                    log::debug!("took back the row an earlier try of this open had leased");
+                    return taken_row(&row, sent);
+                }
+                unsure = false;
             }
-            Err(f) => return Err(f.into_error("lease a shard from", config)),
-        };
-        if let Some(row) = row {
-            let granted =
-                Granted::read(&row).map_err(|f| f.into_error("lease a shard from", config))?;
-            let probe = setup.is_some();
-            return granted_row(ask, target, conn, granted, sent, layout, (warned, probe));
+            let sent = Instant::now();
+            let answer = match conn.write_once(&target, t, &acquire) {
+                Err(f) if f.code() == Some(UNDEFINED_TABLE) => {
+                    // Dropped since the history check: made again.
+                    create_table(&mut conn, &target, t)
+                        .map_err(|f| Stop::Step("create the lease table in", f))?;
+                    create_history(&mut conn, &target, t)?;
+                    conn.write_once(&target, t, &acquire)
+                }
+                other => other,
+            };
+            match answer {
+                Ok(mut answers) => match answers.pop().and_then(|a| a.rows.into_iter().next()) {
+                    Some(row) => taken_row(&row, sent),
+                    None => Ok(Took::Nothing),
+                },
+                Err(f) => {
+                    unsure = true;
+                    Err(fail(f))
+                }
+            }
+        })?;
+        match took {
+            Took::Row(granted, sent, raised) => {
+                let probe = setup.is_some();
+                return granted_row(
+                    ask,
+                    target,
+                    conn,
+                    granted,
+                    (sent, raised),
+                    layout,
+                    (warned, probe),
+                );
+            }
+            Took::Nothing => {}
         }
+        tries += 1;
         // Nothing free: another layout's ID space, rows not created yet,
         // or every shard leased. Or a race: the row the statement chose was
         // taken by a concurrent acquisition after its snapshot, and
         // `LIMIT 1` then yields nothing rather than the next free row; a
         // new statement (a new snapshot) finds it.
-        if prepare_space(&mut conn, &target, ask, &layout, timeout)? {
+        if deadline.run(config, |t| {
+            prepare_space(&mut conn, &target, ask, &layout, t)
+        })? {
             continue;
         }
         if tries >= MAX_TRIES {
@@ -106,7 +163,7 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
                     &target,
                     config,
                     (*ask.range.start(), *ask.range.end()),
-                    timeout,
+                    deadline.timeout(),
                 );
             }
             return Err(e);
@@ -115,18 +172,35 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
     }
 }
 
+/// A row the acquisition or a reclaim returned: the granted columns and
+/// whether the row was raised past a forgotten history.
+fn taken_row(row: &[Option<String>], sent: Instant) -> std::result::Result<Took, Stop> {
+    let granted = Granted::read(row).map_err(|f| Stop::Step("lease a shard from", f))?;
+    let raised = row.get(8).cloned().flatten().as_deref() == Some("t");
+    Ok(Took::Row(granted, sent, raised))
+}
+
 /// The lease and its record from the acquiring statement's row.
 fn granted_row(
     ask: &Ask<'_>,
     target: Target,
     conn: Conn,
     row: Granted,
-    sent: Instant,
+    (sent, raised): (Instant, bool),
     layout: String,
     (warned, probe): (AtomicBool, bool),
 ) -> Result<(Box<dyn Held>, Grant)> {
     let config = ask.config;
     let shard = u32::try_from(row.shard).unwrap_or(u32::MAX);
+    if raised {
+        log::warn!(
+            "shard {shard} of ID space {:?}: its row had a mark once and has none now (deleted \
+             and created again); its mark is raised to {}, past every ID a holder can have \
+             issued before",
+            config.prefix,
+            row.high_water.unwrap_or_default()
+        );
+    }
     let lease = PgLease {
         config: config.clone(),
         table: target.table(),
@@ -138,32 +212,10 @@ fn granted_row(
         conn: Mutex::new(conn),
         warned,
         probe,
+        opening: AtomicBool::new(true),
     };
     let server = server_time(row.server);
-    let mut record = lease.read(row, ask.layout);
-    if let Ok(read) = &record {
-        let timeout = config.op_timeout().max(Duration::from_secs(2));
-        let had_mark = read.high_water.is_some();
-        let mut conn = crate::sync::lock(&lease.conn);
-        match history::check_shard(&mut conn, &lease.target, config, shard, had_mark, timeout) {
-            Ok(None) => {}
-            Ok(Some(forgotten)) => {
-                log::warn!(
-                    "shard {shard} of ID space {:?}: {}; its mark is raised to {}, past every \
-                     ID a holder can have issued before",
-                    config.prefix,
-                    forgotten.why,
-                    forgotten.floor
-                );
-                record = Ok(Record {
-                    high_water: Some(u64::try_from(forgotten.floor).unwrap_or(0)),
-                    last: None,
-                    seen: read.seen,
-                });
-            }
-            Err(e) => record = Err(e),
-        }
-    }
+    let record = lease.read(row, ask.layout);
     let grant = Grant {
         shard,
         record,

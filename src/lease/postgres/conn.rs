@@ -110,6 +110,63 @@ impl Failure {
             _ => None,
         }
     }
+
+    /// Whether the same call may succeed if tried again a moment later, on
+    /// a fresh connection: no answer in time, a connection refused, cut or
+    /// ended by the server, a server starting, stopping or out of
+    /// connections, a lock or serialization conflict, a statement
+    /// cancelled, a pooler's error (PgBouncer's are `08P01`: its queue's
+    /// timeout, a server it cannot reach, a pool being reconfigured), a
+    /// read-only server during a failover, a commit the synchronous
+    /// standby did not confirm. Not: a refused login, a missing database
+    /// or table, a TLS certificate that does not verify, a statement-mode
+    /// pooler, an answer this crate cannot read.
+    pub(super) fn may_pass(&self) -> bool {
+        match self {
+            Failure::Timeout(_) | Failure::Unreplicated(_) => true,
+            Failure::Answer(_) => false,
+            Failure::Db(e) if is_statement_pooling(e) => false,
+            Failure::Db(e) => match e.as_db_error() {
+                Some(db) => passing_state(db.code().code()),
+                None => e.is_closed() || io_in_chain(e),
+            },
+        }
+    }
+}
+
+/// SQLSTATEs that say "not now" rather than "never".
+fn passing_state(code: &str) -> bool {
+    // Class 08: connection exceptions (and PgBouncer's errors).
+    code.starts_with("08")
+        || matches!(
+            code,
+            // serialization_failure, deadlock_detected
+            "40001" | "40P01"
+            // lock_not_available (the lease's `lock_timeout`)
+            | "55P03"
+            // query_canceled (`statement_timeout`, `pg_cancel_backend`)
+            | "57014"
+            // admin_shutdown, crash_shutdown, cannot_connect_now
+            | "57P01" | "57P02" | "57P03"
+            // too_many_connections, insufficient_resources
+            | "53300" | "53000"
+            // read_only_sql_transaction: a standby, before a promotion
+            | "25006"
+        )
+}
+
+/// Whether an error that is not the server's has an I/O error among its
+/// causes (a connection refused, reset or timed out), rather than, say, a
+/// TLS certificate that does not verify.
+fn io_in_chain(e: &tokio_postgres::Error) -> bool {
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if c.is::<io::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// One connection, opened when first needed and dropped after any failure,
@@ -170,6 +227,31 @@ impl Conn {
         timeout: Duration,
         statements: &[String],
     ) -> Result<Vec<Answer>, Failure> {
+        self.write_then(target, timeout, statements, true)
+    }
+
+    /// [`write`](Conn::write) for a transaction that must not run twice
+    /// unseen: a connection found closed fails the call, even when it
+    /// closed before the request reached the server, rather than running
+    /// it again on a new one. The caller, which knows whether it may run
+    /// twice, tries again as it sees fit (the acquisition first looks for
+    /// a row it may have taken; the close reads whether it went through).
+    pub(super) fn write_once(
+        &mut self,
+        target: &Target,
+        timeout: Duration,
+        statements: &[String],
+    ) -> Result<Vec<Answer>, Failure> {
+        self.write_then(target, timeout, statements, false)
+    }
+
+    fn write_then(
+        &mut self,
+        target: &Target,
+        timeout: Duration,
+        statements: &[String],
+        rerun: bool,
+    ) -> Result<Vec<Answer>, Failure> {
         let mut sql = format!(
             "BEGIN; SELECT set_config('synchronous_commit', \
              CASE current_setting('synchronous_commit') \
@@ -182,7 +264,7 @@ impl Conn {
             sql.push_str("; ");
         }
         sql.push_str("COMMIT");
-        let messages = self.run(target, timeout, async |c| c.simple_query(&sql).await)?;
+        let messages = self.run(target, timeout, rerun, async |c| c.simple_query(&sql).await)?;
         let mut answers = Vec::new();
         let mut rows = Vec::new();
         for message in messages {
@@ -220,7 +302,7 @@ impl Conn {
         target: &Target,
         timeout: Duration,
     ) -> Result<(), Failure> {
-        self.run(target, timeout, async |c| {
+        self.run(target, timeout, true, async |c| {
             c.simple_query("BEGIN").await?;
             c.simple_query("ROLLBACK").await.map(drop)
         })
@@ -231,22 +313,25 @@ impl Conn {
     /// connection found closed or ended by the server while idle (the
     /// server restarted, the session was terminated: a `FATAL` error that
     /// the next request reads) is replaced once within the same deadline:
-    /// every operation of the lease is a conditional write that may run
-    /// twice, and a commit that may have gone through without the standby
-    /// is confirmed by the second one.
+    /// a renewal, a raise or a read may run twice, and a commit that may
+    /// have gone through without the standby is confirmed by the second
+    /// one. Not with `rerun` false (the acquisition, the close): an
+    /// operation that must not run twice unseen fails instead.
     fn run<T: Send>(
         &mut self,
         target: &Target,
         timeout: Duration,
+        rerun: bool,
         op: impl AsyncFn(&mut Client) -> Result<T, tokio_postgres::Error> + Send + Sync,
     ) -> Result<T, Failure> {
-        off_runtime(move || self.run_here(target, timeout, op))
+        off_runtime(move || self.run_here(target, timeout, rerun, op))
     }
 
     fn run_here<T>(
         &mut self,
         target: &Target,
         timeout: Duration,
+        rerun: bool,
         op: impl AsyncFn(&mut Client) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, Failure> {
         let timeout = timeout.max(Duration::from_millis(1));
@@ -260,7 +345,7 @@ impl Conn {
                 if let Some(s) = session.as_mut() {
                     s.notices.take();
                     match op(&mut s.client).await {
-                        Err(e) if ended(&e) => *session = None,
+                        Err(e) if rerun && ended(&e) => *session = None,
                         done => return done.map(|v| (v, s.notices.take())),
                     }
                 }
@@ -399,4 +484,29 @@ pub(super) fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
     })
     .unwrap_or_else(|e| panic!("cannot start a thread for the PostgreSQL lease: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_that_say_not_now_are_told_from_those_that_say_never() {
+        for code in [
+            "40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03", "53300", "08006",
+            "08P01", "25006",
+        ] {
+            assert!(passing_state(code), "{code}");
+        }
+        // A refused login, a missing database, table or function, a
+        // syntax error, a unique violation.
+        for code in [
+            "28P01", "28000", "3D000", "42P01", "42883", "42601", "23505",
+        ] {
+            assert!(!passing_state(code), "{code}");
+        }
+        assert!(Failure::Timeout(Duration::from_secs(2)).may_pass());
+        assert!(Failure::Unreplicated(String::new()).may_pass());
+        assert!(!Failure::Answer(String::new()).may_pass());
+    }
 }

@@ -2,12 +2,13 @@
 //! raising the mark, restoring it, giving the shard back, and reading the
 //! granted row, all on [`PgLease`].
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::conn::{number, off_runtime, Conn, Failure};
 use super::replication::{self, Setup};
+use super::retry::Deadline;
 use super::row::{raw_record, Granted};
 use super::sql::{self, create_table, Key};
 use super::target::Target;
@@ -36,6 +37,10 @@ pub(super) struct PgLease {
     /// Whether the replication setup could be read at open (and so is read
     /// again at every renewal).
     pub(super) probe: bool,
+    /// Until the first raise succeeds: the open's own raise, which is
+    /// tried again within an open deadline of its own
+    /// ([`LeaseConfig::open_timeout`] from its start).
+    pub(super) opening: AtomicBool,
 }
 
 impl PgLease {
@@ -103,6 +108,21 @@ impl PgLease {
             }
             Err(f) => Trouble::Again(f.into_error("check the lease in", &self.config)),
         }
+    }
+
+    /// Whether the row was given back by this holder: no holder, and still
+    /// this holder's fencing epoch (every acquisition raises it).
+    fn given_back(&self, conn: &mut Conn, timeout: Duration) -> Result<bool, Failure> {
+        let mut answers =
+            conn.write(&self.target, timeout, &[sql::row(&self.table, &self.key())])?;
+        Ok(
+            match answers.pop().and_then(|a| a.rows.into_iter().next()) {
+                None => false,
+                Some(row) => {
+                    number::<i64>(&row[0], "epoch")? == Some(self.epoch) && row[1].is_none()
+                }
+            },
+        )
     }
 
     /// The granted row's record, read strictly.
@@ -175,8 +195,9 @@ impl PgLease {
                 // The table itself was dropped.
                 Err(f) if f.code() == Some(UNDEFINED_TABLE) && !created => {
                     created = true;
-                    create_table(&mut conn, &self.target, &self.config, timeout)
-                        .map_err(Trouble::Again)?;
+                    create_table(&mut conn, &self.target, timeout).map_err(|f| {
+                        Trouble::Again(f.into_error("create the lease table in", &self.config))
+                    })?;
                 }
                 Err(f) => return Err(error(f)),
             }
@@ -227,6 +248,13 @@ impl Held for PgLease {
         })
     }
 
+    /// The open's raise (the first) is tried again within an open deadline
+    /// of its own (the state directory's part of the open, between the
+    /// acquisition and this raise, may have been slow), each try one round
+    /// trip at most so that renewals get the connection between tries; it
+    /// may run twice, as every raise may: it never lowers the mark, and one
+    /// that went through unseen leaves the row's mark at or above
+    /// `known_mark`.
     fn raise(&self, high_water: u64, seen: u64, known_mark: u64) -> Result<(), Trouble> {
         let (hw, seen) = (
             i64::try_from(high_water).unwrap_or(i64::MAX),
@@ -234,22 +262,32 @@ impl Held for PgLease {
         );
         let known = i64::try_from(known_mark).unwrap_or(i64::MAX);
         let statement = sql::raise(&self.table, &self.key(), hw, seen, known);
-        let timeout = self.config.op_timeout();
+        let action = "record the high-water second of the leased shard in";
+        let mut deadline = self
+            .opening
+            .load(Relaxed)
+            .then(|| Deadline::open_held(&self.config, Instant::now() + self.config.open_timeout));
         let mut conn = crate::sync::lock(&self.conn);
-        let changed = conn
-            .write(&self.target, timeout, &[statement])
-            .map_err(|f| {
-                Trouble::Again(f.into_error(
-                    "record the high-water second of the leased shard in",
-                    &self.config,
-                ))
-            })?
-            .pop()
-            .map_or(0, |a| a.count);
-        if changed == 1 {
-            Ok(())
-        } else {
-            Err(self.gone(&mut conn, timeout, known))
+        loop {
+            let timeout = deadline
+                .as_ref()
+                .map_or(self.config.op_timeout(), Deadline::timeout);
+            match conn.write(&self.target, timeout, std::slice::from_ref(&statement)) {
+                Ok(answers) if answers.last().map_or(0, |a| a.count) == 1 => {
+                    self.opening.store(false, Relaxed);
+                    return Ok(());
+                }
+                Ok(_) => return Err(self.gone(&mut conn, timeout, known)),
+                Err(f) => match deadline.as_mut() {
+                    None => return Err(Trouble::Again(f.into_error(action, &self.config))),
+                    Some(d) => {
+                        // The renewals' turn while this one pauses.
+                        drop(conn);
+                        d.again(&self.config, action, f).map_err(Trouble::Again)?;
+                        conn = crate::sync::lock(&self.conn);
+                    }
+                },
+            }
         }
     }
 
@@ -257,25 +295,49 @@ impl Held for PgLease {
         off_runtime(|| self.restore_row(high_water, seen))
     }
 
+    /// Tried again within the close's deadline (a quarter of the TTL) when it
+    /// failed in a way that may pass. A try whose answer was lost may have
+    /// gone through: a next try that then finds nothing to change reads the
+    /// row, and a row still at this holder's fencing epoch with no holder
+    /// was given back by it (an acquisition would have raised the epoch).
     fn finish(&self, last: Option<(u64, u32)>, seen: u64) -> Result<(), Trouble> {
-        let timeout = self.config.op_timeout();
         let last_args =
             last.map(|(sec, seq)| (i64::try_from(sec).unwrap_or(i64::MAX), i64::from(seq)));
         let seen_arg = i64::try_from(seen).unwrap_or(0);
         let statement = sql::finish(&self.table, &self.key(), last_args, seen_arg);
-        let run = || -> Result<u64, Failure> {
+        let action = "give back the lease in";
+        let run = || -> Result<(), Trouble> {
+            let mut deadline = Deadline::close(&self.config);
+            let mut unsure = false;
             let mut conn = crate::sync::lock(&self.conn);
-            let answers = conn.write(&self.target, timeout, &[statement])?;
-            Ok(answers.last().map_or(0, |a| a.count))
+            loop {
+                let timeout = deadline.timeout();
+                let failure =
+                    match conn.write(&self.target, timeout, std::slice::from_ref(&statement)) {
+                        Ok(answers) if answers.last().map_or(0, |a| a.count) == 1 => return Ok(()),
+                        Ok(_) if unsure => match self.given_back(&mut conn, timeout) {
+                            Ok(true) => return Ok(()),
+                            Ok(false) if last.is_none() => return Ok(()),
+                            Ok(false) => {
+                                return Err(Trouble::Lost(LeaseError::lost_at_close(self.shard)))
+                            }
+                            Err(f) => f,
+                        },
+                        Ok(_) if last.is_none() => return Ok(()),
+                        Ok(_) => return Err(Trouble::Lost(LeaseError::lost_at_close(self.shard))),
+                        Err(f) => {
+                            unsure = true;
+                            f
+                        }
+                    };
+                drop(conn);
+                deadline
+                    .again(&self.config, action, failure)
+                    .map_err(Trouble::Again)?;
+                conn = crate::sync::lock(&self.conn);
+            }
         };
-        match off_runtime(run) {
-            Ok(1) => Ok(()),
-            Ok(_) if last.is_none() => Ok(()),
-            Ok(_) => Err(Trouble::Lost(LeaseError::lost_at_close(self.shard))),
-            Err(f) => Err(Trouble::Again(
-                f.into_error("give back the lease in", &self.config),
-            )),
-        }
+        off_runtime(run)
     }
 
     fn describe(&self) -> String {

@@ -16,20 +16,26 @@
 //! space recorded, plus the skew limit, plus one second, past every ID any
 //! holder can have issued, and records the new identity.
 //!
-//! Each check, once the tables are found (or created) and the server's
-//! identity read, is one transaction in one round trip of the holder's
-//! connection, like every write of the lease: the server compares and
-//! raises in one statement, under the ID space's advisory lock (the
-//! statements are in [`sql::history`](super::sql::history)).
+//! The check of the ID space, once the tables are found (or created) and
+//! the server's identity read, is one transaction in one round trip of the
+//! holder's connection, like every write of the lease: the server compares
+//! and raises in one statement, under the ID space's advisory lock (the
+//! statements are in [`sql::history`](super::sql::history)). The check of
+//! the shard is part of the statement that takes it
+//! ([`sql::acquire`](super::sql::acquire)).
+//!
+//! Both may run twice (an open tries a step again when its answer was
+//! lost): a raise never lowers a mark, and a history already recorded is
+//! not forgotten. A second run after a first that committed unseen finds
+//! the history it recorded, so it only misses the warning.
 
 use std::time::Duration;
 
 use super::conn::{number, Answer, Conn, Failure};
+use super::retry::Stop;
 use super::sql::{self, create_table};
 use super::target::Target;
-use super::UNDEFINED_TABLE;
-use crate::lease::LeaseResult as Result;
-use crate::lease::{LeaseConfig, LeaseError};
+use crate::lease::LeaseConfig;
 
 /// A history the rows may have forgotten: why, and the second every row
 /// concerned was raised to.
@@ -40,7 +46,7 @@ pub(super) struct Forgotten {
 
 /// The lead cap and the skew limit, in whole seconds, as the statements
 /// add them.
-fn caps(config: &LeaseConfig) -> (u64, u64) {
+pub(super) fn caps(config: &LeaseConfig) -> (u64, u64) {
     let max = i64::MAX.unsigned_abs();
     (
         config.max_lead.as_secs().min(max),
@@ -76,33 +82,37 @@ pub(super) fn check_space(
     target: &Target,
     config: &LeaseConfig,
     timeout: Duration,
-) -> Result<Option<Forgotten>> {
-    let fail = |f: Failure| f.into_error("lease a shard from", config);
-    let exists = last_row(
-        conn.write(target, timeout, &[sql::history::tables(target)])
-            .map_err(fail)?,
-    )
-    .map_err(fail)?;
+) -> Result<Option<Forgotten>, Stop> {
+    let fail = |f: Failure| Stop::Step("check the lease history in", f);
+    let exists = conn
+        .write(target, timeout, &[sql::history::tables(target)])
+        .and_then(last_row)
+        .map_err(fail)?;
     if !flag(&cell(&exists, 0)) {
-        create_table(conn, target, config, timeout)?;
+        create_table(conn, target, timeout)
+            .map_err(|f| Stop::Step("create the lease table in", f))?;
     }
     if !flag(&cell(&exists, 1)) {
-        conn.write(target, timeout, &sql::history::create(target, timeout))
-            .map_err(|f| f.into_error("create the lease history table in", config))?;
+        create_history(conn, target, timeout)?;
     }
     // The server's identity on its own: a server that will not tell it
     // (Aurora has no `pg_current_wal_lsn()`, say) is compared without it.
+    // One that did not answer in time is asked again.
     let server = conn
         .write(target, timeout, &[sql::history::IDENTITY.to_string()])
         .and_then(last_row)
         .and_then(|row| Ok((cell(&row, 0), number::<i64>(&cell(&row, 1), "timeline")?)));
-    let (system, timeline) = server.unwrap_or_else(|f| {
-        log::debug!(
-            "the server's identity is not compared: {}",
-            f.into_error("read the identity of", config)
-        );
-        (None, None)
-    });
+    let (system, timeline) = match server {
+        Ok(identity) => identity,
+        Err(f) if f.may_pass() => return Err(Stop::Step("read the identity of", f)),
+        Err(f) => {
+            log::debug!(
+                "the server's identity is not compared: {}",
+                f.into_error("read the identity of", config)
+            );
+            (None, None)
+        }
+    };
     let statements = sql::history::space(
         target,
         &config.prefix,
@@ -143,36 +153,15 @@ pub(super) fn check_space(
     Ok(Some(Forgotten { why, floor }))
 }
 
-/// After a shard is leased: records that it has a mark, or, if its row has
-/// none (`had_mark` false) although its history says it had one (the row
-/// was deleted and created again), raises the row past what a holder can
-/// have issued. `Some`: the row was raised.
-pub(super) fn check_shard(
+/// Creates the history table, once.
+pub(super) fn create_history(
     conn: &mut Conn,
     target: &Target,
-    config: &LeaseConfig,
-    shard: u32,
-    had_mark: bool,
     timeout: Duration,
-) -> std::result::Result<Option<Forgotten>, LeaseError> {
-    let statement = sql::history::shard(target, &config.prefix, shard, had_mark, caps(config));
-    let outcome = conn
-        .write(target, timeout, &[statement])
-        .and_then(last_row)
-        .and_then(|row| {
-            let raised = number::<i64>(&cell(&row, 0), "rows raised")?.unwrap_or(0);
-            let floor = number::<i64>(&cell(&row, 1), "the raised mark")?.unwrap_or(0);
-            Ok((raised > 0).then(|| Forgotten {
-                why: "its row had a mark once and has none now (deleted and created again)"
-                    .to_string(),
-                floor,
-            }))
-        });
-    match outcome {
-        // Dropped since `check_space`: the next acquisition finds it out.
-        Err(f) if f.code() == Some(UNDEFINED_TABLE) => Ok(None),
-        other => other.map_err(|f| f.into_error("check the lease history in", config)),
-    }
+) -> Result<(), Stop> {
+    conn.write(target, timeout, &sql::history::create(target, timeout))
+        .map(drop)
+        .map_err(|f| Stop::Step("create the lease history table in", f))
 }
 
 /// What the rows were written under.

@@ -50,7 +50,8 @@
 //! shard never used: with a database that keeps what it commits, there is
 //! no first-use wait (Redis needs one). Acquiring a free shard is one
 //! `UPDATE ... FOR UPDATE SKIP LOCKED` on an index of `(space,
-//! expires_at)`, whatever the number of shards.
+//! expires_at)`, whatever the number of shards, which checks the shard's
+//! history in the same statement.
 //!
 //! # What it promises, and on which deployment
 //!
@@ -120,6 +121,67 @@
 //! holds the shard writes its mark back before it stops ([the
 //! rule](crate::lease)), and a holder's host keeps the marks of the shards
 //! it leased in its state file.
+//!
+//! # Opening and closing: the deadlines
+//!
+//! An open is a handful of round trips: the pooler's mode, the
+//! replication setup, the ID space's history, the acquisition (one
+//! statement, which also checks the shard's history), then the shard's
+//! first mark. Each has a round trip's deadline (a fifth of the TTL, at
+//! least 2 s), but the open as a whole has its own,
+//! [`LeaseConfig::open_timeout`] (**30 s** by default): a step that failed
+//! in a way that may pass (no answer in time, a connection refused or
+//! cut, a server restarting or out of connections, `40001`, `40P01`,
+//! `55P03` lock timeouts, `57014` a cancelled statement, PgBouncer's
+//! errors and queue, a commit the synchronous standby did not confirm) is
+//! tried again on a fresh connection after a random pause (up to 20 ms,
+//! doubling at each try to 1 s), each try given twice as long to answer as
+//! the last (up to 16 round trips), within the time left. So a crowd of holders opening at once,
+//! a busy server or machine, a queue at a small pool, a restart of the
+//! server or of the pooler make opens slower, not failed. A step that
+//! cannot pass (a refused login, a certificate that does not verify,
+//! another layout's ID space, every shard leased) fails at once. Past the
+//! deadline the open fails with [`LeaseError::Store`](crate::lease::LeaseError::Store),
+//! naming the step and its last failure, and that the open deadline ran
+//! out after so many tries. The deadline bounds each of the lease's two
+//! parts of an open: leasing the shard, and, once the state directory is
+//! open, recording the shard's first mark; the state directory's part in
+//! between (its locks and files) is not counted.
+//!
+//! What a lost answer leaves behind. A statement whose answer never came
+//! may still have committed:
+//!
+//! - **The acquisition** writes the open's token (`host:pid:nanos:n`,
+//!   unique to the open) into the row it takes. After any failed try, the
+//!   next one first looks for a row of the range that still holds that
+//!   token, and takes it back, with the fencing epoch the lost acquisition
+//!   gave it, rather than a second row. A token still in a row means no
+//!   acquisition or release wrote it since, so nobody else holds that
+//!   shard: two holders never get one shard. A row whose acquisition
+//!   commits only after the next try looked (the server was still working
+//!   on it when the client gave up) stays leased to nobody until its TTL
+//!   runs out, as does the row of an open that ran out of time: at most
+//!   one TTL, and no ID was issued on it.
+//! - **The history checks** never lower a mark and record what they found;
+//!   run again, they find their own record (only their warning is lost).
+//! - **The first mark** is conditioned on the holder's key and never
+//!   lowers a mark: a raise that went through unseen makes the next try a
+//!   no-op that succeeds. Its tries wait one round trip each, so the
+//!   renewals get the connection between them.
+//!
+//! **Closing** gives the lease back in one statement, tried again the same
+//! way within **a quarter of the TTL** (2.5 s by default), after any call
+//! in flight on the holder's connection (a round trip's deadline); a try
+//! that finds nothing to give back after one whose answer was lost reads
+//! the row, and a row at this holder's fencing epoch with no holder was
+//! given back by it. A close that runs out of time logs a warning saying so: the lease
+//! then expires by itself within a TTL of its last renewal, and its mark
+//! still covers every ID issued.
+//!
+//! Measured (see BENCHMARKS.md, *Many holders opening at once*): a
+//! thousand holders opening at once in one process on a loaded two-core
+//! machine all open and each gets its own shard, through PgBouncer in
+//! transaction mode with a pool of 10 as with a connection each.
 //!
 //! # URLs, TLS and failover
 //!
@@ -227,6 +289,7 @@ mod history;
 mod inspect;
 mod release;
 mod replication;
+mod retry;
 mod row;
 mod sql;
 mod target;

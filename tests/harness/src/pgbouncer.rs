@@ -59,8 +59,9 @@ impl PgBouncer {
                 "[databases]\n* = host=127.0.0.1 port={upstream}\n\n[pgbouncer]\n\
                  listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
                  auth_type = trust\nauth_file = {auth}\npool_mode = {mode}\n\
+                 admin_users = postgres\n\
                  default_pool_size = {size}\nmin_pool_size = 0\nreserve_pool_size = 0\n\
-                 max_client_conn = 500\nlogfile = {log}\n\
+                 max_client_conn = 2000\nlogfile = {log}\n\
                  ignore_startup_parameters = extra_float_digits\n\
                  server_check_delay = 0\n",
                 upstream = server.port(),
@@ -119,6 +120,34 @@ impl PgBouncer {
             "postgres://{user}@127.0.0.1:{}/postgres?sslmode=disable",
             self.port
         )
+    }
+
+    /// Runs `command` (`PAUSE`, `RESUME`, `SHOW POOLS`) on its admin
+    /// console as `postgres`; its output, unaligned and without headers.
+    pub fn admin(&self, command: &str) -> String {
+        let out = std::process::Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-U",
+                "postgres",
+                "-d",
+                "pgbouncer",
+                "-X",
+                "-A",
+                "-t",
+                "-c",
+                command,
+            ])
+            .env("PGCONNECT_TIMEOUT", "5")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "pgbouncer {command:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
     /// What it logged, for failure messages.

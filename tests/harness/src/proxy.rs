@@ -104,14 +104,33 @@ fn pump(mut from: TcpStream, mut to: TcpStream) {
     });
 }
 
-/// A loopback proxy to Redis that, once, lets a request containing
-/// `marker` reach Redis, then closes the client's connection instead of
-/// passing the reply on: the call ran in Redis, its caller saw the
+/// A loopback proxy to Redis (or PostgreSQL) that, once, lets a request containing
+/// `marker` reach the server, then closes the client's connection instead of
+/// passing the reply on: the call ran on the server, its caller saw the
 /// connection closed.
 pub fn reply_dropping_proxy(upstream: u16, marker: Vec<u8>) -> u16 {
+    reply_dropping_proxy_armed(upstream, marker).0
+}
+
+/// [`reply_dropping_proxy`], with the flag that says whether it is still
+/// armed (`false` once it has dropped a reply).
+pub fn reply_dropping_proxy_armed(upstream: u16, marker: Vec<u8>) -> (u16, Arc<AtomicBool>) {
+    reply_dropping_proxy_after(upstream, marker, None)
+}
+
+/// [`reply_dropping_proxy_armed`] that passes the reply on until it
+/// contains `last` (PostgreSQL's `COMMIT` tag, sent once the commit is
+/// done), and closes the client's connection there: the transaction
+/// committed, its caller saw the connection closed.
+pub fn reply_dropping_proxy_after(
+    upstream: u16,
+    marker: Vec<u8>,
+    last: Option<Vec<u8>>,
+) -> (u16, Arc<AtomicBool>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let armed = Arc::new(AtomicBool::new(true));
+    let flag = armed.clone();
     thread::spawn(move || {
         for client in listener.incoming() {
             let Ok(client) = client else { continue };
@@ -135,10 +154,14 @@ pub fn reply_dropping_proxy(upstream: u16, marker: Vec<u8>) -> u16 {
                 let _ = s_out.shutdown(Shutdown::Both);
             });
             let (mut s_in, mut c_out) = (server, client);
+            let last = last.clone();
             thread::spawn(move || {
                 let mut buf = [0u8; 16 * 1024];
                 while let Ok(n @ 1..) = s_in.read(&mut buf) {
-                    if dropping.load(Ordering::SeqCst) {
+                    let at_last = last
+                        .as_ref()
+                        .is_none_or(|l| buf[..n].windows(l.len()).any(|w| w == l));
+                    if dropping.load(Ordering::SeqCst) && at_last {
                         break;
                     }
                     if c_out.write_all(&buf[..n]).is_err() {
@@ -150,7 +173,7 @@ pub fn reply_dropping_proxy(upstream: u16, marker: Vec<u8>) -> u16 {
             });
         }
     });
-    port
+    (port, flag)
 }
 
 /// A loopback port where a TCP connection never completes, as on a host

@@ -65,7 +65,7 @@ fn or_null<T: ToString>(value: Option<T>, quote: bool) -> String {
 
 /// `now + cap + skew + 1` in whole seconds, capped at the largest
 /// `bigint`.
-fn past(now: &str, cap: &str, skew: u64) -> String {
+pub(in super::super) fn past(now: &str, cap: &str, skew: u64) -> String {
     format!("LEAST(floor(GREATEST({now}, 0))::numeric + {cap} + {skew} + 1, {BIGINT_MAX})::bigint")
 }
 
@@ -145,42 +145,4 @@ pub(in super::super) fn space(
             table_text = literal(&table),
         ),
     ]
-}
-
-/// The check of a shard just leased, as one statement: records that the
-/// shard has a history; when its row had no mark (`had_mark` false) but
-/// the history knew the shard (the row was deleted and created again),
-/// raises the row past the server's clock plus the largest lead cap
-/// recorded (at least `max_lead`) plus `skew` plus one second. Returns how
-/// many rows were raised and the second they were raised to.
-pub(in super::super) fn shard(
-    target: &Target,
-    space: &str,
-    shard: u32,
-    had_mark: bool,
-    (max_lead, skew): (u64, u64),
-) -> String {
-    let (table, history) = (target.table(), target.history_table());
-    let space = literal(space);
-    let mark = past(
-        "extract(epoch FROM clock_timestamp())",
-        &format!("GREATEST(COALESCE((SELECT max(max_lead) FROM known), 0), {max_lead})"),
-        skew,
-    );
-    format!(
-        "WITH known AS (SELECT max_lead FROM {history} \
-             WHERE space = {space} AND shard IN (-1, {shard})), \
-         added AS (INSERT INTO {history} (space, shard) VALUES ({space}, {shard}) \
-             ON CONFLICT DO NOTHING RETURNING 1), \
-         f AS (SELECT (SELECT count(*) FROM known) AS known_rows, {mark} AS mark), \
-         raised AS (UPDATE {table} AS t \
-             SET high_water = GREATEST(COALESCE(t.high_water, 0), f.mark), \
-                 last_second = NULL, last_sequence = NULL, \
-                 seen = COALESCE(t.seen, extract(epoch FROM clock_timestamp())::bigint) \
-             FROM f WHERE {raise} AND f.known_rows >= 2 \
-                 AND t.space = {space} AND t.shard = {shard} \
-             RETURNING 1) \
-         SELECT (SELECT count(*) FROM raised), mark FROM f",
-        raise = !had_mark,
-    )
 }

@@ -8,12 +8,12 @@ pub(super) mod release;
 
 use std::time::Duration;
 
-use super::conn::{literal, Conn};
+use super::conn::{literal, Conn, Failure};
+use super::retry::Stop;
 use super::target::{quote, Target};
 use super::EPOCH_MAX;
 use crate::lease::interface::Ask;
-use crate::lease::LeaseResult as Result;
-use crate::lease::{LeaseConfig, LeaseError};
+use crate::lease::LeaseError;
 
 /// The table's name.
 pub(super) const TABLE: &str = "idutil_lease";
@@ -24,7 +24,8 @@ pub(super) const HISTORY: &str = "idutil_lease_history";
 const LOCK_KEY: i64 = 0x6964_7574;
 
 /// The columns a holder reads back: shard, epoch, high_water,
-/// last_second, last_sequence, seen, layout, and the server's clock.
+/// last_second, last_sequence, seen, layout, and the server's clock (the
+/// acquisition adds whether it raised the row, see [`acquire`]).
 const GRANTED: &str = "t.shard, t.epoch, t.high_water, t.last_second, t.last_sequence, t.seen, \
      t.layout, extract(epoch FROM clock_timestamp())::float8";
 
@@ -41,9 +42,8 @@ pub(super) fn lock_timeout(timeout: Duration) -> String {
 pub(super) fn create_table(
     conn: &mut Conn,
     target: &Target,
-    config: &LeaseConfig,
     timeout: Duration,
-) -> Result<()> {
+) -> std::result::Result<(), Failure> {
     let table = target.table();
     let index = quote(&format!("{TABLE}_free"));
     let statements = [
@@ -65,26 +65,92 @@ pub(super) fn create_table(
         ),
         format!("CREATE INDEX IF NOT EXISTS {index} ON {table} (space, expires_at)"),
     ];
-    conn.write(target, timeout, &statements)
-        .map(drop)
-        .map_err(|f| f.into_error("create the lease table in", config))
+    conn.write(target, timeout, &statements).map(drop)
 }
 
-/// Takes the first free shard of the ask's range: the statement.
-pub(super) fn acquire(ask: &Ask<'_>, target: &Target, layout: &str) -> String {
-    let table = target.table();
+/// Takes the first free shard of the ask's range, and checks it against
+/// its history in the same statement: the statement.
+///
+/// A row with nothing in it (no mark, no exact last ID, no second seen)
+/// whose shard the history table knows (the row was deleted and created
+/// again) is raised past the server's clock plus the largest lead cap
+/// recorded (at least `max_lead`) plus `skew` plus one second, as
+/// [`history::space`] raises a forgotten ID space; and the shard is
+/// recorded in the history. Returns [`GRANTED`]'s columns, then whether
+/// the row was so raised.
+///
+/// One statement, so an answer lost after its commit leaves nothing half
+/// done: the row is taken, raised and recorded, or none of it, and the
+/// open's next try finds the row with [`reclaim`].
+pub(super) fn acquire(
+    ask: &Ask<'_>,
+    target: &Target,
+    layout: &str,
+    (max_lead, skew): (u64, u64),
+) -> String {
+    let (table, history_table) = (target.table(), target.history_table());
     let skip: Vec<String> = ask.skip.iter().map(u32::to_string).collect();
+    let mark = history::past(
+        "extract(epoch FROM clock_timestamp())",
+        &format!("GREATEST(COALESCE(k.cap, 0), {max_lead})"),
+        skew,
+    );
+    let forgot = "(free.blank AND k.known >= 2)";
     format!(
-        "UPDATE {table} AS t SET holder = {token}, \
+        "WITH taken AS (UPDATE {table} AS t SET holder = {token}, \
              epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, \
-             expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8) \
-         FROM (SELECT shard FROM {table} \
+             expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8), \
+             high_water = CASE WHEN {forgot} THEN {mark} ELSE t.high_water END, \
+             seen = CASE WHEN {forgot} THEN extract(epoch FROM clock_timestamp())::bigint \
+                 ELSE t.seen END \
+         FROM (SELECT shard, high_water IS NULL AND last_second IS NULL \
+                   AND last_sequence IS NULL AND seen IS NULL AS blank \
+               FROM {table} \
                WHERE space = {space} AND layout = {layout} \
                  AND shard BETWEEN {first} AND {last} \
                  AND shard <> ALL(ARRAY[{skip}]::bigint[]) AND expires_at <= clock_timestamp() \
-               ORDER BY expires_at, shard LIMIT 1 FOR UPDATE SKIP LOCKED) AS free \
+               ORDER BY expires_at, shard LIMIT 1 FOR UPDATE SKIP LOCKED) AS free, \
+             LATERAL (SELECT count(*) AS known, max(max_lead) AS cap FROM {history_table} \
+               WHERE space = {space} AND shard IN (-1, free.shard)) AS k \
          WHERE t.space = {space} AND t.shard = free.shard \
-         RETURNING {GRANTED}",
+         RETURNING {GRANTED}, {forgot}), \
+         recorded AS (INSERT INTO {history_table} (space, shard) \
+             SELECT {space}, shard FROM taken ON CONFLICT DO NOTHING) \
+         SELECT * FROM taken",
+        token = literal(ask.token),
+        ttl = ask.config.ttl.as_secs_f64(),
+        space = literal(&ask.config.prefix),
+        layout = literal(layout),
+        first = ask.range.start(),
+        last = ask.range.end(),
+        skip = skip.join(","),
+    )
+}
+
+/// The row of the ask's range that this open's token already holds, its
+/// lease renewed: the statement. An acquisition whose answer was lost (no
+/// answer in time, a connection cut, a commit the standby did not
+/// confirm) may have taken a row; the token names this open alone, so a
+/// row that still holds it was taken by this open and by no one since
+/// (every acquisition writes its own token, and a release clears it). The
+/// next try takes that row back, with the fencing epoch that acquisition
+/// gave it, instead of a second one; a row taken and never found again
+/// would stay leased until its TTL ran out. Returns the columns of
+/// [`acquire`], the last `false` (whatever the lost acquisition raised is
+/// in the row).
+pub(super) fn reclaim(ask: &Ask<'_>, target: &Target, layout: &str) -> String {
+    let table = target.table();
+    let skip: Vec<String> = ask.skip.iter().map(u32::to_string).collect();
+    format!(
+        "UPDATE {table} AS t \
+         SET expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8) \
+         WHERE t.space = {space} AND t.shard = (SELECT shard FROM {table} \
+             WHERE space = {space} AND layout = {layout} AND holder = {token} \
+               AND shard BETWEEN {first} AND {last} \
+               AND shard <> ALL(ARRAY[{skip}]::bigint[]) \
+             ORDER BY shard LIMIT 1) \
+           AND t.holder = {token} \
+         RETURNING {GRANTED}, false",
         token = literal(ask.token),
         ttl = ask.config.ttl.as_secs_f64(),
         space = literal(&ask.config.prefix),
@@ -177,7 +243,7 @@ pub(super) fn prepare_space(
     ask: &Ask<'_>,
     layout: &str,
     timeout: Duration,
-) -> Result<bool> {
+) -> Result<bool, Stop> {
     let config = ask.config;
     let table = target.table();
     let (first, last) = (ask.range.start(), ask.range.end());
@@ -201,15 +267,15 @@ pub(super) fn prepare_space(
     ];
     let answers = conn
         .write(target, timeout, &statements)
-        .map_err(|f| f.into_error("prepare the lease rows in", config))?;
+        .map_err(|f| Stop::Step("prepare the lease rows in", f))?;
     if let Some(row) = answers[2].rows.first() {
         let shard = row[0].as_deref().and_then(|s| s.parse().ok());
-        return Err(LeaseError::layout_mismatch(
+        return Err(Stop::Refused(LeaseError::layout_mismatch(
             shard.unwrap_or(u32::MAX),
             &config.prefix,
             row[1].clone().unwrap_or_default(),
             layout,
-        ));
+        )));
     }
     let added = answers[3].count;
     if added > 0 {

@@ -1,0 +1,414 @@
+//! Hundreds of holders opening and closing at once while other work keeps
+//! every core busy: through PgBouncer in transaction mode with a pool far
+//! smaller than the crowd, and with a server connection each. An open on
+//! a busy machine or server is slower, never failed, within the lease's
+//! open deadline (`LeaseConfig::open_timeout`); so is a close.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use idutil::lease::LeaseConfig;
+use idutil::{Generator, Layout};
+use idutil_harness::pgbouncer::{PgBouncer, Pool};
+use idutil_harness::postgres::{Options, Postgres};
+use idutil_harness::state_dir;
+
+use crate::{leased, Ids, WIDE};
+
+/// Threads that spin until dropped, three for each core: the other work
+/// of an overloaded machine (a build beside a test suite).
+struct Busy {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// Spinning threads for each core.
+const BUSY_PER_CORE: usize = 3;
+
+impl Busy {
+    fn start() -> Busy {
+        let cores = thread::available_parallelism().map_or(2, |n| n.get());
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..cores * BUSY_PER_CORE)
+            .map(|_| {
+                let stop = stop.clone();
+                thread::spawn(move || {
+                    let mut x: u64 = 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..10_000 {
+                            x = std::hint::black_box(x.wrapping_mul(6364136223846793005) + 1);
+                        }
+                    }
+                })
+            })
+            .collect();
+        Busy { stop, threads }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One crowd at a time: two at once would each be the other's load, and
+/// the measured one would measure both.
+static ONE_CROWD: Mutex<()> = Mutex::new(());
+
+fn one_crowd() -> MutexGuard<'static, ()> {
+    ONE_CROWD.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A server with room for `holders` connections of their own.
+fn server_for(holders: u32) -> Option<Postgres> {
+    Postgres::start_tcp(&Options {
+        max_connections: Some(holders + 50),
+        ..Options::default()
+    })
+}
+
+/// PgBouncer in transaction mode with `size` server connections.
+fn bouncer(server: &Postgres, size: u32) -> Option<PgBouncer> {
+    PgBouncer::start(
+        server,
+        &Pool {
+            mode: "transaction",
+            size,
+            users: vec!["postgres".to_string()],
+        },
+    )
+}
+
+/// What a crowd's open and close came to.
+struct Crowd {
+    opened: Vec<Generator>,
+    /// Each failed open's error.
+    failed: Vec<String>,
+    /// Each open's time, failed or not, sorted.
+    open_times: Vec<Duration>,
+    /// The whole crowd's open, first start to last end.
+    open_wall: Duration,
+}
+
+/// `n` holders (each on a host of its own, kept in `hosts`) open at once
+/// with `config`.
+fn open_crowd(hosts: &[tempfile::TempDir], config: &LeaseConfig) -> Crowd {
+    let layout: Layout = WIDE.parse().unwrap();
+    let start = Arc::new(Barrier::new(hosts.len()));
+    let began = Instant::now();
+    let results: Vec<(Result<Generator, String>, Duration)> = thread::scope(|s| {
+        let opening: Vec<_> = hosts
+            .iter()
+            .map(|h| {
+                let (config, start) = (config.clone(), start.clone());
+                thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn_scoped(s, move || {
+                        start.wait();
+                        let t = Instant::now();
+                        let opened = leased(h, config).layout(layout).open();
+                        (opened.map_err(|e| e.to_string()), t.elapsed())
+                    })
+                    .unwrap()
+            })
+            .collect();
+        opening.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let open_wall = began.elapsed();
+    let mut crowd = Crowd {
+        opened: Vec::new(),
+        failed: Vec::new(),
+        open_times: Vec::new(),
+        open_wall,
+    };
+    for (result, took) in results {
+        crowd.open_times.push(took);
+        match result {
+            Ok(g) => crowd.opened.push(g),
+            Err(e) => crowd.failed.push(e),
+        }
+    }
+    crowd.open_times.sort();
+    crowd
+}
+
+/// Closes every generator at once; returns the longest close and the
+/// whole crowd's close time.
+fn close_crowd(generators: Vec<Generator>) -> (Duration, Duration) {
+    let start = Arc::new(Barrier::new(generators.len().max(1)));
+    let began = Instant::now();
+    let longest = thread::scope(|s| {
+        let closing: Vec<_> = generators
+            .into_iter()
+            .map(|g| {
+                let start = start.clone();
+                thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn_scoped(s, move || {
+                        start.wait();
+                        let t = Instant::now();
+                        g.close().unwrap();
+                        drop(g);
+                        t.elapsed()
+                    })
+                    .unwrap()
+            })
+            .collect();
+        closing
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap_or_default()
+    });
+    (longest, began.elapsed())
+}
+
+/// The rows whose lease is live.
+fn held_rows(pg: &Postgres) -> u64 {
+    pg.psql(
+        "SELECT count(*) FROM idutil_lease \
+         WHERE holder IS NOT NULL AND expires_at > clock_timestamp()",
+    )
+    .parse()
+    .unwrap()
+}
+
+/// `n` holders open at once through `url` on an overloaded machine: every one
+/// opens, each on its own shard, no ID repeats, and all close, leaving no
+/// row held.
+fn every_one_opens_and_closes(pg: &Postgres, url: &str, n: usize) {
+    let _one = one_crowd();
+    let hosts: Vec<_> = (0..n).map(|_| state_dir()).collect();
+    let busy = Busy::start();
+    let crowd = open_crowd(&hosts, &LeaseConfig::new(url));
+    assert!(
+        crowd.failed.is_empty(),
+        "{} of {n} opens failed, the first: {}",
+        crowd.failed.len(),
+        crowd.failed[0]
+    );
+    let shards: HashSet<u32> = crowd.opened.iter().map(Generator::shard).collect();
+    assert_eq!(shards.len(), n, "every holder has its own shard");
+    let mut all = Ids::default();
+    for (i, g) in crowd.opened.iter().enumerate() {
+        all.add(
+            g.next_ids(50).unwrap().map(u64::from),
+            &format!("holder {i}"),
+        );
+    }
+    assert_eq!(held_rows(pg), n as u64);
+    let (longest, _) = close_crowd(crowd.opened);
+    drop(busy);
+    assert_eq!(held_rows(pg), 0, "every lease is given back at close");
+    eprintln!(
+        "{n} holders: opened in {:?} (slowest {:?}), closed within {longest:?}",
+        crowd.open_wall,
+        crowd.open_times.last().unwrap()
+    );
+}
+
+/// 500 holders open at once through PgBouncer in transaction mode with a
+/// pool of 4, on an overloaded machine.
+#[test]
+fn five_hundred_open_at_once_through_a_pool_of_four_on_an_overloaded_machine() {
+    let Some(pg) = server_for(50) else { return };
+    let Some(pooler) = bouncer(&pg, 4) else {
+        return;
+    };
+    every_one_opens_and_closes(&pg, &pooler.url("postgres"), 500);
+}
+
+/// 400 holders open at once, each with its own server connection, on an
+/// overloaded machine.
+#[test]
+fn four_hundred_open_at_once_each_on_its_own_connection_on_an_overloaded_machine() {
+    let Some(pg) = server_for(400) else { return };
+    every_one_opens_and_closes(&pg, &pg.tcp_url(), 400);
+}
+
+/// The measurement quoted in BENCHMARKS.md (*Many holders opening at
+/// once*): 1,000 holders open at once through PgBouncer in transaction
+/// mode with a pool of 10, then with a connection each, while every core
+/// is busy; prints how many opened, why the others failed, the open
+/// times, and the close.
+///
+/// `cargo test -p idutil-cli --all-features --test postgres_lease -- --ignored --nocapture a_thousand`
+#[test]
+#[ignore = "a measurement, about a minute or two: run by hand"]
+fn a_thousand_open_at_once_measured() {
+    let _one = one_crowd();
+    let n: usize = std::env::var("IDUTIL_CROWD")
+        .ok()
+        .map_or(1000, |v| v.parse().unwrap());
+    for pooled in [true, false] {
+        let Some(pg) = server_for(n as u32) else {
+            return;
+        };
+        let pooler = if pooled { bouncer(&pg, 10) } else { None };
+        if pooled && pooler.is_none() {
+            return;
+        }
+        let url = match &pooler {
+            Some(p) => p.url("postgres"),
+            None => pg.tcp_url(),
+        };
+        let hosts: Vec<_> = (0..n).map(|_| state_dir()).collect();
+        let busy = Busy::start();
+        let crowd = open_crowd(&hosts, &LeaseConfig::new(&url));
+        let opened = crowd.opened.len();
+        let shards: HashSet<u32> = crowd.opened.iter().map(Generator::shard).collect();
+        assert_eq!(shards.len(), opened, "a shard leased twice");
+        let mut why: BTreeMap<String, usize> = BTreeMap::new();
+        for e in &crowd.failed {
+            *why.entry(e.replace(&url, "URL")).or_default() += 1;
+        }
+        let pct = |p: usize| crowd.open_times[(crowd.open_times.len() - 1) * p / 100];
+        let (longest, close_wall) = close_crowd(crowd.opened);
+        drop(busy);
+        let held = held_rows(&pg);
+        println!(
+            "{}: {opened} of {n} opened in {:.1?}; open p50 {:.1?}, p90 {:.1?}, max {:.1?}; \
+             closed in {close_wall:.1?} (slowest {longest:.1?}), rows still held {held}",
+            if pooled {
+                "PgBouncer, transaction mode, pool 10"
+            } else {
+                "a connection each"
+            },
+            crowd.open_wall,
+            pct(50),
+            pct(90),
+            pct(100),
+        );
+        for (e, count) in why {
+            println!("  {count} failed: {e}");
+        }
+    }
+}
+
+/// 60 holders open at once while the server is killed (crash, no
+/// checkpoint) and started again, then while their statements are
+/// cancelled (`pg_cancel_backend`) over and over: every one opens, on its
+/// own shard, within the open deadline. An acquisition whose answer the
+/// crash cut off is found again by the next try once the server is back,
+/// so no row is left held beyond the holders' own; after they close, none
+/// is.
+#[test]
+fn a_crowd_opens_through_a_server_crash_and_cancelled_statements() {
+    let _one = one_crowd();
+    let Some(mut pg) = server_for(100) else {
+        return;
+    };
+    let url = pg.tcp_url();
+    let n = 60;
+    let hosts: Vec<_> = (0..n).map(|_| state_dir()).collect();
+    let config = LeaseConfig::new(url).ttl(Duration::from_secs(3));
+    // The table and the rows first, so the crash meets acquisitions.
+    let layout: Layout = WIDE.parse().unwrap();
+    drop(
+        leased(&hosts[0], config.clone())
+            .layout(layout)
+            .open()
+            .unwrap(),
+    );
+    let stop = AtomicBool::new(false);
+    let crowd = thread::scope(|s| {
+        let opening = s.spawn(|| open_crowd(&hosts, &config));
+        thread::sleep(Duration::from_millis(150));
+        pg.kill_immediate();
+        thread::sleep(Duration::from_millis(500));
+        pg.restart();
+        let cancelling = s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = pg.try_psql(
+                    "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity \
+                     WHERE application_name = 'idutil-lease' AND state = 'active'",
+                );
+                thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let crowd = opening.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        cancelling.join().unwrap();
+        crowd
+    });
+    assert!(
+        crowd.failed.is_empty(),
+        "{} of {n} opens failed, the first: {}",
+        crowd.failed.len(),
+        crowd.failed[0]
+    );
+    let shards: HashSet<u32> = crowd.opened.iter().map(Generator::shard).collect();
+    assert_eq!(shards.len(), n, "every holder has its own shard");
+    let mut all = Ids::default();
+    for (i, g) in crowd.opened.iter().enumerate() {
+        all.add(
+            g.next_ids(50).unwrap().map(u64::from),
+            &format!("holder {i}"),
+        );
+    }
+    assert_eq!(held_rows(&pg), n as u64, "rows held beyond the holders'");
+    eprintln!(
+        "{n} holders through a crash: opened in {:?} (slowest {:?})",
+        crowd.open_wall,
+        crowd.open_times.last().unwrap()
+    );
+    close_crowd(crowd.opened);
+    assert_eq!(held_rows(&pg), 0, "every lease is given back at close");
+}
+
+/// PgBouncer paused (`PAUSE` on its console) for longer than the open
+/// deadline: an open fails when its deadline runs out, saying so and what
+/// it was waiting for; a holder that closes meanwhile returns within the
+/// close's bound (a quarter of the TTL, after a round trip in flight) and its
+/// lease expires by itself. Once the pooler resumes, no row is held and a
+/// new holder opens.
+#[test]
+fn a_pooler_paused_past_the_open_deadline_fails_the_open_naming_the_deadline() {
+    let Some(pg) = server_for(20) else { return };
+    let Some(pooler) = bouncer(&pg, 2) else {
+        return;
+    };
+    let url = pooler.url("postgres");
+    let ttl = Duration::from_secs(2);
+    let config = LeaseConfig::new(&url)
+        .ttl(ttl)
+        .open_timeout(Duration::from_secs(3));
+    let live_host = state_dir();
+    let live = leased(&live_host, config.clone()).open().unwrap();
+    live.next_ids(100).unwrap();
+    pooler.admin("PAUSE");
+    let host = state_dir();
+    let start = Instant::now();
+    let err = leased(&host, config.clone()).open().unwrap_err();
+    let took = start.elapsed();
+    let closing = Instant::now();
+    live.close().unwrap();
+    drop(live);
+    let close_took = closing.elapsed();
+    pooler.admin("RESUME");
+    let text = err.to_string();
+    assert!(
+        text.contains("the open deadline of 3s (LeaseConfig::open_timeout) ran out after")
+            && text.contains("no answer within"),
+        "{text}"
+    );
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(6),
+        "the open failed after {took:?}, not at its 3 s deadline"
+    );
+    assert!(
+        close_took < ttl,
+        "closing took {close_took:?}, more than a quarter of the TTL after a round trip"
+    );
+    crate::wait_until("no row held", ttl * 3, || held_rows(&pg) == 0);
+    let after = state_dir();
+    let g = leased(&after, config).open().unwrap();
+    g.next_ids(100).unwrap();
+}
