@@ -289,7 +289,46 @@ fn a_thousand_open_at_once_measured() {
         for (e, count) in why {
             println!("  {count} failed: {e}");
         }
+        // The lease's part alone: each leases a shard and gives it back
+        // at once, with no state directory and no first mark.
+        let busy = Busy::start();
+        let (leased, times) = lease_alone(n, &LeaseConfig::new(&url));
+        drop(busy);
+        println!(
+            "  the lease alone: {leased} of {n} leased; p50 {:.1?}, p90 {:.1?}, max {:.1?}",
+            times[n / 2],
+            times[n * 9 / 10],
+            times[n - 1]
+        );
     }
+}
+
+/// `n` threads at once lease a shard with `config` and give it back
+/// (the crate's renewal timer, with no renewal): how many leased, and
+/// each one's time, sorted.
+fn lease_alone(n: usize, config: &LeaseConfig) -> (usize, Vec<Duration>) {
+    let layout: Layout = WIDE.parse().unwrap();
+    let start = Arc::new(Barrier::new(n));
+    let mut results: Vec<(bool, Duration)> = thread::scope(|s| {
+        let leasing: Vec<_> = (0..n)
+            .map(|_| {
+                let start = start.clone();
+                thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn_scoped(s, move || {
+                        start.wait();
+                        let t = Instant::now();
+                        let ok = idutil::lease::time_renewals(config, &layout, 0).is_ok();
+                        (ok, t.elapsed())
+                    })
+                    .unwrap()
+            })
+            .collect();
+        leasing.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    results.sort_by_key(|r| r.1);
+    let leased = results.iter().filter(|r| r.0).count();
+    (leased, results.into_iter().map(|r| r.1).collect())
 }
 
 /// 60 holders open at once while the server is killed (crash, no

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::runtime::{Builder, Runtime};
+use tokio::task::JoinHandle;
 use tokio_postgres::error::{DbError, Severity, SqlState};
 use tokio_postgres::{AsyncMessage, Client, Connection, SimpleQueryMessage};
 
@@ -177,10 +178,24 @@ pub(super) struct Conn {
     session: Option<Session>,
 }
 
-/// An open connection and the notices its server sent.
+/// An open connection, the notices its server sent, and the task that
+/// drives it.
 struct Session {
     client: Client,
     notices: Notices,
+    task: JoinHandle<()>,
+}
+
+/// Ends `session` at once: its socket closed now rather than at the
+/// runtime's next turn (the next call, after a pause), so that the
+/// connections a crowd of holders gives up on do not pile up on the
+/// server or on a pooler, which counts them against its client limit.
+fn end(rt: &Runtime, session: &mut Option<Session>) {
+    if let Some(s) = session.take() {
+        drop(s.client);
+        s.task.abort();
+        let _ = rt.block_on(s.task);
+    }
 }
 
 /// What one statement of a [`Conn::write`] answered: its rows, each column
@@ -349,8 +364,12 @@ impl Conn {
                         done => return done.map(|v| (v, s.notices.take())),
                     }
                 }
-                let (client, notices) = target.connect(deadline).await?;
-                let s = session.insert(Session { client, notices });
+                let (client, notices, task) = target.connect(deadline).await?;
+                let s = session.insert(Session {
+                    client,
+                    notices,
+                    task,
+                });
                 let value = op(&mut s.client).await?;
                 Ok((value, s.notices.take()))
             })
@@ -368,11 +387,11 @@ impl Conn {
             Ok(Err(e)) => {
                 // An error inside a transaction leaves it to roll back on
                 // the server; a fresh connection starts clean.
-                *session = None;
+                end(rt, session);
                 Err(Failure::Db(e))
             }
             Err(_) => {
-                *session = None;
+                end(rt, session);
                 Err(Failure::Timeout(timeout))
             }
         }
@@ -461,7 +480,9 @@ pub(super) fn number<T: std::str::FromStr>(
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        self.session = None;
+        if let Some(s) = self.session.take() {
+            s.task.abort();
+        }
         // Dropping a runtime may block, which an async caller's thread
         // forbids: let it go in the background.
         if let Some(rt) = self.rt.take() {

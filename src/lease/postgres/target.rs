@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use postgres_native_tls::MakeTlsConnector;
+use tokio::task::JoinHandle;
 use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
 use tokio_postgres::{Client, Config, NoTls};
 
@@ -142,7 +143,7 @@ impl Target {
     pub(super) async fn connect(
         &self,
         deadline: tokio::time::Instant,
-    ) -> Result<(Client, Notices), tokio_postgres::Error> {
+    ) -> Result<(Client, Notices, JoinHandle<()>), tokio_postgres::Error> {
         let n = self.hosts.len();
         let mut failed = None;
         for (i, config) in self.hosts.iter().enumerate() {
@@ -170,21 +171,19 @@ impl Target {
     async fn connect_one(
         &self,
         config: &Config,
-    ) -> Result<(Client, Notices), tokio_postgres::Error> {
+    ) -> Result<(Client, Notices, JoinHandle<()>), tokio_postgres::Error> {
         let notices = Notices::default();
-        let client = match &self.tls {
+        let (client, task) = match &self.tls {
             None => {
                 let (client, connection) = config.connect(NoTls).await?;
-                tokio::spawn(notices.clone().drive(connection));
-                client
+                (client, tokio::spawn(notices.clone().drive(connection)))
             }
             Some(tls) => {
                 let (client, connection) = config.connect(tls.clone()).await?;
-                tokio::spawn(notices.clone().drive(connection));
-                client
+                (client, tokio::spawn(notices.clone().drive(connection)))
             }
         };
-        Ok((client, notices))
+        Ok((client, notices, task))
     }
 }
 
