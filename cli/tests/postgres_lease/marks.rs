@@ -13,7 +13,7 @@ use idutil_harness::child::{sigkill, ChildProc};
 use idutil_harness::postgres::Postgres;
 use idutil_harness::state_dir;
 
-use crate::{leased, open_when_free, server, Ids};
+use crate::{leased, open_when_free, server, Tally};
 
 /// Waits until `g` refuses for good with a lost lease or record, and
 /// returns that error.
@@ -50,7 +50,7 @@ fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
         let config = LeaseConfig::new(pg.tcp_url()).ttl(ttl).shards(3..=3);
         let (host_a, host_b) = (state_dir(), state_dir());
         let a = leased(&host_a, config.clone()).open().unwrap();
-        let mut all = Ids::default();
+        let mut all = Tally::new();
         // About 4 seconds ahead of the clock.
         let burst: Vec<u64> = a.next_ids(250_000).unwrap().map(u64::from).collect();
         let last = *burst.last().unwrap();

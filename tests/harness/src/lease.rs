@@ -80,12 +80,23 @@ pub fn assert_closing_while_the_store_hangs_is_quick(
         let g = Arc::new(open(round, &host));
         g.next_ids(1000).unwrap();
         cut();
-        // A burst far past the reservation, waiting on a raise that hangs.
+        // A burst far past the reservation, waiting on a raise that hangs:
+        // closed once it is seen waiting, not after a guess at how long
+        // it takes to get there.
         let burst = {
             let g = g.clone();
-            thread::spawn(move || g.next_ids(1_500_000).map(|b| b.count()))
+            thread::Builder::new()
+                .name("burst".to_string())
+                .spawn(move || g.next_ids(1_500_000).map(|b| b.count()))
+                .unwrap()
         };
-        thread::sleep(Duration::from_millis(300));
+        let finished = || burst.is_finished();
+        if !crate::threads::wait_until_asleep(burst.thread(), finished, Duration::from_secs(30)) {
+            panic!(
+                "round {round}: the burst returned without waiting: {:?}",
+                burst.join().unwrap()
+            );
+        }
         let closing = Instant::now();
         if explicit {
             g.close().ok();
