@@ -29,6 +29,7 @@ mod outages;
 mod poolers;
 mod replication;
 mod rows;
+mod settings;
 mod standbys;
 mod stuck;
 mod waiters;

@@ -12,8 +12,9 @@ use super::row::Granted;
 use super::sql::{self, create_table, prepare_space};
 use super::target::Target;
 use super::{history, release, replication, server_time, MAX_TRIES, UNDEFINED_TABLE};
-use crate::lease::interface::{Ask, Grant, Held};
+use crate::lease::interface::{host_time, Ask, Grant, Held};
 use crate::lease::record::Record;
+use crate::lease::renewal::check_skew;
 use crate::lease::LeaseError;
 use crate::lease::LeaseResult as Result;
 
@@ -141,7 +142,10 @@ fn granted_row(
     };
     let server = server_time(row.server);
     let mut record = lease.read(row, ask.layout);
-    if let Ok(read) = &record {
+    // A server whose clock is off by more than the skew limit raises
+    // nothing: the holder refuses it at once (`LeaseHolder::open`).
+    let skewed = server.is_some_and(|s| check_skew(config, Some(shard), host_time(), s).is_some());
+    if let (Ok(read), false) = (&record, skewed) {
         let timeout = config.op_timeout().max(Duration::from_secs(2));
         let had_mark = read.high_water.is_some();
         let mut conn = crate::sync::lock(&lease.conn);

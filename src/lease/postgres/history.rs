@@ -16,6 +16,9 @@
 //! space recorded, plus the skew limit, plus one second, past every ID any
 //! holder can have issued, and records the new identity.
 //!
+//! Nothing is raised by a server whose clock is further from the holder's
+//! than the skew limit: the check refuses first ([`LeaseError::ClockSkew`]).
+//!
 //! Each check, once the tables are found (or created) and the server's
 //! identity read, is one transaction in one round trip of the holder's
 //! connection, like every write of the lease: the server compares and
@@ -27,7 +30,9 @@ use std::time::Duration;
 use super::conn::{number, Answer, Conn, Failure};
 use super::sql::{self, create_table};
 use super::target::Target;
-use super::UNDEFINED_TABLE;
+use super::{server_time, UNDEFINED_TABLE};
+use crate::lease::interface::host_time;
+use crate::lease::renewal::check_skew;
 use crate::lease::LeaseResult as Result;
 use crate::lease::{LeaseConfig, LeaseError};
 
@@ -78,11 +83,22 @@ pub(super) fn check_space(
     timeout: Duration,
 ) -> Result<Option<Forgotten>> {
     let fail = |f: Failure| f.into_error("lease a shard from", config);
+    let before = host_time();
     let exists = last_row(
         conn.write(target, timeout, &[sql::history::tables(target)])
             .map_err(fail)?,
     )
     .map_err(fail)?;
+    let after = host_time();
+    // A raise counts from the server's clock: one far ahead would move
+    // every mark of the space out of reach of the holders on true clocks.
+    // Judged against the host's clock at whichever end of the round trip
+    // is nearer, before anything is raised.
+    if let Some(server) = server_time(number::<f64>(&cell(&exists, 2), "clock").map_err(fail)?) {
+        if let Some(e) = check_skew(config, None, server.clamp(before, after), server) {
+            return Err(e);
+        }
+    }
     if !flag(&cell(&exists, 0)) {
         create_table(conn, target, config, timeout)?;
     }

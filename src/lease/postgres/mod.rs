@@ -116,6 +116,12 @@
 //! first lease of an ID space that an earlier idutil used (marks, but no
 //! history yet).
 //!
+//! The raise counts from the server's clock, so a server whose clock is
+//! further from the holder's than [`LeaseConfig::max_skew`] raises
+//! nothing: the holder is refused first
+//! ([`LeaseError::ClockSkew`](crate::lease::LeaseError::ClockSkew)), and no
+//! mark moves to where holders on true clocks would wait for it.
+//!
 //! A holder that finds its own row lowered, deleted or truncated while it
 //! holds the shard writes its mark back before it stops ([the
 //! rule](crate::lease)), and a holder's host keeps the marks of the shards
@@ -218,6 +224,15 @@
 //! one table as long as they name the same schema: the default `public`
 //! does, whatever their search paths. Fleets that must not share an ID
 //! space use different [`LeaseConfig::prefix`]es (or schemas).
+//!
+//! A role's session defaults do not reach the lease's transactions: each
+//! begins `ISOLATION LEVEL READ COMMITTED` (a role defaulting to
+//! `serializable` made concurrent opens fail with serialization errors)
+//! and is sent in one round trip, so an `idle_in_transaction_session_timeout`
+//! never finds it idle. A `statement_timeout` shorter than a round trip's
+//! deadline fails calls on a busy server, and a role with
+//! `default_transaction_read_only` cannot lease at all; `idutil lease
+//! check` names each of these settings (its `session` lines).
 
 mod acquire;
 mod audit;

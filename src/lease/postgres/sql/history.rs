@@ -16,10 +16,13 @@ const LOCK_KEY: i64 = 0x6964_7568;
 /// The largest `bigint`: sums of seconds are capped here, not overflowed.
 const BIGINT_MAX: &str = "9223372036854775807";
 
-/// Whether the lease table and the history table exist, in that order.
+/// Whether the lease table and the history table exist, in that order,
+/// and the server's clock (seconds since 1970), which must agree with the
+/// holder's before anything is raised by it.
 pub(in super::super) fn tables(target: &Target) -> String {
     format!(
-        "SELECT to_regclass({}) IS NOT NULL, to_regclass({}) IS NOT NULL",
+        "SELECT to_regclass({}) IS NOT NULL, to_regclass({}) IS NOT NULL, \
+         extract(epoch FROM clock_timestamp())::float8",
         literal(&target.table()),
         literal(&target.history_table())
     )

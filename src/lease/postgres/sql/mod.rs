@@ -71,18 +71,26 @@ pub(super) fn create_table(
 }
 
 /// Takes the first free shard of the ask's range: the statement.
+///
+/// The free row is chosen once, in a materialized CTE. As a subquery in
+/// `UPDATE ... FROM`, the planner may run it again for each row of the
+/// table it joins (a nested loop, as after `VACUUM FULL` changed the
+/// table's size), and each run, blind to the statement's own updates,
+/// takes one more row: one holder leased several shards, which stayed
+/// taken until they expired, and the others found none free.
 pub(super) fn acquire(ask: &Ask<'_>, target: &Target, layout: &str) -> String {
     let table = target.table();
     let skip: Vec<String> = ask.skip.iter().map(u32::to_string).collect();
     format!(
-        "UPDATE {table} AS t SET holder = {token}, \
-             epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, \
-             expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8) \
-         FROM (SELECT shard FROM {table} \
+        "WITH free AS MATERIALIZED (SELECT shard FROM {table} \
                WHERE space = {space} AND layout = {layout} \
                  AND shard BETWEEN {first} AND {last} \
                  AND shard <> ALL(ARRAY[{skip}]::bigint[]) AND expires_at <= clock_timestamp() \
-               ORDER BY expires_at, shard LIMIT 1 FOR UPDATE SKIP LOCKED) AS free \
+               ORDER BY expires_at, shard LIMIT 1 FOR UPDATE SKIP LOCKED) \
+         UPDATE {table} AS t SET holder = {token}, \
+             epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, \
+             expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8) \
+         FROM free \
          WHERE t.space = {space} AND t.shard = free.shard \
          RETURNING {GRANTED}",
         token = literal(ask.token),
