@@ -153,7 +153,12 @@ fn after_the_table_is_rewritten_each_holder_leases_one_shard() {
     let Some(pg) = server() else { return };
     let config = LeaseConfig::new(pg.tcp_url()).shards(0..=2);
     // The table and the rows, made by a first holder.
-    open_at_once(1, &config).remove(0).1.unwrap().close().unwrap();
+    open_at_once(1, &config)
+        .remove(0)
+        .1
+        .unwrap()
+        .close()
+        .unwrap();
     for round in 0..5 {
         pg.psql("VACUUM FULL idutil_lease");
         let opened = open_at_once(3, &config);

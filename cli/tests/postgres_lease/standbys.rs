@@ -185,7 +185,12 @@ fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
         Duration::from_secs(20),
     ));
     let driver_b = Driver::start(b.clone(), stop.clone());
-    wait_until("B issues", Duration::from_secs(10), || {
+    // The promotion's new timeline raises the shard past what any holder
+    // can issue: the lead cap, the fence (3 s) and twice the skew limit
+    // (10 s) plus a second past the server's clock, so B's first ID waits
+    // 14 s for its clock to come within its cap (the lease docs'
+    // *Restores and rewound histories*); then it issues.
+    wait_until("B issues", Duration::from_secs(14 + 10), || {
         driver_b.issued() > 3000
     });
     // A has stopped: its renewals cannot commit on the old primary.

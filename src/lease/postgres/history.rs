@@ -12,9 +12,12 @@
 //! standby a new timeline, and a shard whose row lost its mark still has
 //! its history row. Any of these is a history the rows may have forgotten:
 //! the holder that finds it raises every row of the ID space (or the one
-//! row) to the store's clock plus the largest lead cap a holder of the
-//! space recorded, plus the skew limit, plus one second, past every ID any
-//! holder can have issued, and records the new identity.
+//! row) to the store's clock plus the largest reach a holder of the space
+//! recorded (its lead cap plus its fence), plus twice the skew limit (the
+//! holders' clocks against the old server's, the old server's against
+//! this one's), plus one second, past every ID any holder can have issued
+//! or can still issue before it learns of the change, and records the new
+//! identity.
 //!
 //! Nothing is raised by a server whose clock is further from the holder's
 //! than the skew limit: the check refuses first ([`LeaseError::ClockSkew`]).
@@ -43,14 +46,18 @@ pub(super) struct Forgotten {
     pub(super) floor: i64,
 }
 
-/// The lead cap and the skew limit, in whole seconds, as the statements
-/// add them.
+/// How far past its store's clock a holder of this configuration can
+/// issue, its *reach* (the lead cap plus the fence: a holder that has not
+/// yet learned of a restore goes on issuing, its clock and so its cap
+/// moving, until its fence), and the skew limit, in whole seconds rounded
+/// up, as the statements add them. The history records the largest reach
+/// of the space's holders (its `max_lead` column, which an older idutil
+/// filled with the lead cap alone: reading a reach there errs on the safe
+/// side).
 fn caps(config: &LeaseConfig) -> (u64, u64) {
-    let max = i64::MAX.unsigned_abs();
-    (
-        config.max_lead.as_secs().min(max),
-        config.max_skew.as_secs().min(max),
-    )
+    let seconds = |d: Duration| d.as_millis().div_ceil(1000).min(i64::MAX as u128) as u64;
+    let reach = seconds(config.max_lead).saturating_add(seconds(config.fence_after()));
+    (reach.min(i64::MAX as u64), seconds(config.max_skew))
 }
 
 /// The first row of the last statement's answer.

@@ -12,7 +12,9 @@ use crate::child::{child_var, MARK};
 use crate::space::{state_dir, wall_now};
 
 /// A child holder's start: the lease `IDUTIL_CHILD_LEASE` names (`URL
-/// TTL_MS FIRST LAST`, then the fields of the test's own, returned),
+/// TTL_MS FIRST LAST`, then the fields of the test's own, returned; the
+/// skew limit and the lead cap from `IDUTIL_CHILD_SKEW` and
+/// `IDUTIL_CHILD_LEAD`, in seconds, if set),
 /// opened with `lease` (the engine's builder method). Prints `@leased N`,
 /// or `@failed REASON` and returns `None`.
 pub fn open_child_holder(
@@ -20,9 +22,16 @@ pub fn open_child_holder(
 ) -> Option<(Generator, Vec<String>)> {
     let setting = child_var("IDUTIL_CHILD_LEASE");
     let f: Vec<&str> = setting.split_whitespace().collect();
-    let config = LeaseConfig::new(f[0])
+    let mut config = LeaseConfig::new(f[0])
         .ttl(Duration::from_millis(f[1].parse().unwrap()))
         .shards(f[2].parse().unwrap()..=f[3].parse().unwrap());
+    // The skew limit and the lead cap, in seconds, where the test sets them.
+    if let Ok(skew) = std::env::var("IDUTIL_CHILD_SKEW") {
+        config = config.max_skew(Duration::from_secs(skew.parse().unwrap()));
+    }
+    if let Ok(lead) = std::env::var("IDUTIL_CHILD_LEAD") {
+        config = config.max_lead(Duration::from_secs(lead.parse().unwrap()));
+    }
     let rest = f[4..].iter().map(|s| s.to_string()).collect();
     let mut out = std::io::stdout().lock();
     let generator = match lease(Generator::builder(), config).open() {

@@ -66,10 +66,13 @@ fn or_null<T: ToString>(value: Option<T>, quote: bool) -> String {
     }
 }
 
-/// `now + cap + skew + 1` in whole seconds, capped at the largest
-/// `bigint`.
-fn past(now: &str, cap: &str, skew: u64) -> String {
-    format!("LEAST(floor(GREATEST({now}, 0))::numeric + {cap} + {skew} + 1, {BIGINT_MAX})::bigint")
+/// `now + reach + 2 skew + 1` in whole seconds, capped at the largest
+/// `bigint`: past what a holder can issue, whose clock may be `skew` from
+/// the server it leased from, itself `skew` from this one.
+fn past(now: &str, reach: &str, skew: u64) -> String {
+    format!(
+        "LEAST(floor(GREATEST({now}, 0))::numeric + {reach} + 2 * {skew} + 1, {BIGINT_MAX})::bigint"
+    )
 }
 
 /// The check of an ID space before a shard is leased, as one transaction:
@@ -77,7 +80,8 @@ fn past(now: &str, cap: &str, skew: u64) -> String {
 /// the lease table's OID and file node with what the space's history
 /// recorded; where they differ (or the space has marks but no history),
 /// raises every row of the space past the server's clock plus the largest
-/// lead cap recorded (at least `max_lead`) plus `skew` plus one second;
+/// reach recorded (at least `max_lead`, this holder's) plus twice `skew`
+/// plus one second;
 /// records the identity where it is new. The last statement returns the
 /// recorded identity (system, timeline, OID, node), the current one,
 /// whether a history was recorded, whether it was forgotten, and the
@@ -153,8 +157,9 @@ pub(in super::super) fn space(
 /// The check of a shard just leased, as one statement: records that the
 /// shard has a history; when its row had no mark (`had_mark` false) but
 /// the history knew the shard (the row was deleted and created again),
-/// raises the row past the server's clock plus the largest lead cap
-/// recorded (at least `max_lead`) plus `skew` plus one second. Returns how
+/// raises the row past the server's clock plus the largest reach recorded
+/// (at least `max_lead`, this holder's) plus twice `skew` plus one second.
+/// Returns how
 /// many rows were raised and the second they were raised to.
 pub(in super::super) fn shard(
     target: &Target,
