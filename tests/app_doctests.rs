@@ -11,6 +11,8 @@
 //! package's (`CARGO_TARGET_TMPDIR`), so later runs only rebuild what
 //! changed.
 
+use idutil_harness as harness;
+
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
@@ -100,14 +102,14 @@ fn an_application_s_doctests_run_in_parallel() {
         stdout.contains(&format!("{DOCTESTS} passed")),
         "stdout: {stdout}\nstderr: {stderr}"
     );
-    let mut all = std::collections::HashSet::new();
+    let mut all = harness::Tally::new();
     let mut processes = 0;
     for entry in std::fs::read_dir(ids.path()).unwrap() {
         processes += 1;
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for id in text.lines() {
-            assert!(all.insert(id.to_string()), "ID {id} in two doctests");
-        }
+        let entry = entry.unwrap();
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        let who = format!("doctest {:?}", entry.file_name());
+        all.add(text.lines().map(harness::parse_id), &who);
     }
     assert_eq!(processes, DOCTESTS);
     assert_eq!(all.len(), DOCTESTS * 2001);

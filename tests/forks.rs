@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::child_var;
+use harness::{child_var, threads};
 
 /// A member that forked an idle child is killed while it draws a block
 /// (at its first `pwrite` once `strace` is attached: the claim file and
@@ -171,16 +171,25 @@ fn child_fork_while_init() {
     let dir = PathBuf::from(child_var("IDUTIL_CHILD_DIR"));
     let claim = hold_claim(&dir, 13);
     std::thread::scope(|scope| {
-        let opener = scope.spawn(|| {
-            idutil::IdUtil::init_with(
-                harness::builder(&dir)
-                    .shard(13)
-                    .member_wait(Duration::from_secs(20)),
-            )
-            .map(|_| ())
-        });
-        // The thread is now creating the process-wide generator.
-        std::thread::sleep(Duration::from_millis(500));
+        let opener = std::thread::Builder::new()
+            .name("opener".to_string())
+            .spawn_scoped(scope, || {
+                idutil::IdUtil::init_with(
+                    harness::builder(&dir)
+                        .shard(13)
+                        .member_wait(Duration::from_secs(20)),
+                )
+                .map(|_| ())
+            })
+            .unwrap();
+        // The thread is now creating the process-wide generator, waiting
+        // on the claim file.
+        let opening = threads::wait_until_asleep(
+            opener.thread(),
+            || opener.is_finished(),
+            Duration::from_secs(20),
+        );
+        assert!(opening, "the opener returned: {:?}", opener.join());
         let child = fork_into(|| {
             // SAFETY: `alarm` only arms a timer whose default action ends
             // this child.
@@ -231,8 +240,16 @@ fn child_fork_during_draw() {
     let claim = hold_claim(&dir, 14);
     std::thread::scope(|scope| {
         // A batch past the first block: the thread draws, and waits.
-        let drawer = scope.spawn(|| g.next_ids(100_000).map(|_| ()));
-        std::thread::sleep(Duration::from_millis(500));
+        let drawer = std::thread::Builder::new()
+            .name("drawer".to_string())
+            .spawn_scoped(scope, || g.next_ids(100_000).map(|_| ()))
+            .unwrap();
+        let drawing = threads::wait_until_asleep(
+            drawer.thread(),
+            || drawer.is_finished(),
+            Duration::from_secs(20),
+        );
+        assert!(drawing, "the drawer returned: {:?}", drawer.join());
         let child = fork_into(|| {
             // SAFETY: `alarm` only arms a timer whose default action ends
             // this child.

@@ -2,10 +2,12 @@
 //! binary, because it sets the environment and the generator lives for the
 //! whole process.
 
-use std::collections::HashSet;
+use idutil_harness as harness;
+
 use std::thread;
 
 use idutil::{Error, Generator, IdUtil};
+use idutil_harness::Tally;
 
 #[test]
 fn the_one_line_api_from_first_use_to_shutdown() {
@@ -21,21 +23,20 @@ fn the_one_line_api_from_first_use_to_shutdown() {
     let handles: Vec<_> = (0..4)
         .map(|_| thread::spawn(|| (0..50_000).map(|_| IdUtil::next_id()).collect::<Vec<i64>>()))
         .collect();
-    let mut seen = HashSet::new();
-    for h in handles {
-        let ids = h.join().unwrap();
-        assert!(ids.windows(2).all(|w| w[0] < w[1]));
-        for id in ids {
-            assert!((0..=9_007_199_254_740_991).contains(&id));
-            assert!(seen.insert(id), "duplicate {id}");
-        }
+    let mut seen = Tally::new();
+    let mut highest = 0;
+    for (i, h) in handles.into_iter().enumerate() {
+        let ids: Vec<u64> = h.join().unwrap().into_iter().map(|id| id as u64).collect();
+        harness::assert_increasing(&ids);
+        highest = highest.max(*ids.last().unwrap());
+        seen.add(ids, &format!("thread {i}"));
     }
     let g = IdUtil::generator().unwrap();
     assert_eq!(g.shard(), 17);
     assert!(!g.is_ephemeral());
     // The typed call: the same sequence, as an `Id`.
     let typed: idutil::Id = IdUtil::next();
-    assert!(typed > idutil::Id::try_from(*seen.iter().max().unwrap()).unwrap());
+    assert!(typed.as_u64() > highest);
     assert!(IdUtil::try_next().unwrap() > typed);
     assert_eq!(g.state_dir(), dir.path());
 
@@ -66,9 +67,8 @@ fn the_one_line_api_from_first_use_to_shutdown() {
         .expect("the shard is shared in its state directory");
     for _ in 0..1000 {
         let (a, b) = (third.next_id().unwrap(), IdUtil::next());
-        let (a, b) = (i64::from(a), i64::from(b));
-        assert!(seen.insert(a), "duplicate {a} from the second generator");
-        assert!(seen.insert(b), "duplicate {b} from the process-wide one");
+        seen.add([a.as_u64()], "the second generator");
+        seen.add([b.as_u64()], "the process-wide one");
     }
     third.close().unwrap();
 
@@ -88,8 +88,8 @@ fn the_one_line_api_from_first_use_to_shutdown() {
     // last ID any of them issued: here the highest of both generators'.
     let report = idutil::state::inspect(dir.path(), 17).unwrap();
     let (second, sequence) = report.state.unwrap().last.expect("clean close");
-    let highest = seen.iter().copied().chain([last]).max().unwrap();
-    let highest = idutil::Id::try_from(highest).unwrap();
+    let highest = seen.max().unwrap().max(last as u64);
+    let highest = idutil::Id::from_u64(highest).unwrap();
     assert_eq!(
         (second, sequence),
         (highest.unix_seconds(), highest.sequence())

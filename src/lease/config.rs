@@ -178,8 +178,8 @@ impl LeaseConfig {
     /// keeps its commits needs no cap. But a store restored from a backup,
     /// or rewound by a failover, may hold marks older than what its
     /// holders issued; a holder that finds such a history starts this
-    /// lead, plus [`max_skew`](LeaseConfig::max_skew), past the store's
-    /// clock, after every ID a holder can have issued (see
+    /// lead, plus the fence, plus twice [`max_skew`](LeaseConfig::max_skew),
+    /// past the store's clock, after every ID a holder can have issued (see
     /// [`lease::postgres`](crate::lease::postgres), *Restores and rewound
     /// histories*). Give every holder of an ID space the same cap.
     ///

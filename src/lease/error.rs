@@ -333,7 +333,8 @@ impl fmt::Display for LeaseError {
                 "the lease record of shard {shard} cannot be trusted: {key} field {field} \
                  {reason}; the shard is refused rather than risk issuing IDs twice. Find out \
                  what wrote it, then set the field to a valid value at or after every ID \
-                 issued on the shard, or use another ID space"
+                 issued on the shard (another ID space starts from nothing: it suits only \
+                 tables that never held this one's IDs)"
             ),
             LeaseError::LayoutMismatch {
                 shard,
@@ -343,8 +344,10 @@ impl fmt::Display for LeaseError {
             } => write!(
                 f,
                 "shard {shard} of ID space {prefix:?} was used with layout {recorded}, not \
-                 {ours}; IDs of two layouts can collide, so use another ID space (key prefix) \
-                 for this layout"
+                 {ours}; IDs of two layouts can collide, so keep layout {recorded} for this \
+                 ID space. Another ID space (key prefix or schema) for the new layout starts \
+                 from nothing and can issue IDs this one issued: give it only tables that \
+                 never held this ID space's IDs"
             ),
             LeaseError::ClockSkew {
                 shard,

@@ -163,7 +163,10 @@
 //!   2), never a lease silently turned off.
 //! - One ID space is one layout: a shard recorded under another layout is
 //!   refused ([`LeaseError::LayoutMismatch`]); fleets that share a store
-//!   use different ID spaces ([`LeaseConfig::prefix`]). Shards given to
+//!   use different ID spaces ([`LeaseConfig::prefix`]). A new ID space
+//!   knows nothing of another's marks: its IDs can equal the other's, so
+//!   a fleet that changes its layout under a new ID space writes its IDs
+//!   to tables the old one never wrote. Shards given to
 //!   hosts by other means must be kept out of the leased range
 //!   ([`LeaseConfig::shards`]).
 

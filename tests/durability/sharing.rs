@@ -4,7 +4,6 @@
 
 use idutil_harness as harness;
 
-use std::collections::HashSet;
 use std::path::Path;
 
 use idutil::{Generator, ManualClock};
@@ -26,8 +25,9 @@ fn batch(g: &Generator<ManualClock>, n: u64) -> Vec<u64> {
 
 /// Panics naming the first ID of `b` that is also in `a`.
 fn assert_disjoint(a: &[u64], b: &[u64], what: &str) {
-    let seen: HashSet<u64> = a.iter().copied().collect();
-    let repeated = b.iter().filter(|id| seen.contains(id)).count();
+    let mut seen = harness::Tally::new();
+    seen.add(a.iter().copied(), "a");
+    let repeated = seen.count_duplicates(b.iter().copied(), "b");
     assert_eq!(repeated, 0, "{what}: {repeated} IDs issued twice");
 }
 

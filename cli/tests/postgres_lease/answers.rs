@@ -12,7 +12,7 @@ use idutil::lease::LeaseConfig;
 use idutil_harness::proxy::reply_dropping_proxy_after;
 use idutil_harness::state_dir;
 
-use crate::{leased, server, Ids};
+use crate::{leased, server, Tally};
 
 /// The held rows' shards.
 fn held(pg: &idutil_harness::postgres::Postgres) -> String {
@@ -22,7 +22,7 @@ fn held(pg: &idutil_harness::postgres::Postgres) -> String {
 #[test]
 fn a_lost_answer_at_open_or_close_neither_takes_a_second_shard_nor_keeps_one() {
     let Some(pg) = server() else { return };
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     // The table and the rows, made by a first holder, so that what the
     // proxy drops is an acquisition that takes a row.
     let first = state_dir();

@@ -69,6 +69,12 @@ fn command_leases_from_postgres_with_a_chosen_layout() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("was used with layout"), "{err}");
+    // Its advice never leads to a repeat: a new ID space is safe only for
+    // tables that never held this one's IDs, and it says so.
+    assert!(
+        err.contains("keep layout") && err.contains("never held this ID space's IDs"),
+        "{err}"
+    );
     for (args, says) in [
         (vec!["--layout", "seconds:40", "next"], "invalid layout"),
         (vec!["--lease", " ", "next"], "empty or blank"),

@@ -16,7 +16,7 @@ use idutil_harness::pgbouncer::{PgBouncer, Pool};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::state_dir;
 
-use crate::{leased, Ids, WIDE};
+use crate::{leased, Tally, WIDE};
 
 /// Threads that spin until dropped, three for each core: the other work
 /// of an overloaded machine (a build beside a test suite).
@@ -196,7 +196,7 @@ fn every_one_opens_and_closes(pg: &Postgres, url: &str, n: usize) {
     );
     let shards: HashSet<u32> = crowd.opened.iter().map(Generator::shard).collect();
     assert_eq!(shards.len(), n, "every holder has its own shard");
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     for (i, g) in crowd.opened.iter().enumerate() {
         all.add(
             g.next_ids(50).unwrap().map(u64::from),
@@ -385,7 +385,7 @@ fn a_crowd_opens_through_a_server_crash_and_cancelled_statements() {
     );
     let shards: HashSet<u32> = crowd.opened.iter().map(Generator::shard).collect();
     assert_eq!(shards.len(), n, "every holder has its own shard");
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     for (i, g) in crowd.opened.iter().enumerate() {
         all.add(
             g.next_ids(50).unwrap().map(u64::from),

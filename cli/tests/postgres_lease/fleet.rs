@@ -11,7 +11,7 @@ use idutil::{Generator, Layout};
 use idutil_harness::child::{child_command, ChildProc};
 use idutil_harness::{state_dir, Rng};
 
-use crate::{leased, server, Ids, WIDE};
+use crate::{leased, server, Tally, WIDE};
 
 /// A child leasing from `url`; `skew` (libfaketime's `+1h`) moves its
 /// wall clock.
@@ -77,7 +77,7 @@ fn forty_concurrent_and_forty_sequential_holders_with_kills_and_skewed_clocks() 
     let faketime = harness::faketime();
     let url = pg.tcp_url();
     let mut rng = Rng::from_env_or_time("forty holders");
-    let mut all = Ids::default();
+    let mut all = Tally::new();
 
     let mut children: Vec<ChildProc> = (0..40)
         .map(|_| lease_child(&url, 3000, (0, 1023), None, None))
@@ -189,7 +189,7 @@ fn over_a_hundred_concurrent_holders_each_get_their_own_shard() {
     });
     let shards: HashSet<u32> = generators.iter().map(Generator::shard).collect();
     assert_eq!(shards.len(), 110, "every holder has its own shard");
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     for (i, g) in generators.iter().enumerate() {
         let ids: Vec<u64> = g.next_ids(100).unwrap().map(u64::from).collect();
         all.add(ids, &format!("holder {i}"));

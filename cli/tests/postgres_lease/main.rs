@@ -10,7 +10,6 @@
 
 use idutil_harness as harness;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -20,7 +19,7 @@ use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Error, Generator};
 use idutil_harness::child::{self, MARK};
 use idutil_harness::postgres::{Options, Postgres};
-use idutil_harness::state_dir;
+use idutil_harness::{state_dir, Tally};
 
 mod answers;
 mod check;
@@ -32,6 +31,7 @@ mod outages;
 mod poolers;
 mod replication;
 mod rows;
+mod settings;
 mod standbys;
 mod stuck;
 mod waiters;
@@ -54,47 +54,6 @@ fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> idutil::Builder {
         .id_space(harness::space_for(host.path()))
         .state_dir(host.path())
         .lease(config)
-}
-
-/// Every ID any holder printed, checked as it arrives.
-#[derive(Default)]
-struct Ids {
-    seen: HashMap<u64, String>,
-}
-impl Ids {
-    fn add(&mut self, ids: impl IntoIterator<Item = u64>, who: &str) {
-        for id in ids {
-            assert!(id < 1 << 53, "{who}: ID {id} above 2^53 - 1");
-            if let Some(first) = self.seen.insert(id, who.to_string()) {
-                panic!("duplicate ID {id}: issued by {first} and by {who}");
-            }
-        }
-    }
-
-    /// The highest ID issued on `shard` so far.
-    fn last_of_shard(&self, shard: u32) -> Option<u64> {
-        self.seen
-            .keys()
-            .copied()
-            .filter(|id| idutil::Id::from_u64(*id).is_some_and(|id| id.shard() == shard))
-            .max()
-    }
-
-    /// How many IDs were seen.
-    fn len(&self) -> usize {
-        self.seen.len()
-    }
-
-    /// How many of `ids` were issued before (for the measured cases).
-    fn count_duplicates(&mut self, ids: impl IntoIterator<Item = u64>, who: &str) -> usize {
-        let mut dups = 0;
-        for id in ids {
-            if self.seen.insert(id, who.to_string()).is_some() {
-                dups += 1;
-            }
-        }
-        dups
-    }
 }
 
 fn is_no_free_shard(e: &Error) -> bool {

@@ -13,7 +13,7 @@ use idutil_harness::child::{sigkill, ChildProc};
 use idutil_harness::postgres::Postgres;
 use idutil_harness::state_dir;
 
-use crate::{leased, open_when_free, server, Ids};
+use crate::{leased, open_when_free, server, Tally};
 
 /// Waits until `g` refuses for good with a lost lease or record, and
 /// returns that error.
@@ -50,7 +50,7 @@ fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
         let config = LeaseConfig::new(pg.tcp_url()).ttl(ttl).shards(3..=3);
         let (host_a, host_b) = (state_dir(), state_dir());
         let a = leased(&host_a, config.clone()).open().unwrap();
-        let mut all = Ids::default();
+        let mut all = Tally::new();
         // About 4 seconds ahead of the clock.
         let burst: Vec<u64> = a.next_ids(250_000).unwrap().map(u64::from).collect();
         let last = *burst.last().unwrap();
@@ -238,6 +238,84 @@ fn a_table_restored_from_an_earlier_dump_issues_nothing_twice() {
         drop(b);
         let _ = std::fs::remove_dir_all(child_host);
     }
+}
+
+/// A dump restored into a server whose clock is behind, after a holder
+/// whose clock was ahead burst to its lead cap: each clock within the skew
+/// limit (here 6 s) of true time, so 11.8 s apart, on either side of it.
+/// The history check's raise counts the skew limit twice (the old
+/// holder's clock against the old server's, the old server's against
+/// this one's), so the next holder still starts past the burst. (Counted
+/// once, it started 2 s inside it.)
+#[test]
+fn a_restore_into_a_server_behind_a_holder_ahead_issues_nothing_twice() {
+    let Some(mut pg) = server() else { return };
+    let Some(faketime) = harness::faketime() else {
+        return;
+    };
+    let (skew, lead, ttl, shard) = (6, 5, Duration::from_secs(1), 9);
+    let url = pg.tcp_url();
+    let config = LeaseConfig::new(url.clone())
+        .ttl(ttl)
+        .max_skew(Duration::from_secs(skew))
+        .max_lead(Duration::from_secs(lead))
+        .shards(shard..=shard);
+    let first = state_dir();
+    leased(&first, config.clone())
+        .open()
+        .unwrap()
+        .close()
+        .unwrap();
+    let dumps = tempfile::tempdir().unwrap();
+    let dump = dumps.path().join("lease.dump");
+    client(
+        &pg,
+        "pg_dump",
+        &["-Fc", "-t", "idutil_lease", "-f", dump.to_str().unwrap()],
+    );
+    // A holder 5.9 s ahead bursts to its lead cap: IDs up to about 11 s
+    // past true time.
+    let child_host = state_dir();
+    let mut cmd = harness::child::child_command(
+        "lease_burst_child_process",
+        &[
+            (
+                "IDUTIL_CHILD_LEASE",
+                format!("{url} {} {shard} {shard}", ttl.as_millis()),
+            ),
+            ("IDUTIL_CHILD_SKEW", skew.to_string()),
+            ("IDUTIL_CHILD_LEAD", lead.to_string()),
+            ("IDUTIL_CHILD_BURST", (65_536 * lead).to_string()),
+            ("IDUTIL_STATE_DIR", child_host.path().display().to_string()),
+            ("IDUTIL_ID_SPACE", harness::space_for(child_host.path())),
+        ],
+    );
+    faketime.apply(&mut cmd, "+5.9");
+    let mut a = ChildProc::start(cmd);
+    let last = loop {
+        let line = a.next().expect("the burst child ended");
+        if let Some(ids) = line.strip_prefix("burst ") {
+            break ids.split_once(' ').unwrap().1.parse::<u64>().unwrap();
+        }
+        assert!(!line.starts_with("failed"), "{line}");
+    };
+    sigkill(&mut a.child);
+    // The dump (its row free: taken after the first holder closed),
+    // restored at once into the server with its clock 5.9 s behind.
+    assert!(pg.restart_with_clock(Some("-5.9")));
+    client(&pg, "pg_restore", &["--clean", dump.to_str().unwrap()]);
+    // On the true clock, 5.9 s ahead of the server's. (Its first ID waits
+    // for the clock to come within its lead cap of the raised mark.)
+    let b_host = state_dir();
+    let b = leased(&b_host, config).open().unwrap();
+    let b_first = u64::from(b.next_id().unwrap());
+    assert!(
+        b_first > last,
+        "the next holder started at {}, inside the burst that ended at {} ({} s)",
+        harness::unix_second(b_first),
+        harness::unix_second(last),
+        harness::unix_second(last) as i64 - harness::unix_second(b_first) as i64
+    );
 }
 
 /// A host keeps the marks of the shards it leased in its state file: a

@@ -13,7 +13,7 @@ use idutil_harness::state_dir;
 
 use crate::{
     driven, driven_one, leased, open_when_free, server, wait_for_each_to_issue, wait_until, Driver,
-    Ids,
+    Tally,
 };
 
 /// The server is killed (`pg_ctl stop -m immediate`) under live holders
@@ -64,7 +64,7 @@ fn server_killed_restarted_and_connections_terminated_under_live_holders() {
         Duration::from_secs(20),
     );
     stop.store(true, Ordering::Relaxed);
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     for (i, d) in drivers.into_iter().enumerate() {
         let (ids, _) = d.finish();
         all.add(ids, &format!("holder {i}"));
@@ -100,9 +100,12 @@ fn holder_cut_off_shorter_and_longer_than_the_ttl() {
         driver_a.issued() > 500
     });
 
-    // Shorter than the fence (3/4 of the TTL from the last renewal): no stop.
+    // Shorter than the fence (3/4 of the TTL from the last renewal): no
+    // stop. The cut lasts until a renewal finds the server gone (the
+    // holder's connection closed, its next one held unanswered), at most
+    // the time between two renewals.
     proxy.cut();
-    thread::sleep(Duration::from_millis(400));
+    wait_until("A tries the server while cut off", ttl, || proxy.held() > 0);
     proxy.heal();
     let before = driver_a.issued();
     wait_until("A goes on", Duration::from_secs(5), || {
@@ -157,7 +160,7 @@ fn holder_cut_off_shorter_and_longer_than_the_ttl() {
         Some(last_issue),
         "A issued again after B took the shard"
     );
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     all.add(driver_a.finish().0, "A");
     all.add(driver_b.finish().0, "B");
 }

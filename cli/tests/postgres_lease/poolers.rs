@@ -15,7 +15,7 @@ use idutil_harness::state_dir;
 use crate::check::{lease_check, line};
 use crate::fleet::{lease_child, read_ids};
 use crate::{
-    driven, is_no_free_shard, leased, open_when_free, server, wait_for_each_to_issue, Ids,
+    driven, is_no_free_shard, leased, open_when_free, server, wait_for_each_to_issue, Tally,
 };
 
 /// A pooler in front of `server` for `users`.
@@ -58,7 +58,7 @@ fn holders_through(server: &Postgres, url: &str, n: usize, ttl: Duration) -> usi
     }
     wait_for_each_to_issue(&drivers, 1000, "issuing", Duration::from_secs(20));
     stop.store(true, Ordering::Relaxed);
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     for (i, d) in drivers.into_iter().enumerate() {
         let (ids, errors) = d.finish();
         assert!(errors.is_empty(), "holder {i}: {:?}", errors.first());
@@ -109,7 +109,7 @@ fn through_pgbouncer_in_transaction_mode() {
     let mut children: Vec<_> = (0..6)
         .map(|_| lease_child(&url, 3000, (0, 15), Some(5000), None))
         .collect();
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     for (i, c) in children.iter_mut().enumerate() {
         let leased = c.next().expect("the child reports its lease");
         assert!(leased.starts_with("leased "), "child {i}: {leased}");
@@ -189,7 +189,7 @@ fn roles_with_different_search_paths_share_one_table() {
     );
     let host_api = state_dir();
     let api = leased(&host_api, config("api")).open().unwrap();
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     // Ahead of the clock: the mark is what keeps the next holder clear.
     all.add(api.next_ids(300_000).unwrap().map(u64::from), "api");
     let host_worker = state_dir();

@@ -14,7 +14,7 @@ use idutil_harness::proxy::Proxy;
 use idutil_harness::state_dir;
 
 use crate::check::{lease_check, line};
-use crate::{leased, open_when_free, server, wait_until, Ids};
+use crate::{leased, open_when_free, server, wait_until, Tally};
 
 /// The synchronous standby stalls (its link cut) while a holder bursts
 /// ahead of the clock; an operator cancels every backend stuck waiting for
@@ -98,7 +98,7 @@ fn a_cancelled_wait_for_the_synchronous_standby_is_not_a_commit() {
         &leased(&host_b, config(standby.tcp_url())),
         Duration::from_secs(20),
     );
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     all.add(a_ids, "A (old primary)");
     all.add(
         b.next_ids(1_000_000).unwrap().map(u64::from),
@@ -269,7 +269,7 @@ fn any_1_of_two_with_the_lagging_one_promoted_is_measured() {
         &leased(&host_b, config(lagging.tcp_url())),
         Duration::from_secs(20),
     );
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     all.add(a_ids, "A");
     let b_ids: Vec<u64> = b.next_ids(100_000).unwrap().map(u64::from).collect();
     let b_first = b_ids[0];

@@ -8,7 +8,7 @@ use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Error, Generator, Layout};
 use idutil_harness::state_dir;
 
-use crate::{leased, server, Ids, WIDE};
+use crate::{leased, server, Tally, WIDE};
 
 /// One ID space is one layout: a generator with another layout is refused
 /// once the space's rows exist; a row whose mark is at the end of the
@@ -83,7 +83,7 @@ fn clock_at_2136_for_a_moment_neither_ends_nor_shifts_the_shard() {
         .ttl(Duration::from_secs(2))
         .shards(6..=6)
         .max_lead(Duration::from_secs(3600));
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     harness::lease::assert_a_moment_at_2136_neither_ends_nor_shifts_the_shard(
         1000,
         |host| leased(host, config.clone()),

@@ -10,7 +10,7 @@ use idutil_harness::postgres::Postgres;
 use idutil_harness::proxy::Proxy;
 use idutil_harness::state_dir;
 
-use crate::{driven, driven_one, leased, open_when_free, server, wait_until, Driver, Ids};
+use crate::{driven, driven_one, leased, open_when_free, server, wait_until, Driver, Tally};
 
 /// A primary with a synchronous streaming standby; holders reach them
 /// through a two-host URL (`target_session_attrs=read-write`). Each holder
@@ -72,7 +72,7 @@ fn failover_on(primary: &mut Postgres, synchronous: bool) -> Result<(), String> 
         // From here on the marks reach the primary alone.
         link.cut();
     }
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     for (i, g) in holders.iter().enumerate() {
         // About 7 seconds of IDs at once: the mark runs ahead of the clock.
         let burst = g.next_ids(450_000).map_err(|e| format!("burst {i}: {e}"))?;
@@ -185,7 +185,12 @@ fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
         Duration::from_secs(20),
     ));
     let driver_b = Driver::start(b.clone(), stop.clone());
-    wait_until("B issues", Duration::from_secs(10), || {
+    // The promotion's new timeline raises the shard past what any holder
+    // can issue: the lead cap, the fence (3 s) and twice the skew limit
+    // (10 s) plus a second past the server's clock, so B's first ID waits
+    // 14 s for its clock to come within its cap (the lease docs'
+    // *Restores and rewound histories*); then it issues.
+    wait_until("B issues", Duration::from_secs(14 + 10), || {
         driver_b.issued() > 3000
     });
     // A has stopped: its renewals cannot commit on the old primary.
@@ -193,7 +198,7 @@ fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
     thread::sleep(Duration::from_millis(500));
     assert_eq!(driver_a.issued(), a_now, "the old holder still issues");
     stop.store(true, Ordering::Relaxed);
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     let (a_ids, a_errors) = driver_a.finish();
     assert!(
         a_errors.iter().any(|e| e.contains("not known to be held")),
@@ -296,7 +301,7 @@ fn failover_to_an_asynchronous_standby_issues_nothing_twice() {
         ),
         Duration::from_secs(20),
     );
-    let mut all = Ids::default();
+    let mut all = Tally::new();
     all.add(a_ids.iter().copied(), "A");
     let b_ids: Vec<u64> = b.next_ids(100_000).unwrap().map(u64::from).collect();
     assert!(

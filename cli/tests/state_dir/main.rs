@@ -22,7 +22,12 @@ mod usage;
 /// Marks the error line a child prints when it stops issuing.
 const ERROR_MARK: &str = "@error=";
 
-/// A command that must fail fast: exit status 1 within 10 s; its stderr.
+/// A command that must fail fast: exit status 1 within 5 s; its stderr.
+/// The requirement: a refusal (a deleted or replaced state directory, a
+/// shard held elsewhere) is decided at open, without waiting on a lock
+/// or a member; 5 s is a process's start and one open on a loaded
+/// machine, and below the waits a refusal must not make (the generator's
+/// `member_wait`, 5 s, plus a start).
 fn refused(cmd: &mut Command, what: &str) -> String {
     let start = Instant::now();
     let out = harness::output_within(cmd, Duration::from_secs(10));

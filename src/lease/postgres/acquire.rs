@@ -17,7 +17,9 @@ use super::row::Granted;
 use super::sql::{self, create_table, prepare_space};
 use super::target::Target;
 use super::{release, server_time, MAX_TRIES, UNDEFINED_TABLE};
-use crate::lease::interface::{Ask, Grant, Held};
+use crate::lease::interface::{host_time, Ask, Grant, Held};
+use crate::lease::record::Record;
+use crate::lease::renewal::check_skew;
 use crate::lease::LeaseError;
 use crate::lease::LeaseResult as Result;
 
@@ -29,9 +31,10 @@ pub(super) fn connect(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
 
 /// What one try of the acquisition found.
 enum Took {
-    /// A row, the send time of the statement that took it, and whether the
-    /// statement raised it past a forgotten history.
-    Row(Granted, Instant, bool),
+    /// A row, the send time of the statement that took it, whether the
+    /// statement raised it past a forgotten history, and whether it should
+    /// have but did not (see [`sql::acquire`]).
+    Row(Granted, Instant, (bool, bool)),
     /// No free row.
     Nothing,
 }
@@ -89,7 +92,6 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
             forgotten.floor
         );
     }
-    let acquire = [sql::acquire(ask, &target, &layout, caps(config))];
     let reclaim = [sql::reclaim(ask, &target, &layout)];
     // Whether a try of the acquisition failed: it may have taken a row
     // whose answer was lost, which the next try looks for first.
@@ -108,6 +110,8 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
                 unsure = false;
             }
             let sent = Instant::now();
+            let host = host_time().as_secs_f64();
+            let acquire = [sql::acquire(ask, &target, &layout, caps(config), host)];
             let answer = match conn.write_once(&target, t, &acquire) {
                 Err(f) if f.code() == Some(UNDEFINED_TABLE) => {
                     // Dropped since the history check: made again.
@@ -134,8 +138,7 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
                 let probe = setup.is_some();
                 return granted_row(
                     ask,
-                    target,
-                    conn,
+                    (target, conn, &mut deadline),
                     granted,
                     (sent, raised),
                     layout,
@@ -173,20 +176,20 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
 }
 
 /// A row the acquisition or a reclaim returned: the granted columns and
-/// whether the row was raised past a forgotten history.
+/// whether the row was raised past a forgotten history, or should have
+/// been.
 fn taken_row(row: &[Option<String>], sent: Instant) -> std::result::Result<Took, Stop> {
     let granted = Granted::read(row).map_err(|f| Stop::Step("lease a shard from", f))?;
-    let raised = row.get(8).cloned().flatten().as_deref() == Some("t");
-    Ok(Took::Row(granted, sent, raised))
+    let flag = |i: usize| row.get(i).cloned().flatten().as_deref() == Some("t");
+    Ok(Took::Row(granted, sent, (flag(8), flag(9))))
 }
 
 /// The lease and its record from the acquiring statement's row.
 fn granted_row(
     ask: &Ask<'_>,
-    target: Target,
-    conn: Conn,
+    (target, conn, deadline): (Target, Conn, &mut Deadline),
     row: Granted,
-    (sent, raised): (Instant, bool),
+    (sent, (raised, unraised)): (Instant, (bool, bool)),
     layout: String,
     (warned, probe): (AtomicBool, bool),
 ) -> Result<(Box<dyn Held>, Grant)> {
@@ -215,7 +218,38 @@ fn granted_row(
         opening: AtomicBool::new(true),
     };
     let server = server_time(row.server);
-    let record = lease.read(row, ask.layout);
+    let mut record = lease.read(row, ask.layout);
+    // The acquisition found the row with nothing in it although the
+    // history knew the shard, and left it unraised: the server's clock was
+    // further from this host's than the skew limit as the statement ran
+    // (see `sql::acquire`). A server whose clock is off by more than the
+    // limit raises nothing: the holder refuses it at once
+    // (`Lease::acquire`); a slow answer from one within it raises now.
+    let skewed = server.is_some_and(|s| check_skew(config, Some(shard), host_time(), s).is_some());
+    if let (Ok(read), true, false) = (&record, unraised, skewed) {
+        let mut conn = crate::sync::lock(&lease.conn);
+        let checked = deadline.run(config, |t| {
+            history::check_shard(&mut conn, &lease.target, config, shard, false, t)
+        });
+        match checked {
+            Ok(None) => {}
+            Ok(Some(forgotten)) => {
+                log::warn!(
+                    "shard {shard} of ID space {:?}: {}; its mark is raised to {}, past every \
+                     ID a holder can have issued before",
+                    config.prefix,
+                    forgotten.why,
+                    forgotten.floor
+                );
+                record = Ok(Record {
+                    high_water: Some(u64::try_from(forgotten.floor).unwrap_or(0)),
+                    last: None,
+                    seen: read.seen,
+                });
+            }
+            Err(e) => record = Err(e),
+        }
+    }
     let grant = Grant {
         shard,
         record,

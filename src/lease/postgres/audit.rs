@@ -113,6 +113,7 @@ fn audit_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<Finding>> {
         format!("{} (PostgreSQL {})", config.url_redacted(), settings[4]),
     );
     durability(&mut a, &settings);
+    session(&mut a);
     replication(&mut a);
     pooler(&mut a, &settings[3]);
     let table_ok = schema(&mut a);
@@ -373,6 +374,84 @@ fn privileges(a: &mut Audit<'_>, schema: &str, tables: &[(&str, bool)]) {
     }
 }
 
+/// The role's session defaults that a transaction of the lease meets:
+/// those it overrides for itself are named, so that an operator who set
+/// them knows the lease does not follow them; a statement timeout shorter
+/// than a round trip's deadline is warned of. (A role that may not write,
+/// `default_transaction_read_only`, is refused by the connection itself:
+/// "database does not allow writes".)
+fn session(a: &mut Audit<'_>) {
+    let sql = "SELECT current_setting('default_transaction_isolation'), \
+               current_setting('idle_in_transaction_session_timeout'), \
+               current_setting('statement_timeout')"
+        .to_string();
+    let row = match a.row(sql, 3) {
+        Ok(row) => row,
+        Err(f) => return a.failed("session", f),
+    };
+    let (isolation, idle, statement) = (&row[0], &row[1], &row[2]);
+    if isolation == "read committed" {
+        a.say(
+            Fine,
+            "session",
+            "default_transaction_isolation = read committed",
+        );
+    } else {
+        a.say(
+            Fine,
+            "session",
+            format!(
+                "default_transaction_isolation = {isolation}: the lease runs its own \
+                 transactions at read committed"
+            ),
+        );
+    }
+    if idle != "0" {
+        a.say(
+            Fine,
+            "session",
+            format!(
+                "idle_in_transaction_session_timeout = {idle}: the lease's transactions are \
+                 sent in one round trip each, and never wait idle"
+            ),
+        );
+    }
+    // The server cancels a statement past its own timeout: one shorter
+    // than a round trip's deadline fails a call that would have finished.
+    let deadline = a.timeout;
+    match parse_duration_setting(statement) {
+        Some(limit) if !limit.is_zero() && limit < deadline => a.say(
+            Warn,
+            "session",
+            format!(
+                "statement_timeout = {statement}, shorter than the lease's {deadline:?} for a \
+                 round trip: a busy server fails calls that would have finished; raise it or \
+                 set it to 0 for the lease's role"
+            ),
+        ),
+        _ => {}
+    }
+}
+
+/// A duration setting as `current_setting` shows it (`0`, `250ms`, `5s`,
+/// `2min`, `1h`, `1d`).
+fn parse_duration_setting(text: &str) -> Option<Duration> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    let ms = match unit {
+        "" | "ms" => n,
+        "s" => n.checked_mul(1000)?,
+        "min" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
+        "d" => n.checked_mul(86_400_000)?,
+        _ => return None,
+    };
+    Some(Duration::from_millis(ms))
+}
+
 fn clock(a: &mut Audit<'_>) {
     let clock_sql = "SELECT extract(epoch FROM clock_timestamp())::float8".to_string();
     let row = match a.row(clock_sql, 1) {
@@ -467,4 +546,23 @@ fn rows(a: &mut Audit<'_>, layout: &Layout, range: &std::ops::RangeInclusive<u32
         Fine
     };
     a.say(verdict, "shards", text);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_settings_read_as_postgres_shows_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration_setting("0"), Some(ms(0)));
+        assert_eq!(parse_duration_setting("250ms"), Some(ms(250)));
+        assert_eq!(parse_duration_setting("5s"), Some(ms(5000)));
+        assert_eq!(parse_duration_setting("2min"), Some(ms(120_000)));
+        assert_eq!(parse_duration_setting("1h"), Some(ms(3_600_000)));
+        assert_eq!(parse_duration_setting("1d"), Some(ms(86_400_000)));
+        assert_eq!(parse_duration_setting("5 s"), None);
+        assert_eq!(parse_duration_setting("s"), None);
+        assert_eq!(parse_duration_setting("99999999999999999999d"), None);
+    }
 }

@@ -24,6 +24,14 @@ use super::target::Target;
 use super::ENGINE;
 use crate::lease::{LeaseConfig, LeaseError};
 
+/// How every transaction of the lease begins: at `read committed`, whatever
+/// the role's `default_transaction_isolation` (under `serializable`
+/// concurrent acquisitions would fail with serialization errors, and the
+/// statements are written for the snapshot of each statement). Each
+/// transaction is sent in one round trip, so a role's
+/// `idle_in_transaction_session_timeout` never finds it idle.
+pub(super) const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
 /// Why a call did not go through.
 pub(super) enum Failure {
     Db(tokio_postgres::Error),
@@ -268,7 +276,7 @@ impl Conn {
         rerun: bool,
     ) -> Result<Vec<Answer>, Failure> {
         let mut sql = format!(
-            "BEGIN; SELECT set_config('synchronous_commit', \
+            "{BEGIN}; SELECT set_config('synchronous_commit', \
              CASE current_setting('synchronous_commit') \
              WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END, true), \
              set_config('lock_timeout', '{}ms', true); ",
@@ -317,8 +325,12 @@ impl Conn {
         target: &Target,
         timeout: Duration,
     ) -> Result<(), Failure> {
+        // The block waits idle between the two round trips: a role's
+        // `idle_in_transaction_session_timeout` must not end it there.
+        let begin =
+            format!("{BEGIN}; SELECT set_config('idle_in_transaction_session_timeout', '0', true)");
         self.run(target, timeout, true, async |c| {
-            c.simple_query("BEGIN").await?;
+            c.simple_query(&begin).await?;
             c.simple_query("ROLLBACK").await.map(drop)
         })
     }

@@ -12,9 +12,15 @@
 //! standby a new timeline, and a shard whose row lost its mark still has
 //! its history row. Any of these is a history the rows may have forgotten:
 //! the holder that finds it raises every row of the ID space (or the one
-//! row) to the store's clock plus the largest lead cap a holder of the
-//! space recorded, plus the skew limit, plus one second, past every ID any
-//! holder can have issued, and records the new identity.
+//! row) to the store's clock plus the largest reach a holder of the space
+//! recorded (its lead cap plus its fence), plus twice the skew limit (the
+//! holders' clocks against the old server's, the old server's against
+//! this one's), plus one second, past every ID any holder can have issued
+//! or can still issue before it learns of the change, and records the new
+//! identity.
+//!
+//! Nothing is raised by a server whose clock is further from the holder's
+//! than the skew limit: the check refuses first ([`LeaseError::ClockSkew`]).
 //!
 //! The check of the ID space, once the tables are found (or created) and
 //! the server's identity read, is one transaction in one round trip of the
@@ -35,6 +41,9 @@ use super::conn::{number, Answer, Conn, Failure};
 use super::retry::Stop;
 use super::sql::{self, create_table};
 use super::target::Target;
+use super::{server_time, UNDEFINED_TABLE};
+use crate::lease::interface::host_time;
+use crate::lease::renewal::check_skew;
 use crate::lease::LeaseConfig;
 
 /// A history the rows may have forgotten: why, and the second every row
@@ -44,14 +53,18 @@ pub(super) struct Forgotten {
     pub(super) floor: i64,
 }
 
-/// The lead cap and the skew limit, in whole seconds, as the statements
-/// add them.
+/// How far past its store's clock a holder of this configuration can
+/// issue, its *reach* (the lead cap plus the fence: a holder that has not
+/// yet learned of a restore goes on issuing, its clock and so its cap
+/// moving, until its fence), and the skew limit, in whole seconds rounded
+/// up, as the statements add them. The history records the largest reach
+/// of the space's holders (its `max_lead` column, which an older idutil
+/// filled with the lead cap alone: reading a reach there errs on the safe
+/// side).
 pub(super) fn caps(config: &LeaseConfig) -> (u64, u64) {
-    let max = i64::MAX.unsigned_abs();
-    (
-        config.max_lead.as_secs().min(max),
-        config.max_skew.as_secs().min(max),
-    )
+    let seconds = |d: Duration| d.as_millis().div_ceil(1000).min(i64::MAX as u128) as u64;
+    let reach = seconds(config.max_lead).saturating_add(seconds(config.fence_after()));
+    (reach.min(i64::MAX as u64), seconds(config.max_skew))
 }
 
 /// The first row of the last statement's answer.
@@ -84,10 +97,21 @@ pub(super) fn check_space(
     timeout: Duration,
 ) -> Result<Option<Forgotten>, Stop> {
     let fail = |f: Failure| Stop::Step("check the lease history in", f);
+    let before = host_time();
     let exists = conn
         .write(target, timeout, &[sql::history::tables(target)])
         .and_then(last_row)
         .map_err(fail)?;
+    let after = host_time();
+    // A raise counts from the server's clock: one far ahead would move
+    // every mark of the space out of reach of the holders on true clocks.
+    // Judged against the host's clock at whichever end of the round trip
+    // is nearer, before anything is raised.
+    if let Some(server) = server_time(number::<f64>(&cell(&exists, 2), "clock").map_err(fail)?) {
+        if let Some(e) = check_skew(config, None, server.clamp(before, after), server) {
+            return Err(Stop::Refused(e));
+        }
+    }
     if !flag(&cell(&exists, 0)) {
         create_table(conn, target, timeout)
             .map_err(|f| Stop::Step("create the lease table in", f))?;
@@ -151,6 +175,41 @@ pub(super) fn check_space(
     };
     let floor = read(10, "the raised mark")?.unwrap_or(0);
     Ok(Some(Forgotten { why, floor }))
+}
+
+/// After a shard is leased whose row had no mark although its history
+/// knew it (the row was deleted and created again), when the acquisition
+/// could not raise it itself (see [`sql::acquire`]): records that the
+/// shard has a history and raises the row past what a holder can have
+/// issued. `had_mark` false raises; `Some`: the row was raised. Run again
+/// after an answer that was lost, it raises once more, a few seconds
+/// further at most: a raise never lowers a mark.
+pub(super) fn check_shard(
+    conn: &mut Conn,
+    target: &Target,
+    config: &LeaseConfig,
+    shard: u32,
+    had_mark: bool,
+    timeout: Duration,
+) -> Result<Option<Forgotten>, Stop> {
+    let statement = sql::history::shard(target, &config.prefix, shard, had_mark, caps(config));
+    let outcome = conn
+        .write(target, timeout, &[statement])
+        .and_then(last_row)
+        .and_then(|row| {
+            let raised = number::<i64>(&cell(&row, 0), "rows raised")?.unwrap_or(0);
+            let floor = number::<i64>(&cell(&row, 1), "the raised mark")?.unwrap_or(0);
+            Ok((raised > 0).then(|| Forgotten {
+                why: "its row had a mark once and has none now (deleted and created again)"
+                    .to_string(),
+                floor,
+            }))
+        });
+    match outcome {
+        // Dropped since `check_space`: the next acquisition finds it out.
+        Err(f) if f.code() == Some(UNDEFINED_TABLE) => Ok(None),
+        other => other.map_err(|f| Stop::Step("check the lease history in", f)),
+    }
 }
 
 /// Creates the history table, once.

@@ -105,17 +105,27 @@
 //! lost its mark still has its history row.
 //!
 //! A holder that finds any of these treats the history as unknown: it
-//! raises every row of the ID space (or the one row) to the server's clock
-//! plus the largest lead cap a holder of the space recorded
-//! ([`LeaseConfig::max_lead`], 30 s by default) plus
-//! [`LeaseConfig::max_skew`] plus one second, past every ID a holder can
-//! have issued, logs why, records the new identity, and leases. The cost
-//! is a jump of that many seconds in the shard's IDs and a wait of a few
-//! seconds before the first ID (the lead cap, counted from the clock),
-//! never a re-issued ID. `VACUUM FULL` or `CLUSTER` of the lease table
+//! raises every row of the ID space (or the one row) past every ID a
+//! holder can have issued, or can still issue before it learns of the
+//! change: to the server's clock plus the largest *reach* a holder of the
+//! space recorded (its lead cap, [`LeaseConfig::max_lead`], 30 s by
+//! default, plus its fence, three quarters of its TTL rounded up to whole
+//! seconds: 8 s by default), plus twice [`LeaseConfig::max_skew`] (a
+//! holder's clock against the server it leased from, and that server's
+//! against this one: 10 s by default), plus one second. It logs why,
+//! records the new identity, and leases. The cost is a jump of that many
+//! seconds (49 s by default) in the shard's IDs and a wait before the
+//! first ID until the clock is within the lead cap of it (19 s by
+//! default), never a re-issued ID. `VACUUM FULL` or `CLUSTER` of the lease table
 //! gives it a new file node too, and costs the same once; so does the
 //! first lease of an ID space that an earlier idutil used (marks, but no
 //! history yet).
+//!
+//! The raise counts from the server's clock, so a server whose clock is
+//! further from the holder's than [`LeaseConfig::max_skew`] raises
+//! nothing: the holder is refused first
+//! ([`LeaseError::ClockSkew`](crate::lease::LeaseError::ClockSkew)), and no
+//! mark moves to where holders on true clocks would wait for it.
 //!
 //! A holder that finds its own row lowered, deleted or truncated while it
 //! holds the shard writes its mark back before it stops ([the
@@ -280,6 +290,15 @@
 //! one table as long as they name the same schema: the default `public`
 //! does, whatever their search paths. Fleets that must not share an ID
 //! space use different [`LeaseConfig::prefix`]es (or schemas).
+//!
+//! A role's session defaults do not reach the lease's transactions: each
+//! begins `ISOLATION LEVEL READ COMMITTED` (a role defaulting to
+//! `serializable` made concurrent opens fail with serialization errors)
+//! and is sent in one round trip, so an `idle_in_transaction_session_timeout`
+//! never finds it idle. A `statement_timeout` shorter than a round trip's
+//! deadline fails calls on a busy server, and a role with
+//! `default_transaction_read_only` cannot lease at all; `idutil lease
+//! check` names each of these settings (its `session` lines).
 
 mod acquire;
 mod audit;

@@ -2,6 +2,8 @@
 
 use idutil::{Id, Layout};
 
+use crate::tally::Tally;
+
 /// JavaScript's `Number.MAX_SAFE_INTEGER`: no ID may exceed it.
 pub const MAX_SAFE: u64 = (1 << 53) - 1;
 
@@ -63,12 +65,13 @@ pub fn assert_unique_set(ids: &[u64]) {
     }
 }
 
-/// The smallest ID that occurs more than once in `ids`, if any: the one
-/// duplicate check every test's IDs go through ([`assert_unique_set`],
-/// [`Ledger`](crate::Ledger)). `tests/checker.rs` plants duplicates it
-/// must find.
+/// The first ID of `ids` (in their order) that occurs earlier in them too,
+/// if any: the check of [`assert_unique_set`] and
+/// [`Ledger`](crate::Ledger), made by a [`Tally`], the one duplicate check
+/// every test's IDs go through.
 pub fn first_duplicate(ids: &[u64]) -> Option<u64> {
-    let mut sorted = ids.to_vec();
-    sorted.sort_unstable();
-    sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+    let mut tally = Tally::with_capacity(ids.len());
+    ids.iter()
+        .copied()
+        .find(|&id| tally.insert(id, "").is_some())
 }

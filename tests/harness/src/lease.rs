@@ -12,7 +12,9 @@ use crate::child::{child_var, MARK};
 use crate::space::{state_dir, wall_now};
 
 /// A child holder's start: the lease `IDUTIL_CHILD_LEASE` names (`URL
-/// TTL_MS FIRST LAST`, then the fields of the test's own, returned),
+/// TTL_MS FIRST LAST`, then the fields of the test's own, returned; the
+/// skew limit and the lead cap from `IDUTIL_CHILD_SKEW` and
+/// `IDUTIL_CHILD_LEAD`, in seconds, if set),
 /// opened with `lease` (the engine's builder method). Prints `@leased N`,
 /// or `@failed REASON` and returns `None`.
 pub fn open_child_holder(
@@ -20,9 +22,16 @@ pub fn open_child_holder(
 ) -> Option<(Generator, Vec<String>)> {
     let setting = child_var("IDUTIL_CHILD_LEASE");
     let f: Vec<&str> = setting.split_whitespace().collect();
-    let config = LeaseConfig::new(f[0])
+    let mut config = LeaseConfig::new(f[0])
         .ttl(Duration::from_millis(f[1].parse().unwrap()))
         .shards(f[2].parse().unwrap()..=f[3].parse().unwrap());
+    // The skew limit and the lead cap, in seconds, where the test sets them.
+    if let Ok(skew) = std::env::var("IDUTIL_CHILD_SKEW") {
+        config = config.max_skew(Duration::from_secs(skew.parse().unwrap()));
+    }
+    if let Ok(lead) = std::env::var("IDUTIL_CHILD_LEAD") {
+        config = config.max_lead(Duration::from_secs(lead.parse().unwrap()));
+    }
     let rest = f[4..].iter().map(|s| s.to_string()).collect();
     let mut out = std::io::stdout().lock();
     let generator = match lease(Generator::builder(), config).open() {
@@ -80,12 +89,23 @@ pub fn assert_closing_while_the_store_hangs_is_quick(
         let g = Arc::new(open(round, &host));
         g.next_ids(1000).unwrap();
         cut();
-        // A burst far past the reservation, waiting on a raise that hangs.
+        // A burst far past the reservation, waiting on a raise that hangs:
+        // closed once it is seen waiting, not after a guess at how long
+        // it takes to get there.
         let burst = {
             let g = g.clone();
-            thread::spawn(move || g.next_ids(1_500_000).map(|b| b.count()))
+            thread::Builder::new()
+                .name("burst".to_string())
+                .spawn(move || g.next_ids(1_500_000).map(|b| b.count()))
+                .unwrap()
         };
-        thread::sleep(Duration::from_millis(300));
+        let finished = || burst.is_finished();
+        if !crate::threads::wait_until_asleep(burst.thread(), finished, Duration::from_secs(30)) {
+            panic!(
+                "round {round}: the burst returned without waiting: {:?}",
+                burst.join().unwrap()
+            );
+        }
         let closing = Instant::now();
         if explicit {
             g.close().ok();

@@ -25,6 +25,8 @@ pub mod redis_server;
 pub mod rng;
 pub mod skip;
 pub mod space;
+pub mod tally;
+pub mod threads;
 pub mod web;
 
 pub use child::{
@@ -47,3 +49,4 @@ pub use skip::{faketime, skipped, tool, Faketime};
 pub use space::{
     builder, ids_from_shards, issued_between, on_disk, space_for, state_dir, state_file, wall_now,
 };
+pub use tally::Tally;

@@ -33,6 +33,9 @@ pub struct Postgres {
     tcp: bool,
     settings: Vec<String>,
     user: Unprivileged,
+    /// The server's wall clock, set by libfaketime (`FAKETIME` format), or
+    /// the host's.
+    clock: Option<(crate::skip::Faketime, String)>,
     // Last, so the files go after the server has stopped.
     _dir: tempfile::TempDir,
 }
@@ -133,6 +136,7 @@ impl Postgres {
             tcp,
             settings,
             user,
+            clock: None,
             _dir: dir,
         };
         server.spawn();
@@ -185,7 +189,24 @@ impl Postgres {
             // No TCP at all.
             "listen_addresses="
         };
-        let mut cmd = self.user.command(&self.bin.join("postgres"));
+        let postgres = self.bin.join("postgres");
+        let mut cmd = match &self.clock {
+            // Loaded into the server only, not into `setpriv`, which runs
+            // as root: libfaketime makes shared memory as the first
+            // process that loads it, which the server, another user, then
+            // may not open.
+            Some((faketime, spec)) => {
+                let mut cmd = self.user.command(Path::new("/usr/bin/env"));
+                for (name, value) in faketime.environment(spec) {
+                    let mut pair = std::ffi::OsString::from(format!("{name}="));
+                    pair.push(value);
+                    cmd.arg(pair);
+                }
+                cmd.arg(&postgres);
+                cmd
+            }
+            None => self.user.command(&postgres),
+        };
         cmd.arg("-D")
             .arg(&self.data)
             .arg("-k")
@@ -318,6 +339,25 @@ impl Postgres {
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "the server is still running");
         self.spawn();
+    }
+
+    /// Kills the server and starts it again with its wall clock set by
+    /// `spec` (libfaketime's `FAKETIME` format: `+1h` runs it an hour
+    /// ahead), or the host's again for `None`. `false`, the server left
+    /// running as it was, after a loud notice when libfaketime is not
+    /// installed.
+    pub fn restart_with_clock(&mut self, spec: Option<&str>) -> bool {
+        let clock = match spec {
+            Some(spec) => match crate::skip::faketime() {
+                Some(faketime) => Some((faketime, spec.to_string())),
+                None => return false,
+            },
+            None => None,
+        };
+        self.kill_immediate();
+        self.clock = clock;
+        self.spawn();
+        true
     }
 
     /// A streaming standby of this server (`pg_basebackup -R`), itself

@@ -77,6 +77,12 @@ impl Proxy {
         }
     }
 
+    /// How many connections the proxy accepted and holds unanswered since
+    /// the cut: a client that tried the server while cut off.
+    pub fn held(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+
     /// Lets clients through again.
     pub fn heal(&self) {
         self.cut.store(false, Ordering::SeqCst);

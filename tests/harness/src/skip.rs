@@ -1,6 +1,6 @@
 //! Tools a test needs from the system (libfaketime), and loud notices when they are missing.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -43,9 +43,20 @@ impl Faketime {
     /// Sets `cmd`'s wall clock by `spec`, as [`Faketime::command`] does; its
     /// monotonic clock is left alone.
     pub fn apply(&self, cmd: &mut Command, spec: &str) {
-        cmd.env("LD_PRELOAD", &self.lib)
-            .env("FAKETIME", spec)
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        for (name, value) in self.environment(spec) {
+            cmd.env(name, value);
+        }
+    }
+
+    /// The environment [`Faketime::apply`] sets, as `(name, value)` pairs:
+    /// for a program started by another (`env NAME=VALUE... program`),
+    /// when the library must not be loaded into the starter too.
+    pub fn environment(&self, spec: &str) -> [(&'static str, OsString); 3] {
+        [
+            ("LD_PRELOAD", self.lib.clone().into_os_string()),
+            ("FAKETIME", spec.into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
+        ]
     }
 }
 

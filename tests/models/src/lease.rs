@@ -91,13 +91,16 @@ pub struct Rules {
 pub enum Floor {
     /// None: the restored marks are taken as they are.
     None,
-    /// The code's: the store's clock (whole seconds) plus the lead cap
-    /// plus the skew limit plus one second.
+    /// An earlier rule, known wrong: the store's clock (whole seconds)
+    /// plus the lead cap plus the skew limit plus one second. A holder
+    /// that has not learned of the restore goes on past it.
+    WithoutFence,
+    /// The code's (`postgres::history`'s `caps` and `sql::history`'s
+    /// `past`): the store's clock plus the reach (the lead cap plus the
+    /// fence, three quarters of the TTL rounded up: how long a holder that
+    /// has not learned of the restore may go on issuing) plus twice the
+    /// skew limit plus one second.
     Code,
-    /// The code's plus the fence (three quarters of the TTL, rounded up):
-    /// how long a holder that has not learned of the restore may go on
-    /// issuing.
-    WithFence,
 }
 
 impl Rules {
@@ -229,11 +232,14 @@ impl LeasedShard {
     /// The history check's floor at store time `now`.
     fn floor(&self, now: u32) -> Option<u32> {
         let t = &self.timing;
-        let base = now / 1000 + t.max_lead + t.max_skew / 1000 + 1;
+        let skew = t.max_skew.div_ceil(1000);
         match self.rules.floor {
             Floor::None => None,
-            Floor::Code => Some(base),
-            Floor::WithFence => Some(base + t.fence_after.div_ceil(1000)),
+            Floor::WithoutFence => Some(now / 1000 + t.max_lead + skew + 1),
+            Floor::Code => {
+                let reach = t.max_lead + t.fence_after.div_ceil(1000);
+                Some(now / 1000 + reach + 2 * skew + 1)
+            }
         }
     }
 

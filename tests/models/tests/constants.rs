@@ -79,7 +79,13 @@ fn the_lease_model_s_rules_are_the_code_s() {
     has(
         "postgres/sql/history.rs",
         history,
-        "LEAST(floor(GREATEST({now}, 0))::numeric + {cap} + {skew} + 1, {BIGINT_MAX})::bigint",
+        "LEAST(floor(GREATEST({now}, 0))::numeric + {reach} + 2 * {skew} + 1, {BIGINT_MAX})::bigint",
+    );
+    let caps = include_str!("../../../src/lease/postgres/history.rs");
+    has(
+        "postgres/history.rs",
+        caps,
+        "let reach = seconds(config.max_lead).saturating_add(seconds(config.fence_after()));",
     );
     let renewal = include_str!("../../../src/lease/renewal.rs");
     has(

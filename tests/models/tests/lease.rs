@@ -60,14 +60,18 @@ fn a_restore_without_the_history_check_is_caught() {
 }
 
 #[test]
-fn a_holder_that_has_not_learned_of_a_restore_issues_past_the_history_floor() {
-    // The floor (the store's clock plus the lead cap plus the skew limit
-    // plus one second) covers what any holder can have issued when the
-    // check runs, not what a holder that has not yet learned of the
-    // restore issues after it: until its next renewal, or its fence if
-    // it is cut off, its clock and so its lead cap go on, within a
+fn a_floor_without_the_fence_is_caught() {
+    // The earlier floor (the store's clock plus the lead cap plus the skew
+    // limit plus one second) covers what any holder can have issued when
+    // the check runs, not what a holder that has not yet learned of the
+    // restore issues after it: until its next renewal, or its fence if it
+    // is cut off, its clock and so its lead cap go on, within a
     // reservation raised before the restore.
-    caught(Rules::CODE, 8);
+    let rules = Rules {
+        floor: Floor::WithoutFence,
+        ..Rules::CODE
+    };
+    caught(rules, 8);
 }
 
 #[test]
@@ -78,13 +82,10 @@ fn a_restored_row_revives_a_holder_cut_off_before_it() {
     // and token match again, its mark is not below what it raised, so its
     // renewal and its raise go through (the history check runs only when
     // a shard is leased) and it issues the seconds the second holder
-    // issued after the backup. Even a floor that adds the fence does not
-    // help: nobody leases.
-    let rules = Rules {
-        floor: Floor::WithFence,
-        ..Rules::CODE
-    };
-    let mut shard = LeasedShard::new(rules, 10_500);
+    // issued after the backup. The floor, fence and all, does not help:
+    // nobody leases. (The code's rules: a known gap, until holders check
+    // the history themselves.)
+    let mut shard = LeasedShard::new(Rules::CODE, 10_500);
     shard.failovers = 0;
     shard.crashes = 0;
     // Clocks that agree with the store's: the skew plays no part.
@@ -97,11 +98,10 @@ fn a_restored_row_revives_a_holder_cut_off_before_it() {
 }
 
 #[test]
-fn a_floor_with_the_fence_and_holders_that_check_the_history_repeat_nothing() {
-    // Both gaps above closed: the floor adds the fence, and a holder whose
-    // server or table changed under it stops as if its lease were lost.
+fn holders_that_check_the_history_repeat_nothing() {
+    // The gap above closed: with the code's floor, a holder whose server
+    // or table changed under it stops as if its lease were lost.
     let rules = Rules {
-        floor: Floor::WithFence,
         holder_checks_history: true,
         ..Rules::CODE
     };

@@ -16,10 +16,13 @@ const LOCK_KEY: i64 = 0x6964_7568;
 /// The largest `bigint`: sums of seconds are capped here, not overflowed.
 const BIGINT_MAX: &str = "9223372036854775807";
 
-/// Whether the lease table and the history table exist, in that order.
+/// Whether the lease table and the history table exist, in that order,
+/// and the server's clock (seconds since 1970), which must agree with the
+/// holder's before anything is raised by it.
 pub(in super::super) fn tables(target: &Target) -> String {
     format!(
-        "SELECT to_regclass({}) IS NOT NULL, to_regclass({}) IS NOT NULL",
+        "SELECT to_regclass({}) IS NOT NULL, to_regclass({}) IS NOT NULL, \
+         extract(epoch FROM clock_timestamp())::float8",
         literal(&target.table()),
         literal(&target.history_table())
     )
@@ -63,10 +66,13 @@ fn or_null<T: ToString>(value: Option<T>, quote: bool) -> String {
     }
 }
 
-/// `now + cap + skew + 1` in whole seconds, capped at the largest
-/// `bigint`.
-pub(in super::super) fn past(now: &str, cap: &str, skew: u64) -> String {
-    format!("LEAST(floor(GREATEST({now}, 0))::numeric + {cap} + {skew} + 1, {BIGINT_MAX})::bigint")
+/// `now + reach + 2 skew + 1` in whole seconds, capped at the largest
+/// `bigint`: past what a holder can issue, whose clock may be `skew` from
+/// the server it leased from, itself `skew` from this one.
+pub(in super::super) fn past(now: &str, reach: &str, skew: u64) -> String {
+    format!(
+        "LEAST(floor(GREATEST({now}, 0))::numeric + {reach} + 2 * {skew} + 1, {BIGINT_MAX})::bigint"
+    )
 }
 
 /// The check of an ID space before a shard is leased, as one transaction:
@@ -74,7 +80,8 @@ pub(in super::super) fn past(now: &str, cap: &str, skew: u64) -> String {
 /// the lease table's OID and file node with what the space's history
 /// recorded; where they differ (or the space has marks but no history),
 /// raises every row of the space past the server's clock plus the largest
-/// lead cap recorded (at least `max_lead`) plus `skew` plus one second;
+/// reach recorded (at least `max_lead`, this holder's) plus twice `skew`
+/// plus one second;
 /// records the identity where it is new. The last statement returns the
 /// recorded identity (system, timeline, OID, node), the current one,
 /// whether a history was recorded, whether it was forgotten, and the
@@ -145,4 +152,43 @@ pub(in super::super) fn space(
             table_text = literal(&table),
         ),
     ]
+}
+
+/// The check of a shard just leased, as one statement: records that the
+/// shard has a history; when its row had no mark (`had_mark` false) but
+/// the history knew the shard (the row was deleted and created again),
+/// raises the row past the server's clock plus the largest reach recorded
+/// (at least `max_lead`, this holder's) plus twice `skew` plus one second.
+/// Returns how
+/// many rows were raised and the second they were raised to.
+pub(in super::super) fn shard(
+    target: &Target,
+    space: &str,
+    shard: u32,
+    had_mark: bool,
+    (max_lead, skew): (u64, u64),
+) -> String {
+    let (table, history) = (target.table(), target.history_table());
+    let space = literal(space);
+    let mark = past(
+        "extract(epoch FROM clock_timestamp())",
+        &format!("GREATEST(COALESCE((SELECT max(max_lead) FROM known), 0), {max_lead})"),
+        skew,
+    );
+    format!(
+        "WITH known AS (SELECT max_lead FROM {history} \
+             WHERE space = {space} AND shard IN (-1, {shard})), \
+         added AS (INSERT INTO {history} (space, shard) VALUES ({space}, {shard}) \
+             ON CONFLICT DO NOTHING RETURNING 1), \
+         f AS (SELECT (SELECT count(*) FROM known) AS known_rows, {mark} AS mark), \
+         raised AS (UPDATE {table} AS t \
+             SET high_water = GREATEST(COALESCE(t.high_water, 0), f.mark), \
+                 last_second = NULL, last_sequence = NULL, \
+                 seen = COALESCE(t.seen, extract(epoch FROM clock_timestamp())::bigint) \
+             FROM f WHERE {raise} AND f.known_rows >= 2 \
+                 AND t.space = {space} AND t.shard = {shard} \
+             RETURNING 1) \
+         SELECT (SELECT count(*) FROM raised), mark FROM f",
+        raise = !had_mark,
+    )
 }

@@ -71,13 +71,25 @@ pub(super) fn create_table(
 /// Takes the first free shard of the ask's range, and checks it against
 /// its history in the same statement: the statement.
 ///
+/// The free row is chosen once, in a materialized CTE. As a subquery in
+/// `UPDATE ... FROM`, the planner may run it again for each row of the
+/// table it joins (a nested loop, as after `VACUUM FULL` changed the
+/// table's size), and each run, blind to the statement's own updates,
+/// takes one more row: one holder leased several shards, which stayed
+/// taken until they expired, and the others found none free.
+///
 /// A row with nothing in it (no mark, no exact last ID, no second seen)
 /// whose shard the history table knows (the row was deleted and created
-/// again) is raised past the server's clock plus the largest lead cap
-/// recorded (at least `max_lead`) plus `skew` plus one second, as
-/// [`history::space`] raises a forgotten ID space; and the shard is
-/// recorded in the history. Returns [`GRANTED`]'s columns, then whether
-/// the row was so raised.
+/// again) is raised past the server's clock plus the largest reach
+/// recorded (at least this holder's) plus twice the skew limit plus one
+/// second, as [`history::space`] raises a forgotten ID space; and the
+/// shard is recorded in the history. A raise counts from the server's
+/// clock, so the row is raised only if that clock is within `max_skew` of
+/// `host`, this host's clock (Unix seconds) as the statement was sent.
+/// Returns [`GRANTED`]'s columns, then whether the row was so raised, and
+/// whether it should have been but the clocks were too far apart (the
+/// holder then judges the server's clock on the answer, and raises the row
+/// itself or refuses the server: [`history::check_shard`](super::history::check_shard)).
 ///
 /// One statement, so an answer lost after its commit leaves nothing half
 /// done: the row is taken, raised and recorded, or none of it, and the
@@ -86,34 +98,40 @@ pub(super) fn acquire(
     ask: &Ask<'_>,
     target: &Target,
     layout: &str,
-    (max_lead, skew): (u64, u64),
+    (reach, skew): (u64, u64),
+    host: f64,
 ) -> String {
     let (table, history_table) = (target.table(), target.history_table());
     let skip: Vec<String> = ask.skip.iter().map(u32::to_string).collect();
     let mark = history::past(
         "extract(epoch FROM clock_timestamp())",
-        &format!("GREATEST(COALESCE(k.cap, 0), {max_lead})"),
+        &format!("GREATEST(COALESCE(k.cap, 0), {reach})"),
         skew,
     );
     let forgot = "(free.blank AND k.known >= 2)";
+    let clock_ok = format!(
+        "(abs(extract(epoch FROM clock_timestamp())::float8 - {host}::float8) <= {limit}::float8)",
+        limit = ask.config.max_skew.as_secs_f64(),
+    );
     format!(
-        "WITH taken AS (UPDATE {table} AS t SET holder = {token}, \
-             epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, \
-             expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8), \
-             high_water = CASE WHEN {forgot} THEN {mark} ELSE t.high_water END, \
-             seen = CASE WHEN {forgot} THEN extract(epoch FROM clock_timestamp())::bigint \
-                 ELSE t.seen END \
-         FROM (SELECT shard, high_water IS NULL AND last_second IS NULL \
+        "WITH free AS MATERIALIZED (SELECT shard, high_water IS NULL AND last_second IS NULL \
                    AND last_sequence IS NULL AND seen IS NULL AS blank \
                FROM {table} \
                WHERE space = {space} AND layout = {layout} \
                  AND shard BETWEEN {first} AND {last} \
                  AND shard <> ALL(ARRAY[{skip}]::bigint[]) AND expires_at <= clock_timestamp() \
-               ORDER BY expires_at, shard LIMIT 1 FOR UPDATE SKIP LOCKED) AS free, \
+               ORDER BY expires_at, shard LIMIT 1 FOR UPDATE SKIP LOCKED), \
+         taken AS (UPDATE {table} AS t SET holder = {token}, \
+             epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, \
+             expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8), \
+             high_water = CASE WHEN {forgot} AND {clock_ok} THEN {mark} ELSE t.high_water END, \
+             seen = CASE WHEN {forgot} AND {clock_ok} \
+                 THEN extract(epoch FROM clock_timestamp())::bigint ELSE t.seen END \
+         FROM free, \
              LATERAL (SELECT count(*) AS known, max(max_lead) AS cap FROM {history_table} \
                WHERE space = {space} AND shard IN (-1, free.shard)) AS k \
          WHERE t.space = {space} AND t.shard = free.shard \
-         RETURNING {GRANTED}, {forgot}), \
+         RETURNING {GRANTED}, {forgot} AND {clock_ok}, {forgot} AND NOT {clock_ok}), \
          recorded AS (INSERT INTO {history_table} (space, shard) \
              SELECT {space}, shard FROM taken ON CONFLICT DO NOTHING) \
          SELECT * FROM taken",
@@ -136,10 +154,14 @@ pub(super) fn acquire(
 /// next try takes that row back, with the fencing epoch that acquisition
 /// gave it, instead of a second one; a row taken and never found again
 /// would stay leased until its TTL ran out. Returns the columns of
-/// [`acquire`], the last `false` (whatever the lost acquisition raised is
-/// in the row).
+/// [`acquire`]: not raised by this statement, and whether the row still
+/// has nothing in it while the history knows its shard. The lost
+/// acquisition may have left such a row unraised (the clocks too far
+/// apart), or the history may know the shard only because that acquisition
+/// recorded it: the holder checks such a row again, which at worst moves a
+/// never-used shard's IDs ahead by the history's jump, never back.
 pub(super) fn reclaim(ask: &Ask<'_>, target: &Target, layout: &str) -> String {
-    let table = target.table();
+    let (table, history_table) = (target.table(), target.history_table());
     let skip: Vec<String> = ask.skip.iter().map(u32::to_string).collect();
     format!(
         "UPDATE {table} AS t \
@@ -150,7 +172,10 @@ pub(super) fn reclaim(ask: &Ask<'_>, target: &Target, layout: &str) -> String {
                AND shard <> ALL(ARRAY[{skip}]::bigint[]) \
              ORDER BY shard LIMIT 1) \
            AND t.holder = {token} \
-         RETURNING {GRANTED}, false",
+         RETURNING {GRANTED}, false, \
+             t.high_water IS NULL AND t.last_second IS NULL AND t.last_sequence IS NULL \
+             AND t.seen IS NULL AND (SELECT count(*) FROM {history_table} \
+                 WHERE space = {space} AND shard IN (-1, t.shard)) >= 2",
         token = literal(ask.token),
         ttl = ask.config.ttl.as_secs_f64(),
         space = literal(&ask.config.prefix),
