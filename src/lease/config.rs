@@ -316,14 +316,6 @@ impl LeaseConfig {
         self.ttl / 5
     }
 
-    /// How long giving the lease back at close may take: a quarter of the
-    /// TTL (one round trip and a second try).
-    /// Past it the lease expires by itself, within a TTL of its last
-    /// renewal.
-    pub(crate) fn close_timeout(&self) -> Duration {
-        self.ttl / 4
-    }
-
     /// The shards that may be leased under `layout`, narrowed to `only`.
     pub(crate) fn range(&self, layout: &Layout, only: Option<u32>) -> Result<RangeInclusive<u32>> {
         let max = layout.max_shard();

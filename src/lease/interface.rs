@@ -53,7 +53,8 @@ pub(crate) struct Ask<'a> {
     /// Names this holder in the store.
     pub(crate) token: &'a str,
     /// When the open gives up ([`LeaseConfig::open_timeout`] from its
-    /// start), for the engines that retry within it.
+    /// start), for the engines that retry within it (PostgreSQL).
+    #[cfg_attr(not(feature = "postgres-lease"), expect(dead_code))]
     pub(crate) deadline: Instant,
 }
 

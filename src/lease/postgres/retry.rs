@@ -90,10 +90,11 @@ impl Deadline {
         d
     }
 
-    /// The close's deadline: a quarter of the TTL from now
-    /// ([`LeaseConfig::close_timeout`]).
+    /// The close's deadline: a quarter of the TTL from now, room for a
+    /// round trip (a fifth of it) and a second try. Past it the lease
+    /// expires by itself, within a TTL of its last renewal.
     pub(super) fn close(config: &LeaseConfig) -> Deadline {
-        let total = config.close_timeout();
+        let total = config.ttl / 4;
         Deadline {
             until: Instant::now() + total,
             total,
