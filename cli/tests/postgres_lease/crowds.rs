@@ -331,7 +331,7 @@ fn lease_alone(n: usize, config: &LeaseConfig) -> (usize, Vec<Duration>) {
     (leased, results.into_iter().map(|r| r.1).collect())
 }
 
-/// 60 holders open at once while the server is killed (crash, no
+/// 100 holders open at once while the server is killed (crash, no
 /// checkpoint) and started again, then while their statements are
 /// cancelled (`pg_cancel_backend`) over and over: every one opens, on its
 /// own shard, within the open deadline. An acquisition whose answer the
@@ -341,11 +341,11 @@ fn lease_alone(n: usize, config: &LeaseConfig) -> (usize, Vec<Duration>) {
 #[test]
 fn a_crowd_opens_through_a_server_crash_and_cancelled_statements() {
     let _one = one_crowd();
-    let Some(mut pg) = server_for(100) else {
+    let Some(mut pg) = server_for(150) else {
         return;
     };
     let url = pg.tcp_url();
-    let n = 60;
+    let n = 100;
     let hosts: Vec<_> = (0..n).map(|_| state_dir()).collect();
     let config = LeaseConfig::new(url).ttl(Duration::from_secs(3));
     // The table and the rows first, so the crash meets acquisitions.
@@ -359,7 +359,11 @@ fn a_crowd_opens_through_a_server_crash_and_cancelled_statements() {
     let stop = AtomicBool::new(false);
     let crowd = thread::scope(|s| {
         let opening = s.spawn(|| open_crowd(&hosts, &config));
-        thread::sleep(Duration::from_millis(150));
+        // The crash once the first of them has leased: the others are
+        // between their steps.
+        crate::wait_until("a first lease", Duration::from_secs(20), || {
+            held_rows(&pg) > 1
+        });
         pg.kill_immediate();
         thread::sleep(Duration::from_millis(500));
         pg.restart();
@@ -394,7 +398,10 @@ fn a_crowd_opens_through_a_server_crash_and_cancelled_statements() {
     }
     assert_eq!(held_rows(&pg), n as u64, "rows held beyond the holders'");
     eprintln!(
-        "{n} holders through a crash: opened in {:?} (slowest {:?})",
+        "{n} holders through a crash and {} cancelled statements: opened in {:?} (slowest {:?})",
+        pg.log_text()
+            .matches("canceling statement due to user request")
+            .count(),
         crowd.open_wall,
         crowd.open_times.last().unwrap()
     );
