@@ -206,9 +206,10 @@ fn replication(a: &mut Audit, config: &LeaseConfig, setup: &Setup, strict: bool)
     a.say(
         Warn,
         "replication",
-        "a failover (Sentinel, a managed service) is no deployment the Redis lease promises: a \
-         holder on the old primary goes on while its raises are confirmed, and a promoted \
-         replica is told apart only when a holder leases there",
+        "promote a replica only once this server is stopped for good: holders that open here \
+         after a replica was promoted while this server still serves are not stopped, and the \
+         two sides can issue the same IDs (automatic failover is no deployment the Redis lease \
+         promises)",
     );
 }
 

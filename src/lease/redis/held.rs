@@ -279,6 +279,9 @@ impl Held for RedisLease {
         // replica), switched on since, stops the holder; what cannot be
         // read now (CONFIG renamed, a replica down) was warned about at
         // open, and a replica that does not answer fails its `WAIT`.
+        // The lease is renewed by now: these reads get a round trip's time
+        // of their own, not what the fence left the renewal.
+        let timeout = self.config.op_timeout();
         if let Ok(mut setup) = with_conn(&self.client, &mut slot, timeout, Setup::read) {
             setup.ask_replicas(self.client.get_connection_info(), timeout);
             if let Some(e) = setup.refusal(&self.config) {

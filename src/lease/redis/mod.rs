@@ -45,6 +45,16 @@
 //! `replication=strict` in the URL (or
 //! [`LeaseConfig::strict_replication`]) refuses it instead.
 //!
+//! **Failover.** A replica promoted while the old primary still serves
+//! makes two primaries, and each side's holders see only their own server.
+//! A holder that held its shard on the old primary stops raising once a
+//! replica it waited for stops confirming, and a holder on the promoted
+//! one starts past what a holder can have issued (it is another server:
+//! below); but a holder that *opens* on the old primary afterwards, which
+//! no longer lists that replica, is not stopped, and the two sides can
+//! then issue the same IDs. Promote a replica only once the old primary is
+//! stopped for good.
+//!
 //! For anything else (Sentinel or managed failover, Redis as a cache, a
 //! fleet that must survive losing its store), use the
 //! [PostgreSQL engine](crate::lease::postgres). Redis Cluster is not

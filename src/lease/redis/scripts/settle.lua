@@ -3,7 +3,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local t = redis.call('TYPE', KEYS[2]).ok
 local lead = tonumber(ARGV[5])
 if t == 'hash' then
-  local recorded = tonumber(redis.call('HGET', KEYS[2], 'lead') or '0')
+  local recorded = tonumber(redis.call('HGET', KEYS[2], 'lead'))
   if recorded and recorded > lead then lead = recorded end
 end
 local now = redis.call('TIME')
