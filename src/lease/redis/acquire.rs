@@ -70,6 +70,11 @@ pub(super) fn connect(ask: &Ask<'_>, time: &dyn Clock) -> Result<(Box<dyn Held>,
     let mark_key = key(config, "mark", shard);
     let settle = |unknown| match lease.wait_and_settle(ask.layout, time.now(), sent, unknown) {
         Ok((record, at)) => Ok((Ok(record), at)),
+        // A record found garbled meanwhile: the shard is given back and
+        // skipped (or refused), as one found so at once.
+        Err(e @ (LeaseError::InvalidRecord { .. } | LeaseError::LayoutMismatch { .. })) => {
+            Ok((Err(e), sent))
+        }
         Err(e) => {
             let _ = lease.finish(None, 0);
             Err(e)

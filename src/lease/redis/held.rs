@@ -174,7 +174,14 @@ impl RedisLease {
         // clock outside the range issues nothing anyway.
         let now = now.clamp(layout.epoch(), layout.last_unix_second());
         let sent = Instant::now();
-        let answer: i64 = with_conn_again(&self.client, &mut slot, config.op_timeout(), |c| {
+        // The record comes back from the same step, so a restart of Redis
+        // right after it cannot hand over an older one.
+        let (answer, high_water, seen, recorded): (
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        ) = with_conn_again(&self.client, &mut slot, config.op_timeout(), |c| {
             SETTLE
                 .key(&lease_key)
                 .key(&mark_key)
@@ -193,17 +200,9 @@ impl RedisLease {
             0 => return Err(expired("the lease expired")),
             trouble => return Err(record_trouble(config, self.shard, trouble)),
         }
-        let raw = with_conn_again(&self.client, &mut slot, config.op_timeout(), |c| {
-            ::redis::cmd("HMGET")
-                .arg(&mark_key)
-                .arg(&["high_water", "last", "seen", "layout"])
-                .query(c)
-        })
-        .map_err(fail("read the shard's record in", config))?;
-        let (high_water, last, seen, recorded) = raw;
         let raw = RawRecord {
             high_water,
-            last,
+            last: None,
             seen,
             layout: recorded,
         };

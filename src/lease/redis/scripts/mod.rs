@@ -69,9 +69,11 @@ const HOLD_LUA: &str = include_str!("hold.lua");
 /// (`ARGV[5]`) and the record's `lead`, plus `ARGV[7]` (the skew limit and
 /// a second), at least `ARGV[3]` (the generator's clock) and at most
 /// `ARGV[6]` (the layout's last second); the exact last ID is dropped, and
-/// the record stamped. A record that is gone is created (1,
-/// with `seen` `ARGV[3]` and layout `ARGV[4]`); one that is there is raised
-/// (2); one that is garbled or of another layout is left alone (4 to 7).
+/// the record stamped. A record that is gone is created (1, with `seen`
+/// `ARGV[3]` and layout `ARGV[4]`); one that is there is raised (2); each
+/// answer comes first in an array, then the record as it now stands
+/// (`high_water`, `seen`, `layout`), read in the same step. One that is
+/// garbled or of another layout is left alone (4 to 7).
 const SETTLE_LUA: &str = include_str!("settle.lua");
 
 /// Raises the record `KEYS[1]` to `high_water` `ARGV[1]` and `seen`
