@@ -18,10 +18,9 @@ use crate::{leased, record_unique};
 /// what to set; `noeviction` with the same limit is fine.
 #[test]
 fn evicting_redis_is_refused_at_open() {
-    let Some(redis) = RedisServer::start_with(
-        false,
-        &["--maxmemory", "5mb", "--maxmemory-policy", "allkeys-lru"],
-    ) else {
+    let Some(redis) =
+        RedisServer::start_with(&["--maxmemory", "5mb", "--maxmemory-policy", "allkeys-lru"])
+    else {
         return;
     };
     seed_records(&redis, 0..=0);
@@ -55,7 +54,7 @@ fn evicting_redis_is_refused_at_open() {
 /// is issued twice.
 #[test]
 fn eviction_switched_on_while_held_stops_the_holder() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     seed_records(&redis, 0..=0);
@@ -103,12 +102,68 @@ fn eviction_switched_on_while_held_stops_the_holder() {
         "{again}"
     );
 }
+/// `appendonly` switched off after open (`CONFIG SET appendonly no`): the
+/// next renewal stops the holder for good with an error naming the
+/// setting, and a new holder is refused at open until it is on again.
+/// Nothing is issued twice.
+#[test]
+fn appendonly_switched_off_while_held_stops_the_holder() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    seed_records(&redis, 0..=0);
+    let config = LeaseConfig::new(redis.url())
+        .shards(0..=0)
+        .ttl(Duration::from_secs(1));
+    let (host, again_host) = (state_dir(), state_dir());
+    let g = leased(&host, config.clone()).open().unwrap();
+    let mut seen = HashSet::new();
+    record_unique(
+        &mut seen,
+        g.next_ids(1000).unwrap().map(u64::from),
+        "before",
+    );
+    let set = |value: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendonly")
+            .arg(value)
+            .query::<()>(&mut redis.conn())
+            .unwrap()
+    };
+    set("no");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let err = loop {
+        match g.next_id() {
+            Ok(id) => record_unique(&mut seen, [u64::from(id)], "after"),
+            Err(e) => break e,
+        }
+        assert!(Instant::now() < deadline, "the holder still issues");
+        thread::sleep(Duration::from_millis(5));
+    };
+    assert!(
+        matches!(err, Error::Lease(LeaseError::UnsafeStore { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("appendonly is no"), "{err}");
+    assert!(g.next_id().is_err(), "stopped for good");
+    drop(g);
+    let again = leased(&state_dir(), config.clone()).open().unwrap_err();
+    assert!(
+        matches!(again, Error::Lease(LeaseError::UnsafeStore { .. })),
+        "{again}"
+    );
+    set("yes");
+    let g = leased(&again_host, config).open().unwrap();
+    record_unique(&mut seen, g.next_ids(1000).unwrap().map(u64::from), "again");
+}
+
 /// A record whose mark is the layout's last second (one host with a clock
 /// in 2136) is skipped, naming its key, so the rest of the fleet goes on;
 /// `rediss://` is refused with what to do instead.
 #[test]
 fn a_shard_at_the_end_of_the_range_is_skipped_and_named() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     seed_records(&redis, 0..=1);
@@ -149,7 +204,7 @@ fn a_shard_at_the_end_of_the_range_is_skipped_and_named() {
 /// there, and the next holder opens on the shard.
 #[test]
 fn clock_at_2136_right_after_open_neither_ends_nor_shifts_the_shard() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     seed_records(&redis, 12..=12);

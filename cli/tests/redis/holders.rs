@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idutil::lease::LeaseConfig;
 use idutil::{Generator, ManualClock};
 use idutil_harness::child::ChildProc;
-use idutil_harness::redis_server::RedisServer;
+use idutil_harness::redis_server::{seed_records, RedisServer};
 use idutil_harness::{state_dir, wall_now};
 
 use crate::{is_no_free_shard, lease_child, leased, open_when_free, record_unique};
@@ -19,9 +19,11 @@ use crate::{is_no_free_shard, lease_child, leased, open_when_free, record_unique
 /// them. No ID appears twice.
 #[test]
 fn many_processes_compete_for_32_shards() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
+    // Records left by earlier holders: no shard's first use to wait for.
+    seed_records(&redis, 0..=31);
     let url = redis.url();
     let root = state_dir();
     let mut children: Vec<ChildProc> = (0..40)
@@ -108,14 +110,16 @@ fn many_processes_compete_for_32_shards() {
 /// local file and Redis wins.
 #[test]
 fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
-    // A short TTL: the shard's first use, and its use after the FLUSHALL
-    // below, wait one TTL for the record to be created.
+    seed_records(&redis, 9..=9);
+    // A short TTL and skew limit: the shard's use after the FLUSHALL below
+    // waits one TTL, then starts past the lead cap and the skew limit.
     let config = LeaseConfig::new(redis.url())
         .shards(9..=9)
-        .ttl(Duration::from_secs(1));
+        .ttl(Duration::from_secs(1))
+        .max_skew(Duration::from_secs(1));
     let (host_a, host_b) = (state_dir(), state_dir());
     let t = wall_now();
     let mut seen = HashSet::new();
@@ -163,13 +167,12 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     record_unique(&mut seen, [first_a2], "A again");
     drop(a2);
 
-    // Redis loses its data: the local state file still keeps A's host from
-    // going back.
+    // Redis loses its data: the record is taken for one of unknown
+    // history, and the shard starts past the lead cap (on this host, the
+    // local state file would keep it from going back too). The clock
+    // moves, so that the lead falls back under the cap.
     redis::cmd("FLUSHALL").exec(&mut redis.conn()).unwrap();
-    let a3 = leased(&host_a, config)
-        .clock(ManualClock::new(t))
-        .open()
-        .unwrap();
+    let a3 = leased(&host_a, config).open().unwrap();
     let first_a3 = a3.next_id().unwrap().as_u64();
     assert!(first_a3 > first_a2);
     record_unique(&mut seen, [first_a3], "A after FLUSHALL");
@@ -180,9 +183,10 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
 /// the killed one issued.
 #[test]
 fn holder_killed_with_sigkill_is_not_reused() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
+    seed_records(&redis, 4..=4);
     let ttl = Duration::from_secs(2);
     let config = LeaseConfig::new(redis.url()).ttl(ttl).shards(4..=4);
     let (host_a, host_b) = (state_dir(), state_dir());

@@ -23,6 +23,7 @@ mod failover;
 mod holders;
 mod outages;
 mod records;
+mod restarts;
 
 /// A generator on `host` (its own state directory and ID space) that
 /// leases its shard with `config`.
