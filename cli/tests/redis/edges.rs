@@ -1,8 +1,8 @@
 //! Servers and clocks at the edges: eviction, the end of the shard range, the year 2136.
 
 use idutil_harness as harness;
+use idutil_harness::Tally;
 
-use std::collections::HashSet;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use idutil::{Error, Layout};
 use idutil_harness::redis_server::{record_of, seed_records, RedisServer};
 use idutil_harness::state_dir;
 
-use crate::{leased, record_unique};
+use crate::leased;
 
 /// A Redis that evicts keys under memory pressure (`allkeys-lru` with a
 /// `maxmemory`, as when it doubles as a cache) is refused at open, saying
@@ -63,12 +63,8 @@ fn eviction_switched_on_while_held_stops_the_holder() {
         .shards(0..=0)
         .ttl(Duration::from_secs(1));
     let g = leased(&host, config.clone()).open().unwrap();
-    let mut seen = HashSet::new();
-    record_unique(
-        &mut seen,
-        g.next_ids(1000).unwrap().map(u64::from),
-        "before",
-    );
+    let mut seen = Tally::new();
+    seen.add(g.next_ids(1000).unwrap().map(u64::from), "before");
     let mut conn = redis.conn();
     for (name, value) in [("maxmemory", "100mb"), ("maxmemory-policy", "allkeys-lru")] {
         redis::cmd("CONFIG")
@@ -81,7 +77,7 @@ fn eviction_switched_on_while_held_stops_the_holder() {
     let deadline = Instant::now() + Duration::from_secs(5);
     let err = loop {
         match g.next_id() {
-            Ok(id) => record_unique(&mut seen, [u64::from(id)], "after"),
+            Ok(id) => seen.add([u64::from(id)], "after"),
             Err(e) => break e,
         }
         assert!(Instant::now() < deadline, "the holder still issues");
@@ -117,12 +113,8 @@ fn appendonly_switched_off_while_held_stops_the_holder() {
         .ttl(Duration::from_secs(1));
     let (host, again_host) = (state_dir(), state_dir());
     let g = leased(&host, config.clone()).open().unwrap();
-    let mut seen = HashSet::new();
-    record_unique(
-        &mut seen,
-        g.next_ids(1000).unwrap().map(u64::from),
-        "before",
-    );
+    let mut seen = Tally::new();
+    seen.add(g.next_ids(1000).unwrap().map(u64::from), "before");
     let set = |value: &str| {
         redis::cmd("CONFIG")
             .arg("SET")
@@ -135,7 +127,7 @@ fn appendonly_switched_off_while_held_stops_the_holder() {
     let deadline = Instant::now() + Duration::from_secs(5);
     let err = loop {
         match g.next_id() {
-            Ok(id) => record_unique(&mut seen, [u64::from(id)], "after"),
+            Ok(id) => seen.add([u64::from(id)], "after"),
             Err(e) => break e,
         }
         assert!(Instant::now() < deadline, "the holder still issues");
@@ -155,7 +147,7 @@ fn appendonly_switched_off_while_held_stops_the_holder() {
     );
     set("yes");
     let g = leased(&again_host, config).open().unwrap();
-    record_unique(&mut seen, g.next_ids(1000).unwrap().map(u64::from), "again");
+    seen.add(g.next_ids(1000).unwrap().map(u64::from), "again");
 }
 
 /// A record whose mark is the layout's last second (one host with a clock
@@ -213,11 +205,11 @@ fn clock_at_2136_right_after_open_neither_ends_nor_shifts_the_shard() {
     let config = LeaseConfig::new(redis.url())
         .shards(12..=12)
         .max_lead(Duration::from_secs(3600));
-    let mut seen = HashSet::new();
+    let mut seen = Tally::new();
     harness::lease::assert_a_moment_at_2136_neither_ends_nor_shifts_the_shard(
         100,
         |host| leased(host, config.clone()),
-        |ids, who| record_unique(&mut seen, ids, who),
+        |ids, who| seen.add(ids, who),
         || {
             record_of(&mut redis.conn(), "idutil:mark:12")["high_water"]
                 .parse()

@@ -2,11 +2,11 @@
 //! replica of a replica.
 
 use idutil_harness as harness;
+use idutil_harness::Tally;
 
-use std::collections::HashSet;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use idutil::{Error, Generator};
 use idutil_harness::redis_server::{seed_records, Proxy, RedisServer};
 use idutil_harness::{state_dir, wall_now, Ledger};
 
-use crate::{leased, open_when_free, record_unique};
+use crate::{leased, open_when_free};
 
 /// A primary with one replica that reaches it through a proxy, and a
 /// holder `a` on the primary issuing at the clock's pace.
@@ -25,6 +25,9 @@ struct Replicated {
     link: Proxy,
     a: Arc<Generator>,
     a_driver: Option<thread::JoinHandle<(Vec<u64>, Vec<String>)>>,
+    /// How many IDs `a` has issued, and its errors, as they happen.
+    a_issued: Arc<AtomicUsize>,
+    a_errors: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     ttl: Duration,
     /// The wall-clock second `a` opened in.
@@ -44,6 +47,42 @@ fn wait_for(server: &RedisServer, what: &str) {
         }
         assert!(Instant::now() < deadline, "never {what}: {info}");
         thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until every replica of `primary` has acknowledged all of its
+/// replication stream (each `slaveN` line's `offset` is the
+/// `master_repl_offset`).
+fn wait_caught_up(primary: &RedisServer) {
+    let mut conn = primary.conn();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .unwrap();
+        let field = |line: &str, key: &str| {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(key))
+                .map(str::to_string)
+        };
+        let offset = info
+            .lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .map(|o| o.trim().to_string());
+        let replicas: Vec<Option<String>> = info
+            .lines()
+            .filter(|l| l.starts_with("slave") && l.contains(":ip="))
+            .map(|l| field(l, "offset="))
+            .collect();
+        if !replicas.is_empty() && replicas.iter().all(|o| *o == offset) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replicas never caught up: {info}"
+        );
+        thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -78,15 +117,22 @@ impl Replicated {
         );
         let stop = Arc::new(AtomicBool::new(false));
         let (g, s) = (a.clone(), stop.clone());
+        let a_issued = Arc::new(AtomicUsize::new(0));
+        let a_errors = Arc::new(Mutex::new(Vec::new()));
+        let (issued, errors) = (a_issued.clone(), a_errors.clone());
         let a_driver = thread::spawn(move || {
-            let (mut ids, mut errors) = (Vec::new(), Vec::new());
+            let mut ids = Vec::new();
             while !s.load(Ordering::Relaxed) {
                 match g.next_ids(20) {
-                    Ok(batch) => ids.extend(batch.map(u64::from)),
-                    Err(e) => errors.push(e.to_string()),
+                    Ok(batch) => {
+                        ids.extend(batch.map(u64::from));
+                        issued.store(ids.len(), Ordering::Relaxed);
+                    }
+                    Err(e) => errors.lock().unwrap().push(e.to_string()),
                 }
                 thread::sleep(Duration::from_millis(1));
             }
+            let errors = errors.lock().unwrap().clone();
             (ids, errors)
         });
         Some(Replicated {
@@ -95,10 +141,44 @@ impl Replicated {
             link,
             a,
             a_driver: Some(a_driver),
+            a_issued,
+            a_errors,
             stop,
             ttl,
             opened,
         })
+    }
+
+    /// Waits until `a` has issued more than `n` IDs.
+    fn wait_until_a_issued(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.a_issued.load(Ordering::Relaxed) <= n {
+            assert!(Instant::now() < deadline, "the holder never issued {n} IDs");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `a` has stopped at its mark for want of the replica:
+    /// a raise it needed was not confirmed (`WAIT`).
+    fn wait_until_a_stops_for_the_replica(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let stopped = self
+                .a_errors
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|e| e.contains("replicas in time") || e.contains("wait for the replicas"));
+            if stopped {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the holder never stopped for the replica: {:?}",
+                self.a_errors.lock().unwrap().first()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Promotes the replica and leases shard 0 from it on a new host. The
@@ -144,7 +224,8 @@ fn replica_promoted_while_the_old_primary_lives_issues_nothing_twice() {
     let Some(mut r) = Replicated::start() else {
         return;
     };
-    thread::sleep(Duration::from_secs(3));
+    // A few raises confirmed by the replica first.
+    r.wait_until_a_issued(20_000);
     r.link.cut();
     let (b, b_first) = r.promote_and_lease();
     let mut b_ids = vec![b_first];
@@ -152,8 +233,8 @@ fn replica_promoted_while_the_old_primary_lives_issues_nothing_twice() {
         thread::sleep(Duration::from_millis(20));
         b.next_ids(50).unwrap().map(u64::from).collect::<Vec<_>>()
     }));
-    // The old holder has run past its replicated mark by now.
-    thread::sleep(Duration::from_secs(6));
+    // The old holder runs up to its replicated mark, and stops there.
+    r.wait_until_a_stops_for_the_replica();
     r.stop.store(true, Ordering::Relaxed);
     let (a_ids, a_errors) = r.a_driver.take().unwrap().join().unwrap();
     assert!(
@@ -164,9 +245,9 @@ fn replica_promoted_while_the_old_primary_lives_issues_nothing_twice() {
         a_errors.first()
     );
     assert!(!a_ids.is_empty(), "the old holder issued before the cut");
-    let mut seen = HashSet::new();
-    record_unique(&mut seen, a_ids, "the old holder");
-    record_unique(&mut seen, b_ids, "the holder on the promoted replica");
+    let mut seen = Tally::new();
+    seen.add(a_ids, "the old holder");
+    seen.add(b_ids, "the holder on the promoted replica");
     drop(r.a);
     drop(r.primary);
 }
@@ -180,9 +261,11 @@ fn stalled_replica_promoted_after_the_primary_dies_issues_nothing_twice() {
     let Some(mut r) = Replicated::start() else {
         return;
     };
-    thread::sleep(Duration::from_secs(1));
+    r.wait_until_a_issued(5_000);
     r.link.cut();
-    thread::sleep(Duration::from_secs(8));
+    // The stall: raises made now are never confirmed, and the holder
+    // stops at its replicated mark.
+    r.wait_until_a_stops_for_the_replica();
     r.stop.store(true, Ordering::Relaxed);
     let (a_ids, _) = r.a_driver.take().unwrap().join().unwrap();
     std::mem::forget(r.a.clone());
@@ -191,9 +274,9 @@ fn stalled_replica_promoted_after_the_primary_dies_issues_nothing_twice() {
     let mut b_ids = vec![b_first];
     b_ids.extend(b.next_ids(100_000).unwrap().map(u64::from));
     assert!(!a_ids.is_empty(), "the old holder issued before the stall");
-    let mut seen = HashSet::new();
-    record_unique(&mut seen, a_ids, "the old holder");
-    record_unique(&mut seen, b_ids, "the holder on the promoted replica");
+    let mut seen = Tally::new();
+    seen.add(a_ids, "the old holder");
+    seen.add(b_ids, "the holder on the promoted replica");
 }
 
 /// A chain, primary <- R1 <- R2: a raise waits (`WAIT`) only for the
@@ -249,6 +332,9 @@ fn a_chained_replica_is_refused_and_one_chained_later_stops_the_holder() {
 
     replica_of(&r2, None);
     wait_for(&r1, "connected_slaves:0");
+    // R1 acknowledges the primary's stream again (a raise waits for it
+    // for a fraction of the TTL only).
+    wait_caught_up(&primary);
     let mut ledger = Ledger::new();
     let (host_a, host_b) = (state_dir(), state_dir());
     let a = leased(&host_a, config(primary.url()))

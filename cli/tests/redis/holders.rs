@@ -1,6 +1,7 @@
 //! Holders in many processes: competing for shards, clocks behind, SIGKILL.
 
 use idutil_harness as harness;
+use idutil_harness::Tally;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use idutil_harness::child::ChildProc;
 use idutil_harness::redis_server::{seed_records, RedisServer};
 use idutil_harness::{state_dir, wall_now};
 
-use crate::{is_no_free_shard, lease_child, leased, open_when_free, record_unique};
+use crate::{is_no_free_shard, lease_child, leased, open_when_free};
 
 /// 40 processes compete for 32 shards: exactly 32 get one, each a different
 /// shard, while all are held; the other 8 fail with the clear error rather
@@ -56,7 +57,7 @@ fn many_processes_compete_for_32_shards() {
     assert_eq!(shards.len(), 32, "no shard is leased twice");
     assert_eq!(refused, 8);
 
-    let mut seen = HashSet::new();
+    let mut seen = Tally::new();
     let mut max_per_shard = BTreeMap::new();
     for &(i, _) in &holders {
         children[i].go();
@@ -68,7 +69,7 @@ fn many_processes_compete_for_32_shards() {
         assert!(ids.iter().all(|id| id & 31 == u64::from(shard)));
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
         max_per_shard.insert(shard, *ids.last().unwrap());
-        record_unique(&mut seen, ids, &format!("child {i}"));
+        seen.add(ids, &format!("child {i}"));
     }
     drop(children);
 
@@ -99,7 +100,7 @@ fn many_processes_compete_for_32_shards() {
             ids[0] > max_per_shard[&shard],
             "shard {shard} resumed after its previous holder"
         );
-        record_unique(&mut seen, ids, &format!("late child {i}"));
+        seen.add(ids, &format!("late child {i}"));
     }
 }
 
@@ -122,7 +123,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
         .max_skew(Duration::from_secs(1));
     let (host_a, host_b) = (state_dir(), state_dir());
     let t = wall_now();
-    let mut seen = HashSet::new();
+    let mut seen = Tally::new();
 
     let a = leased(&host_a, config.clone())
         .clock(ManualClock::new(t))
@@ -139,7 +140,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     assert!(err.to_string().contains("no free shard"), "{err}");
     a.close().unwrap();
     let last_a = *ids_a.last().unwrap();
-    record_unique(&mut seen, ids_a, "A");
+    seen.add(ids_a, "A");
 
     let b = leased(&host_b, config.clone())
         .clock(ManualClock::new(t - 3600))
@@ -153,8 +154,8 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     );
     let ids_b: Vec<u64> = b.next_ids(1000).unwrap().map(|i| i.as_u64()).collect();
     let last_b = *ids_b.last().unwrap();
-    record_unique(&mut seen, [first_b], "B");
-    record_unique(&mut seen, ids_b, "B");
+    seen.add([first_b], "B");
+    seen.add(ids_b, "B");
     drop(b);
 
     // A again, on its own host: its state file says less than Redis does.
@@ -164,7 +165,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
         .unwrap();
     let first_a2 = a2.next_id().unwrap().as_u64();
     assert!(first_a2 > last_b);
-    record_unique(&mut seen, [first_a2], "A again");
+    seen.add([first_a2], "A again");
     drop(a2);
 
     // Redis loses its data: the record is taken for one of unknown
@@ -175,7 +176,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     let a3 = leased(&host_a, config).open().unwrap();
     let first_a3 = a3.next_id().unwrap().as_u64();
     assert!(first_a3 > first_a2);
-    record_unique(&mut seen, [first_a3], "A after FLUSHALL");
+    seen.add([first_a3], "A after FLUSHALL");
 }
 
 /// A holder killed with SIGKILL keeps its shard until its lease expires;
@@ -252,7 +253,7 @@ fn holder_killed_with_sigkill_is_not_reused() {
         mine[0] > max_victim,
         "the new holder starts after everything the killed one issued"
     );
-    let mut seen = HashSet::new();
-    record_unique(&mut seen, ids, "killed holder");
-    record_unique(&mut seen, mine, "next holder");
+    let mut seen = Tally::new();
+    seen.add(ids, "killed holder");
+    seen.add(mine, "next holder");
 }

@@ -1,6 +1,7 @@
 //! Redis cut off, restarted or hanging under live holders.
 
 use idutil_harness as harness;
+use idutil_harness::Tally;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +14,7 @@ use idutil::{Error, Generator, ManualClock};
 use idutil_harness::redis_server::{seed_records, Proxy, RedisServer};
 use idutil_harness::{state_dir, wall_now};
 
-use crate::{leased, open_when_free, record_unique};
+use crate::{leased, open_when_free};
 
 /// What a thread calling `next_id_nowait` in a loop saw, and when it made
 /// the call: a call made after a moment is certain to have issued after
@@ -167,9 +168,9 @@ fn holder_cut_off_from_redis_stops_before_takeover() {
     );
     let max_a = a_ids.iter().map(|(id, _)| *id).max().unwrap();
     assert!(b_ids[0] > max_a, "B starts after everything A reserved");
-    let mut seen = HashSet::new();
-    record_unique(&mut seen, a_ids.iter().map(|(id, _)| *id), "A");
-    record_unique(&mut seen, b_ids, "B");
+    let mut seen = Tally::new();
+    seen.add(a_ids.iter().map(|(id, _)| *id), "A");
+    seen.add(b_ids, "B");
     assert!(matches!(
         a.next_id_nowait(),
         Err(Error::Lease(LeaseError::Lost { .. }))
@@ -190,14 +191,14 @@ fn a_raise_right_after_a_restart_goes_through() {
     let host = state_dir();
     let config = LeaseConfig::new(redis.url()).ttl(Duration::from_secs(6));
     let g = leased(&host, config).open().unwrap();
-    let mut seen = HashSet::new();
+    let mut seen = Tally::new();
     let before = g.next_ids(600_000).expect("a burst before the restart");
-    record_unique(&mut seen, before.map(|i| i.as_u64()), "before the restart");
+    seen.add(before.map(|i| i.as_u64()), "before the restart");
     redis.restart();
     let after = g
         .next_ids(600_000)
         .unwrap_or_else(|e| panic!("the first burst after the restart: {e}"));
-    record_unique(&mut seen, after.map(|i| i.as_u64()), "after the restart");
+    seen.add(after.map(|i| i.as_u64()), "after the restart");
     g.close().unwrap();
 }
 
@@ -297,9 +298,9 @@ fn redis_restarted_mid_run_keeps_ids_unique() {
         .map(|i| i.as_u64())
         .collect();
     assert!(Some(fresh[0]) > max_before);
-    let mut seen = HashSet::new();
-    record_unique(&mut seen, ids, "holders");
-    record_unique(&mut seen, fresh, "newcomer");
+    let mut seen = Tally::new();
+    seen.add(ids, "holders");
+    seen.add(fresh, "newcomer");
 }
 
 /// A Redis that stops answering under a holder: closing (explicitly, or by

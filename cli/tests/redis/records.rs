@@ -1,8 +1,8 @@
 //! Shard records garbled, vanished, missing or flushed under holders.
 
 use idutil_harness as harness;
+use idutil_harness::Tally;
 
-use std::collections::HashSet;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use idutil::{Error, Generator, Layout, ManualClock};
 use idutil_harness::redis_server::{exists, record_of, seed_records, RedisServer};
 use idutil_harness::{state_dir, wall_now};
 
-use crate::{lease_child, leased, record_unique};
+use crate::{lease_child, leased};
 
 /// A garbled field of the shard's record (a `high_water` too big for any
 /// layout, or written as a float, a `last` past `high_water`, a `seen` that
@@ -447,7 +447,7 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
     }
     drop(a);
     drop(b);
-    let mut seen = HashSet::new();
-    record_unique(&mut seen, a_ids, "A");
-    record_unique(&mut seen, b_ids, "B");
+    let mut seen = Tally::new();
+    seen.add(a_ids, "A");
+    seen.add(b_ids, "B");
 }
