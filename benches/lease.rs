@@ -23,7 +23,7 @@ fn main() {
         eprintln!("PostgreSQL is not installed: nothing to measure");
         return;
     };
-    let Some(redis) = RedisServer::start(true) else {
+    let Some(redis) = RedisServer::start() else {
         eprintln!("redis-server is not installed: nothing to measure");
         return;
     };

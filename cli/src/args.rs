@@ -220,13 +220,15 @@ pub(crate) enum Command {
 pub(crate) enum LeaseAction {
     /// Audit the store: durability settings, standbys and the synchronous setup, a pooler in
     /// front, the schema and search path, privileges, clock skew, rows that never expire and
-    /// free shards (PostgreSQL)
+    /// free shards (PostgreSQL); persistence, eviction, replicas and theirs, DEBUG, clock skew,
+    /// records to settle and free shards (Redis)
     #[command(
         after_help = "Prints one line per finding: ok, warn or fail, the topic, and what to \
                       change. Exit status 1 when a line says fail. With --shard, only that \
                       shard counts as the range; with --layout, the layout the fleet uses.\n\n\
                       Examples:\n  idutil lease check postgres://app@db/app\n  \
                       idutil lease check 'postgres://app@db/app?schema=ids&replication=strict'\n  \
+                      idutil lease check redis://127.0.0.1:6379/\n  \
                       IDUTIL_LEASE_URL=postgres://app@db/app idutil lease check --json"
     )]
     Check {

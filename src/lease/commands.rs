@@ -52,14 +52,19 @@ pub fn release(config: &LeaseConfig, layout: &Layout, shard: u32) -> LeaseResult
 /// and its mode, the schema of the table and any other `idutil_lease` a
 /// search path would find, the privileges the lease needs, the clocks, rows
 /// that never expire or belong to another layout, and how many shards of
-/// the range are free. A store that cannot be reached is one
+/// the range are free. For Redis: persistence (`appendonly`,
+/// `appendfsync`), the eviction policy, the replicas and any replicas of
+/// theirs, whether `DEBUG` may load older data, the clocks, which shards'
+/// records their next holder settles first (see [Restarts, restores and
+/// failovers](crate::lease::redis#restarts-restores-and-failovers)), and
+/// free shards. A store that cannot be reached is one
 /// [`Verdict::Fail`](super::Verdict::Fail) finding, not an error.
 ///
 /// # Errors
 ///
 /// [`LeaseError::InvalidConfig`](super::LeaseError::InvalidConfig) for
-/// settings that cannot be used (a bad URL, shard range or TTL), or an
-/// engine without an audit (Redis).
+/// settings that cannot be used (a bad URL, shard range or TTL, or a
+/// `replication=` option that is neither `strict` nor `warn`).
 pub fn check(config: &LeaseConfig, layout: &Layout) -> LeaseResult<Vec<Finding>> {
     config.range(layout, None)?;
     engine_for(config)?.check(config, layout)

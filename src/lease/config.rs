@@ -181,7 +181,9 @@ impl LeaseConfig {
     /// lead, plus the fence, plus twice [`max_skew`](LeaseConfig::max_skew),
     /// past the store's clock, after every ID a holder can have issued (see
     /// [`lease::postgres`](crate::lease::postgres), *Restores and rewound
-    /// histories*). Give every holder of an ID space the same cap.
+    /// histories*, and [`lease::redis`](crate::lease::redis), *Restarts,
+    /// restores and failovers*). Give every holder of an ID space the same
+    /// cap.
     ///
     /// What it costs: a burst may run this far ahead of the clock at full
     /// speed (31 s are about 2 million IDs of the default layout's shard),
@@ -211,7 +213,10 @@ impl LeaseConfig {
     /// lets a standby that may lack a raise be promoted, instead of the
     /// loud warning (default `false`; the URL's `replication=strict` sets
     /// it too): see [replication](crate::lease::postgres#replication).
-    /// Redis ignores it.
+    /// For Redis, refuses a server with a replica the lease cannot ask
+    /// whether it has replicas of its own (a chain it sees is refused
+    /// either way): see [the Redis lease's
+    /// deployments](crate::lease::redis#which-deployments-keep-the-promise).
     pub fn strict_replication(mut self, strict: bool) -> Self {
         self.strict_replication = strict;
         self

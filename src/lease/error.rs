@@ -118,7 +118,10 @@ pub enum LeaseError {
         confirmed: i64,
     },
     /// The store is set up in a way that can lose the lease's records,
-    /// such as a Redis server that evicts keys under memory pressure.
+    /// such as a Redis server that evicts keys under memory pressure, runs
+    /// without an append-only file (`appendonly no`), or has a replica of a
+    /// replica; or a PostgreSQL server whose setup lets a standby lacking a
+    /// raise be promoted, under `replication=strict`.
     #[non_exhaustive]
     UnsafeStore {
         /// The store, with any password hidden.

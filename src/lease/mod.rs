@@ -35,8 +35,10 @@
 //!   server's clock; with a synchronous standby no duplicate through
 //!   failover or split brain.
 //! - [Redis](redis) (feature `redis`; `redis://`): for one primary with
-//!   `appendfsync always` and `noeviction`; replicas are waited for
-//!   (`WAIT`). Its docs say which deployments keep the promise.
+//!   `appendfsync always` and `noeviction`, checked at open (`appendonly
+//!   no`, eviction and a replica of a replica refused); replicas are
+//!   waited for (`WAIT`); a restart of Redis is told apart. Its docs say
+//!   which deployments keep the promise.
 //!
 //! A fleet larger than the layout's shards chooses a layout with more
 //! shard bits without code ([`env::LAYOUT`](crate::env::LAYOUT),
@@ -113,7 +115,9 @@
 //!   what a store restored from a backup, or rewound by a failover, can have
 //!   forgotten has a bound, and a holder that detects such a history starts
 //!   past it (PostgreSQL: [*Restores and rewound
-//!   histories*](postgres#restores-and-rewound-histories)).
+//!   histories*](postgres#restores-and-rewound-histories); Redis:
+//!   [*Restarts, restores and
+//!   failovers*](redis#restarts-restores-and-failovers)).
 //! - **A lease that never expires by itself** (a PostgreSQL row whose
 //!   `expires_at` was set to `'infinity'` by hand) is named when no shard
 //!   is free, and [`release`] (`idutil lease release --shard N`) frees it,

@@ -113,7 +113,8 @@ pub struct Finding {
     /// Safe, risky, or broken.
     pub verdict: Verdict,
     /// What was checked: `durability`, `replication`, `pooler`, `schema`,
-    /// `privileges`, `clock`, `rows`, `shards`, `connection`.
+    /// `privileges`, `clock`, `rows`, `shards`, `connection`; for Redis
+    /// also `eviction`, `debugging`, `records`.
     pub topic: &'static str,
     /// What was found, and what to change when it is not [`Verdict::Ok`].
     pub text: String,

@@ -17,7 +17,7 @@ use crate::leased;
 /// next` fails with the clear error and status 1.
 #[test]
 fn command_leases_and_shows_the_lease() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     // The command uses the default 10 s TTL: records left by earlier
@@ -147,4 +147,79 @@ fn blank_redis_url_is_a_usage_error() {
         assert!(open.starts_with("err true: "), "{blank:?}: {open}");
         assert!(open.contains("IDUTIL_LEASE_URL"), "{open}");
     }
+}
+
+/// `idutil lease check URL` names each setting the Redis lease refuses
+/// (`appendonly no`, an evicting `maxmemory-policy`: `fail`, exit status
+/// one) and each it warns about (`appendfsync` other than `always`,
+/// `DEBUG` allowed), and passes a server set up as the lease asks. A
+/// chained replica is named too (`failover`).
+#[test]
+fn lease_check_names_each_unsafe_setting() {
+    let check = |redis: &RedisServer| {
+        let out = Command::new(env!("CARGO_BIN_EXE_idutil"))
+            .args(["lease", "check", &redis.url()])
+            .env_remove("IDUTIL_LEASE_URL")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let fails = text.lines().filter(|l| l.starts_with("fail")).count();
+        (out.status.code().unwrap(), text, fails)
+    };
+    let Some(unsafe_one) = RedisServer::start_with(&[
+        "--appendonly",
+        "no",
+        "--maxmemory",
+        "5mb",
+        "--maxmemory-policy",
+        "allkeys-lru",
+        "--enable-debug-command",
+        "yes",
+    ]) else {
+        return;
+    };
+    let (code, text, fails) = check(&unsafe_one);
+    assert_eq!((code, fails), (1, 2), "{text}");
+    for (verdict, topic, what) in [
+        ("fail", "durability", "appendonly no"),
+        ("fail", "eviction", "maxmemory-policy allkeys-lru"),
+        ("warn", "debugging", "enable-debug-command yes"),
+        ("ok", "connection", "Redis "),
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("{verdict:<4} {topic}: ")) && l.contains(what)),
+            "no {verdict} {topic} line naming {what}:\n{text}"
+        );
+    }
+    let Some(everysec) = RedisServer::start_with(&["--appendfsync", "everysec"]) else {
+        return;
+    };
+    let (code, text, _) = check(&everysec);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("warn durability: appendfsync everysec")),
+        "{text}"
+    );
+    let Some(good) = RedisServer::start() else {
+        return;
+    };
+    seed_records(&good, 0..=0);
+    let (code, text, _) = check(&good);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("warn") || l.starts_with("fail")),
+        "{text}"
+    );
+    assert!(
+        text.contains("ok   durability: appendfsync always"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ok   records: 1 shard record(s) confirmed"),
+        "{text}"
+    );
 }

@@ -1,8 +1,8 @@
 //! Servers and clocks at the edges: eviction, the end of the shard range, the year 2136.
 
 use idutil_harness as harness;
+use idutil_harness::Tally;
 
-use std::collections::HashSet;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -11,17 +11,16 @@ use idutil::{Error, Layout};
 use idutil_harness::redis_server::{record_of, seed_records, RedisServer};
 use idutil_harness::state_dir;
 
-use crate::{leased, record_unique};
+use crate::leased;
 
 /// A Redis that evicts keys under memory pressure (`allkeys-lru` with a
 /// `maxmemory`, as when it doubles as a cache) is refused at open, saying
 /// what to set; `noeviction` with the same limit is fine.
 #[test]
 fn evicting_redis_is_refused_at_open() {
-    let Some(redis) = RedisServer::start_with(
-        false,
-        &["--maxmemory", "5mb", "--maxmemory-policy", "allkeys-lru"],
-    ) else {
+    let Some(redis) =
+        RedisServer::start_with(&["--maxmemory", "5mb", "--maxmemory-policy", "allkeys-lru"])
+    else {
         return;
     };
     seed_records(&redis, 0..=0);
@@ -55,7 +54,7 @@ fn evicting_redis_is_refused_at_open() {
 /// is issued twice.
 #[test]
 fn eviction_switched_on_while_held_stops_the_holder() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     seed_records(&redis, 0..=0);
@@ -64,12 +63,8 @@ fn eviction_switched_on_while_held_stops_the_holder() {
         .shards(0..=0)
         .ttl(Duration::from_secs(1));
     let g = leased(&host, config.clone()).open().unwrap();
-    let mut seen = HashSet::new();
-    record_unique(
-        &mut seen,
-        g.next_ids(1000).unwrap().map(u64::from),
-        "before",
-    );
+    let mut seen = Tally::new();
+    seen.add(g.next_ids(1000).unwrap().map(u64::from), "before");
     let mut conn = redis.conn();
     for (name, value) in [("maxmemory", "100mb"), ("maxmemory-policy", "allkeys-lru")] {
         redis::cmd("CONFIG")
@@ -82,7 +77,7 @@ fn eviction_switched_on_while_held_stops_the_holder() {
     let deadline = Instant::now() + Duration::from_secs(5);
     let err = loop {
         match g.next_id() {
-            Ok(id) => record_unique(&mut seen, [u64::from(id)], "after"),
+            Ok(id) => seen.add([u64::from(id)], "after"),
             Err(e) => break e,
         }
         assert!(Instant::now() < deadline, "the holder still issues");
@@ -103,12 +98,64 @@ fn eviction_switched_on_while_held_stops_the_holder() {
         "{again}"
     );
 }
+/// `appendonly` switched off after open (`CONFIG SET appendonly no`): the
+/// next renewal stops the holder for good with an error naming the
+/// setting, and a new holder is refused at open until it is on again.
+/// Nothing is issued twice.
+#[test]
+fn appendonly_switched_off_while_held_stops_the_holder() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    seed_records(&redis, 0..=0);
+    let config = LeaseConfig::new(redis.url())
+        .shards(0..=0)
+        .ttl(Duration::from_secs(1));
+    let (host, again_host) = (state_dir(), state_dir());
+    let g = leased(&host, config.clone()).open().unwrap();
+    let mut seen = Tally::new();
+    seen.add(g.next_ids(1000).unwrap().map(u64::from), "before");
+    let set = |value: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendonly")
+            .arg(value)
+            .query::<()>(&mut redis.conn())
+            .unwrap()
+    };
+    set("no");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let err = loop {
+        match g.next_id() {
+            Ok(id) => seen.add([u64::from(id)], "after"),
+            Err(e) => break e,
+        }
+        assert!(Instant::now() < deadline, "the holder still issues");
+        thread::sleep(Duration::from_millis(5));
+    };
+    assert!(
+        matches!(err, Error::Lease(LeaseError::UnsafeStore { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("appendonly is no"), "{err}");
+    assert!(g.next_id().is_err(), "stopped for good");
+    drop(g);
+    let again = leased(&state_dir(), config.clone()).open().unwrap_err();
+    assert!(
+        matches!(again, Error::Lease(LeaseError::UnsafeStore { .. })),
+        "{again}"
+    );
+    set("yes");
+    let g = leased(&again_host, config).open().unwrap();
+    seen.add(g.next_ids(1000).unwrap().map(u64::from), "again");
+}
+
 /// A record whose mark is the layout's last second (one host with a clock
 /// in 2136) is skipped, naming its key, so the rest of the fleet goes on;
 /// `rediss://` is refused with what to do instead.
 #[test]
 fn a_shard_at_the_end_of_the_range_is_skipped_and_named() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     seed_records(&redis, 0..=1);
@@ -149,7 +196,7 @@ fn a_shard_at_the_end_of_the_range_is_skipped_and_named() {
 /// there, and the next holder opens on the shard.
 #[test]
 fn clock_at_2136_right_after_open_neither_ends_nor_shifts_the_shard() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     seed_records(&redis, 12..=12);
@@ -158,11 +205,11 @@ fn clock_at_2136_right_after_open_neither_ends_nor_shifts_the_shard() {
     let config = LeaseConfig::new(redis.url())
         .shards(12..=12)
         .max_lead(Duration::from_secs(3600));
-    let mut seen = HashSet::new();
+    let mut seen = Tally::new();
     harness::lease::assert_a_moment_at_2136_neither_ends_nor_shifts_the_shard(
         100,
         |host| leased(host, config.clone()),
-        |ids, who| record_unique(&mut seen, ids, who),
+        |ids, who| seen.add(ids, who),
         || {
             record_of(&mut redis.conn(), "idutil:mark:12")["high_water"]
                 .parse()

@@ -1,6 +1,7 @@
 //! Holders in many processes: competing for shards, clocks behind, SIGKILL.
 
 use idutil_harness as harness;
+use idutil_harness::Tally;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -8,10 +9,10 @@ use std::time::{Duration, Instant};
 use idutil::lease::LeaseConfig;
 use idutil::{Generator, ManualClock};
 use idutil_harness::child::ChildProc;
-use idutil_harness::redis_server::RedisServer;
+use idutil_harness::redis_server::{seed_records, RedisServer};
 use idutil_harness::{state_dir, wall_now};
 
-use crate::{is_no_free_shard, lease_child, leased, open_when_free, record_unique};
+use crate::{is_no_free_shard, lease_child, leased, open_when_free};
 
 /// 40 processes compete for 32 shards: exactly 32 get one, each a different
 /// shard, while all are held; the other 8 fail with the clear error rather
@@ -19,9 +20,11 @@ use crate::{is_no_free_shard, lease_child, leased, open_when_free, record_unique
 /// them. No ID appears twice.
 #[test]
 fn many_processes_compete_for_32_shards() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
+    // Records left by earlier holders: no shard's first use to wait for.
+    seed_records(&redis, 0..=31);
     let url = redis.url();
     let root = state_dir();
     let mut children: Vec<ChildProc> = (0..40)
@@ -54,7 +57,7 @@ fn many_processes_compete_for_32_shards() {
     assert_eq!(shards.len(), 32, "no shard is leased twice");
     assert_eq!(refused, 8);
 
-    let mut seen = HashSet::new();
+    let mut seen = Tally::new();
     let mut max_per_shard = BTreeMap::new();
     for &(i, _) in &holders {
         children[i].go();
@@ -66,7 +69,7 @@ fn many_processes_compete_for_32_shards() {
         assert!(ids.iter().all(|id| id & 31 == u64::from(shard)));
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
         max_per_shard.insert(shard, *ids.last().unwrap());
-        record_unique(&mut seen, ids, &format!("child {i}"));
+        seen.add(ids, &format!("child {i}"));
     }
     drop(children);
 
@@ -97,7 +100,7 @@ fn many_processes_compete_for_32_shards() {
             ids[0] > max_per_shard[&shard],
             "shard {shard} resumed after its previous holder"
         );
-        record_unique(&mut seen, ids, &format!("late child {i}"));
+        seen.add(ids, &format!("late child {i}"));
     }
 }
 
@@ -108,17 +111,19 @@ fn many_processes_compete_for_32_shards() {
 /// local file and Redis wins.
 #[test]
 fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
-    // A short TTL: the shard's first use, and its use after the FLUSHALL
-    // below, wait one TTL for the record to be created.
+    seed_records(&redis, 9..=9);
+    // A short TTL and skew limit: the shard's use after the FLUSHALL below
+    // waits one TTL, then starts past the lead cap and the skew limit.
     let config = LeaseConfig::new(redis.url())
         .shards(9..=9)
-        .ttl(Duration::from_secs(1));
+        .ttl(Duration::from_secs(1))
+        .max_skew(Duration::from_secs(1));
     let (host_a, host_b) = (state_dir(), state_dir());
     let t = wall_now();
-    let mut seen = HashSet::new();
+    let mut seen = Tally::new();
 
     let a = leased(&host_a, config.clone())
         .clock(ManualClock::new(t))
@@ -135,7 +140,7 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     assert!(err.to_string().contains("no free shard"), "{err}");
     a.close().unwrap();
     let last_a = *ids_a.last().unwrap();
-    record_unique(&mut seen, ids_a, "A");
+    seen.add(ids_a, "A");
 
     let b = leased(&host_b, config.clone())
         .clock(ManualClock::new(t - 3600))
@@ -149,8 +154,8 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
     );
     let ids_b: Vec<u64> = b.next_ids(1000).unwrap().map(|i| i.as_u64()).collect();
     let last_b = *ids_b.last().unwrap();
-    record_unique(&mut seen, [first_b], "B");
-    record_unique(&mut seen, ids_b, "B");
+    seen.add([first_b], "B");
+    seen.add(ids_b, "B");
     drop(b);
 
     // A again, on its own host: its state file says less than Redis does.
@@ -160,19 +165,18 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
         .unwrap();
     let first_a2 = a2.next_id().unwrap().as_u64();
     assert!(first_a2 > last_b);
-    record_unique(&mut seen, [first_a2], "A again");
+    seen.add([first_a2], "A again");
     drop(a2);
 
-    // Redis loses its data: the local state file still keeps A's host from
-    // going back.
+    // Redis loses its data: the record is taken for one of unknown
+    // history, and the shard starts past the lead cap (on this host, the
+    // local state file would keep it from going back too). The clock
+    // moves, so that the lead falls back under the cap.
     redis::cmd("FLUSHALL").exec(&mut redis.conn()).unwrap();
-    let a3 = leased(&host_a, config)
-        .clock(ManualClock::new(t))
-        .open()
-        .unwrap();
+    let a3 = leased(&host_a, config).open().unwrap();
     let first_a3 = a3.next_id().unwrap().as_u64();
     assert!(first_a3 > first_a2);
-    record_unique(&mut seen, [first_a3], "A after FLUSHALL");
+    seen.add([first_a3], "A after FLUSHALL");
 }
 
 /// A holder killed with SIGKILL keeps its shard until its lease expires;
@@ -180,9 +184,10 @@ fn later_holder_with_clock_an_hour_behind_resumes_after_the_previous() {
 /// the killed one issued.
 #[test]
 fn holder_killed_with_sigkill_is_not_reused() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
+    seed_records(&redis, 4..=4);
     let ttl = Duration::from_secs(2);
     let config = LeaseConfig::new(redis.url()).ttl(ttl).shards(4..=4);
     let (host_a, host_b) = (state_dir(), state_dir());
@@ -248,7 +253,7 @@ fn holder_killed_with_sigkill_is_not_reused() {
         mine[0] > max_victim,
         "the new holder starts after everything the killed one issued"
     );
-    let mut seen = HashSet::new();
-    record_unique(&mut seen, ids, "killed holder");
-    record_unique(&mut seen, mine, "next holder");
+    let mut seen = Tally::new();
+    seen.add(ids, "killed holder");
+    seen.add(mine, "next holder");
 }

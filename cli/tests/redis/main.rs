@@ -7,7 +7,6 @@
 
 use idutil_harness as harness;
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 use std::thread;
@@ -23,6 +22,7 @@ mod failover;
 mod holders;
 mod outages;
 mod records;
+mod restarts;
 
 /// A generator on `host` (its own state directory and ID space) that
 /// leases its shard with `config`.
@@ -31,14 +31,6 @@ fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> idutil::Builder {
         .id_space(harness::space_for(host.path()))
         .state_dir(host.path())
         .lease(config)
-}
-
-/// Inserts every ID into `seen`, failing on the first duplicate.
-fn record_unique(seen: &mut HashSet<u64>, ids: impl IntoIterator<Item = u64>, who: &str) {
-    for id in ids {
-        assert!(id < 1 << 53, "{who}: ID {id} above 2^53 - 1");
-        assert!(seen.insert(id), "{who}: duplicate ID {id}");
-    }
 }
 
 fn is_no_free_shard(e: &Error) -> bool {

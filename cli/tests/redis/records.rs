@@ -1,8 +1,8 @@
 //! Shard records garbled, vanished, missing or flushed under holders.
 
 use idutil_harness as harness;
+use idutil_harness::Tally;
 
-use std::collections::HashSet;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use idutil::{Error, Generator, Layout, ManualClock};
 use idutil_harness::redis_server::{exists, record_of, seed_records, RedisServer};
 use idutil_harness::{state_dir, wall_now};
 
-use crate::{lease_child, leased, record_unique};
+use crate::{lease_child, leased};
 
 /// A garbled field of the shard's record (a `high_water` too big for any
 /// layout, or written as a float, a `last` past `high_water`, a `seen` that
@@ -23,7 +23,7 @@ use crate::{lease_child, leased, record_unique};
 /// show the field as invalid.
 #[test]
 fn garbled_record_is_skipped_or_refused_and_stays_as_it_is() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     let mut conn = redis.conn();
@@ -147,7 +147,7 @@ fn garbled_record_is_skipped_or_refused_and_stays_as_it_is() {
 /// continues right after the last ID.
 #[test]
 fn clean_close_never_lowers_the_high_water_mark() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     seed_records(&redis, 2..=2);
@@ -206,7 +206,7 @@ fn clean_close_never_lowers_the_high_water_mark() {
 /// running.
 #[test]
 fn holder_whose_record_vanishes_writes_its_mark_back_and_stops_for_good() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     let mut conn = redis.conn();
@@ -274,23 +274,28 @@ fn holder_whose_record_vanishes_writes_its_mark_back_and_stops_for_good() {
 }
 
 /// The first generator on a shard without a record holds the lease for one
-/// TTL (renewing it, the record still absent), then creates the record with
-/// its clock's second and starts after it.
+/// TTL (renewing it, the record still absent), then creates the record past
+/// what a holder whose record Redis lost can have issued: Redis's clock
+/// plus the lead cap, the skew limit and a second. Its first ID comes right
+/// after that second, once its lead is back under the cap.
 #[test]
-fn shard_without_record_is_held_one_ttl_then_created() {
-    let Some(redis) = RedisServer::start(false) else {
+fn shard_without_record_is_held_one_ttl_then_starts_past_the_lead_cap() {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     let ttl = Duration::from_secs(2);
-    let t = wall_now() - 100;
+    let (lead, skew) = (3, 1);
+    let start = wall_now();
     let host = state_dir();
     let url = redis.url();
     let started = Instant::now();
     let opener = thread::spawn(move || {
-        let g = leased(&host, LeaseConfig::new(url).shards(12..=12).ttl(ttl))
-            .clock(ManualClock::new(t))
-            .open()
-            .unwrap();
+        let config = LeaseConfig::new(url)
+            .shards(12..=12)
+            .ttl(ttl)
+            .max_lead(Duration::from_secs(lead))
+            .max_skew(Duration::from_secs(skew));
+        let g = leased(&host, config).open().unwrap();
         (g, Instant::now(), host)
     });
     let mut conn = redis.conn();
@@ -320,14 +325,20 @@ fn shard_without_record_is_held_one_ttl_then_created() {
         "opened after {:?}",
         opened_at - started
     );
-    // Created with the clock's second; since raised by the first
+    // Created at least one TTL after the start, past Redis's clock by the
+    // lead cap, the skew limit and a second; since raised by the first
     // reservation, which starts after it.
     let record = record_of(&mut conn, "idutil:mark:12");
-    assert_eq!(record["seen"], t.to_string());
-    assert!(record["high_water"].parse::<u64>().unwrap() > t);
+    let floor = start + ttl.as_secs() + lead + skew + 1;
+    let high_water: u64 = record["high_water"].parse().unwrap();
+    assert!(high_water >= floor, "{record:?}, floor {floor}");
+    assert!(record["seen"].parse::<u64>().unwrap() >= start);
     assert_eq!(record["layout"], Layout::DEFAULT.fingerprint());
+    assert_eq!(record["run"], redis.run_id(), "confirmed under this server");
     let id = g.next_id().unwrap();
-    assert_eq!(Layout::DEFAULT.epoch() + (id.as_u64() >> 21), t + 1);
+    assert!(id.unix_seconds() > floor, "{id:?}");
+    // Closed while its state directory is still there.
+    drop(g);
 }
 
 /// `FLUSHALL` while one holder (a child process) issues IDs continuously,
@@ -335,10 +346,11 @@ fn shard_without_record_is_held_one_ttl_then_created() {
 /// asks for the shard right after: the second gets the lease at once but
 /// waits one TTL before its first ID; the first stops for good at its next
 /// renewal with the error that says the record vanished, after writing its
-/// mark back, which the second then resumes after. No ID is issued twice.
+/// mark back, which the second then starts past (by the lead cap). No ID is
+/// issued twice.
 #[test]
 fn flushall_under_a_live_holder_issues_nothing_twice() {
-    let Some(redis) = RedisServer::start(false) else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
     seed_records(&redis, 5..=5);
@@ -409,7 +421,11 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
     let mut b_ids = Vec::new();
     let mut b_first_at = None;
     while b_ids.len() < 2000 {
-        let (line, at) = b_lines.recv_timeout(ttl * 2).expect("B issues");
+        // B's first ID waits for its lead to fall under the cap: it starts
+        // past the lead cap and the skew limit (7 s by default).
+        let (line, at) = b_lines
+            .recv_timeout(ttl * 2 + Duration::from_secs(10))
+            .expect("B issues");
         let id = line
             .strip_prefix("id ")
             .unwrap_or_else(|| panic!("B: {line}"));
@@ -431,7 +447,7 @@ fn flushall_under_a_live_holder_issues_nothing_twice() {
     }
     drop(a);
     drop(b);
-    let mut seen = HashSet::new();
-    record_unique(&mut seen, a_ids, "A");
-    record_unique(&mut seen, b_ids, "B");
+    let mut seen = Tally::new();
+    seen.add(a_ids, "A");
+    seen.add(b_ids, "B");
 }

@@ -1,13 +1,14 @@
-//! Leasing a shard from Redis: one script takes the first free shard of the
-//! range and reads its record; a shard without one waits a TTL before its
-//! record is created.
+//! Leasing a shard from Redis: the server's setup checked, then one script
+//! takes the first free shard of the range and reads its record; a shard
+//! whose history is unknown (no record, or one written before Redis last
+//! started) waits a TTL, then starts past what a holder can have issued.
 
 use std::sync::atomic::AtomicI64;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::conn::{check_server, client, fail, with_conn};
-use super::held::RedisLease;
+use super::held::{RedisLease, Unknown};
 use super::scripts::ACQUIRE;
 use super::{key, millis};
 use crate::clock::Clock;
@@ -16,14 +17,14 @@ use crate::lease::record::RawRecord;
 use crate::lease::LeaseError;
 use crate::lease::LeaseResult as Result;
 
-/// Takes the first free shard of the range and reads its record; creates
-/// the record (after one TTL) for a shard that has none.
+/// Takes the first free shard of the range and reads its record; settles
+/// (after one TTL) a shard whose history is unknown.
 pub(super) fn connect(ask: &Ask<'_>, time: &dyn Clock) -> Result<(Box<dyn Held>, Grant)> {
     let config = ask.config;
     let client = client(config)?;
     let mut conn = None;
     let replicas = with_conn(&client, &mut conn, config.op_timeout(), |c| {
-        Ok(check_server(config, c))
+        check_server(config, &client, c)
     })
     .map_err(fail("connect to", config))??;
     type Granted = (
@@ -35,6 +36,7 @@ pub(super) fn connect(ask: &Ask<'_>, time: &dyn Clock) -> Result<(Box<dyn Held>,
         Option<String>,
         u64,
         u64,
+        u8,
     );
     let sent = Instant::now();
     let granted: Option<Granted> = with_conn(&client, &mut conn, config.op_timeout(), |c| {
@@ -51,7 +53,8 @@ pub(super) fn connect(ask: &Ask<'_>, time: &dyn Clock) -> Result<(Box<dyn Held>,
     })
     .map_err(fail("lease a shard from", config))?;
     let answered = Instant::now();
-    let Some((shard, kind, high_water, last, seen, recorded, secs, micros)) = granted else {
+    let Some((shard, kind, high_water, last, seen, recorded, secs, micros, current)) = granted
+    else {
         return Err(LeaseError::no_free_shard(&ask.range, &config.prefix));
     };
     let lease = RedisLease {
@@ -65,14 +68,20 @@ pub(super) fn connect(ask: &Ask<'_>, time: &dyn Clock) -> Result<(Box<dyn Held>,
         replicas: AtomicI64::new(replicas),
     };
     let mark_key = key(config, "mark", shard);
+    let settle = |unknown| match lease.wait_and_settle(ask.layout, time.now(), sent, unknown) {
+        Ok((record, at)) => Ok((Ok(record), at)),
+        // A record found garbled meanwhile: the shard is given back and
+        // skipped (or refused), as one found so at once.
+        Err(e @ (LeaseError::InvalidRecord { .. } | LeaseError::LayoutMismatch { .. })) => {
+            Ok((Err(e), sent))
+        }
+        Err(e) => {
+            let _ = lease.finish(None, 0);
+            Err(e)
+        }
+    };
     let (record, at) = match kind.as_str() {
-        "none" => match lease.wait_and_create(ask.layout, time.now(), sent) {
-            Ok((record, at)) => (Ok(record), at),
-            Err(e) => {
-                let _ = lease.finish(None, 0);
-                return Err(e);
-            }
-        },
+        "none" => settle(Unknown::NoRecord)?,
         "hash" => {
             let raw = RawRecord {
                 high_water,
@@ -80,7 +89,12 @@ pub(super) fn connect(ask: &Ask<'_>, time: &dyn Clock) -> Result<(Box<dyn Held>,
                 seen,
                 layout: recorded,
             };
-            (lease.check_record(&raw, ask.layout), sent)
+            match lease.check_record(&raw, ask.layout) {
+                // Not confirmed since Redis last started: what it holds
+                // may be older than what its holders issued.
+                Ok(_) if current != 1 => settle(Unknown::Restarted)?,
+                read => (read, sent),
+            }
         }
         other => (
             Err(LeaseError::invalid_record(

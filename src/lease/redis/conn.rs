@@ -1,10 +1,12 @@
 //! Reaching Redis: the client, connections whose every round trip has a
-//! deadline, and what the server is set up to keep.
+//! deadline, and the check at open of what the server is set up to keep
+//! (read and judged in `setup.rs`).
 
 use std::time::{Duration, Instant};
 
 use ::redis::{Client, Connection};
 
+use super::setup::{self, Setup};
 use super::ENGINE;
 use crate::lease::LeaseResult as Result;
 use crate::lease::{LeaseConfig, LeaseError};
@@ -16,7 +18,10 @@ pub(super) fn fail<'a>(
     move |e| LeaseError::store(ENGINE, action, &config.url, e)
 }
 
+/// A client for the URL `config` names (its `replication=` option, which
+/// the client ignores, checked too).
 pub(super) fn client(config: &LeaseConfig) -> Result<Client> {
+    setup::strict(config)?;
     if config
         .url
         .trim_start()
@@ -103,65 +108,40 @@ pub(super) fn with_conn_again<T>(
     }
 }
 
-/// Refuses a server that may evict the lease's keys; warns when it cannot
-/// tell. Returns how many replicas the server has.
-pub(super) fn check_server(config: &LeaseConfig, conn: &mut Connection) -> Result<i64> {
-    match evicting(config, conn) {
-        Ok(Some(e)) => return Err(e),
-        Ok(None) => {}
-        Err(e) => log::warn!(
-            "cannot read the eviction policy of Redis at {} ({e}); the lease is safe only \
-             if it is noeviction (or maxmemory is 0)",
-            config.url_redacted()
-        ),
-    }
-    replicas(conn).map_err(fail("read the replication state of", config))
-}
-
-/// Whether the server may evict the lease's keys (a `maxmemory` limit with
-/// a `maxmemory-policy` other than `noeviction`): `Some` names the setting
-/// and what to change. Checked at open and at every renewal, so a policy
-/// switched on later stops the holders.
-pub(super) fn evicting(
+/// Reads the server's setup at open, its replicas asked for replicas of
+/// their own: refuses what the lease cannot keep its promise on
+/// ([`Setup::refusal`]; under the strict rule, a replica it cannot ask),
+/// and warns about the rest ([`Setup::cautions`]). Returns how many
+/// replicas the server has.
+pub(super) fn check_server(
     config: &LeaseConfig,
+    client: &Client,
     conn: &mut Connection,
-) -> ::redis::RedisResult<Option<LeaseError>> {
-    let (policy, maxmemory): (Vec<String>, Vec<String>) = ::redis::pipe()
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory")
-        .query(conn)?;
-    let policy = policy.get(1).map(String::as_str).unwrap_or("noeviction");
-    let limited = maxmemory.get(1).is_some_and(|m| m != "0");
-    Ok(
-        (limited && policy != "noeviction").then(|| LeaseError::UnsafeStore {
+) -> ::redis::RedisResult<Result<i64>> {
+    let strict = match setup::strict(config) {
+        Ok(strict) => strict,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut setup = Setup::read(conn)?;
+    setup.ask_replicas(client.get_connection_info(), config.op_timeout());
+    if let Some(e) = setup.refusal(config) {
+        return Ok(Err(e));
+    }
+    let (warnings, refused) = setup.cautions(strict);
+    if let Some(reason) = refused {
+        return Ok(Err(LeaseError::UnsafeStore {
             url: config.url_redacted(),
-            reason: format!(
-                "maxmemory-policy is {policy} with a maxmemory limit, so Redis may evict the \
-             shards' records and IDs would be issued twice; set maxmemory-policy noeviction \
-             (or use a Redis of its own for the lease, or the PostgreSQL lease)"
-            ),
-        }),
-    )
+            reason,
+        }));
+    }
+    for warning in warnings {
+        log::warn!("the Redis lease at {}: {warning}", config.url_redacted());
+    }
+    Ok(Ok(i64::try_from(setup.replicas.len()).unwrap_or(i64::MAX)))
 }
 
 /// How many replicas are connected to the server.
 pub(super) fn replicas(conn: &mut Connection) -> ::redis::RedisResult<i64> {
     let info: String = ::redis::cmd("INFO").arg("replication").query(conn)?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("connected_slaves:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0))
-}
-
-pub(super) fn replicas_of(
-    client: &Client,
-    slot: &mut Option<Connection>,
-    timeout: Duration,
-) -> ::redis::RedisResult<i64> {
-    with_conn(client, slot, timeout, replicas)
+    Ok(i64::from(setup::connected(&info)))
 }

@@ -1,5 +1,5 @@
-//! A shard held in Redis: its connections, the first use of a shard
-//! without a record, renewing, raising the mark (and waiting for the
+//! A shard held in Redis: its connections, the wait of a shard whose
+//! history is unknown, renewing, raising the mark (and waiting for the
 //! replicas), restoring it, giving the shard back, all on [`RedisLease`].
 
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use ::redis::{Client, Connection, Value};
 
-use super::conn::{evicting, fail, replicas, replicas_of, with_conn, with_conn_again};
-use super::scripts::{record_trouble, CREATE, FINISH, HOLD, RAISE, RELEASE, RENEW, RESTORE};
+use super::conn::{fail, replicas, with_conn, with_conn_again};
+use super::scripts::{record_trouble, FINISH, HOLD, RAISE, RELEASE, RENEW, RESTORE, SETTLE};
+use super::setup::Setup;
 use super::{key, millis, ENGINE};
 use crate::layout::Layout;
 use crate::lease::interface::{Held, Renewed, Trouble};
@@ -82,37 +83,59 @@ impl RedisLease {
         }
     }
 
-    /// A shard without a record: either nobody used it under this prefix,
-    /// or Redis lost the record under a holder that may still be issuing.
-    /// That holder stops at its next renewal, and at the latest three
-    /// quarters of a TTL after its last successful one, which came before
-    /// this lease was granted. So the lease is held (renewed) for one whole
-    /// TTL from `granted_at` before the record is created, with `now` (the
-    /// generator's clock) as its high-water mark; a record that appeared
-    /// meanwhile (written back by the holder that lost it) is read instead.
-    /// Returns the record and when the lease was last renewed.
-    pub(super) fn wait_and_create(
+    /// A shard whose history is unknown: no record (nobody used it under
+    /// this prefix, or Redis lost it: a flush, a server emptied), or one
+    /// not confirmed since Redis last started (restarted from an older copy,
+    /// a replica promoted, or nothing lost: it cannot tell). A holder that
+    /// issued under the old history may still be issuing: it stops at its
+    /// next renewal, and at the latest three quarters of a TTL after its
+    /// last successful one, which came before this lease was granted. So
+    /// the lease is held (renewed) for one whole TTL from `granted_at`; then
+    /// the record's `high_water` is raised (or the record created) to at
+    /// least Redis's clock plus the lead cap (this holder's, or the largest
+    /// the record kept) plus the skew limit plus one second, past every ID
+    /// any holder can have issued (each stays within its lead cap of a
+    /// clock within the skew limit of Redis's), and at least `now` (the
+    /// generator's clock); the exact last ID is dropped and the record
+    /// stamped with the server's run ID. Returns the record and
+    /// when the lease was last renewed.
+    pub(super) fn wait_and_settle(
         &self,
         layout: &Layout,
         now: u64,
         granted_at: Instant,
+        unknown: Unknown,
     ) -> Result<(Record, Instant), LeaseError> {
         let config = &self.config;
         let (lease_key, mark_key) = (
             key(config, "lease", self.shard),
             key(config, "mark", self.shard),
         );
+        let why = match unknown {
+            Unknown::NoRecord => format!(
+                "has no record in Redis ({mark_key}): first use of the shard under this key \
+                 prefix, or Redis lost its data"
+            ),
+            Unknown::Restarted => format!(
+                "has a record ({mark_key}) written before Redis last started (a restart, a \
+                 restore from an older copy, a promoted replica), which may be older than what \
+                 its holders issued"
+            ),
+        };
+        let cap = config.max_lead.as_secs();
+        let margin = ceil_secs(config.max_skew).saturating_add(1);
         log::warn!(
-            "shard {} has no record in Redis ({mark_key}): first use of the shard under this key \
-             prefix, or Redis lost its data; waiting one lease TTL ({:?}) before the first ID \
-             so that a holder that lost its record has stopped",
+            "shard {} {why}: holding the lease one TTL ({:?}) so that any holder still issuing \
+             under the old record stops, then starting at least {} s past Redis's clock (the \
+             lead cap, the skew limit and a second), past every ID a holder can have issued",
             self.shard,
-            config.ttl
+            config.ttl,
+            cap.saturating_add(margin)
         );
         let expired = |reason: &str| {
             LeaseError::fenced(
                 self.shard,
-                format!("{reason} while waiting to create the shard's record"),
+                format!("{reason} while waiting to settle the shard's record"),
             )
         };
         let ready_at = granted_at + config.ttl;
@@ -151,47 +174,59 @@ impl RedisLease {
         // clock outside the range issues nothing anyway.
         let now = now.clamp(layout.epoch(), layout.last_unix_second());
         let sent = Instant::now();
-        let answer: i64 = with_conn_again(&self.client, &mut slot, config.op_timeout(), |c| {
-            CREATE
+        // The record comes back from the same step, so a restart of Redis
+        // right after it cannot hand over an older one.
+        let (answer, high_water, seen, recorded): (
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        ) = with_conn_again(&self.client, &mut slot, config.op_timeout(), |c| {
+            SETTLE
                 .key(&lease_key)
                 .key(&mark_key)
                 .arg(&self.token)
                 .arg(millis(config.ttl))
                 .arg(now)
                 .arg(&self.layout)
+                .arg(cap)
+                .arg(layout.last_unix_second())
+                .arg(margin)
                 .invoke(c)
         })
-        .map_err(fail("create the shard's record in", config))?;
+        .map_err(fail("settle the shard's record in", config))?;
         match answer {
-            1 => {}
-            2 => {
-                // Written back by a holder that lost it (`restore.rs`): the
-                // shard's record, read strictly.
-                let raw = with_conn_again(&self.client, &mut slot, config.op_timeout(), |c| {
-                    ::redis::cmd("HMGET")
-                        .arg(&mark_key)
-                        .arg(&["high_water", "last", "seen", "layout"])
-                        .query(c)
-                })
-                .map_err(fail("read the shard's record in", config))?;
-                let (high_water, last, seen, recorded) = raw;
-                let raw = RawRecord {
-                    high_water,
-                    last,
-                    seen,
-                    layout: recorded,
-                };
-                return Ok((self.check_record(&raw, layout)?, sent));
-            }
-            _ => return Err(expired("the lease expired")),
+            1 | 2 => {}
+            0 => return Err(expired("the lease expired")),
+            trouble => return Err(record_trouble(config, self.shard, trouble)),
         }
-        let record = Record {
-            high_water: Some(now),
+        let raw = RawRecord {
+            high_water,
             last: None,
-            seen: Some(now),
+            seen,
+            layout: recorded,
         };
+        let record = self.check_record(&raw, layout)?;
+        log::warn!(
+            "shard {}: its record's high-water second is now {}; the shard resumes after it",
+            self.shard,
+            record.high_water.unwrap_or_default()
+        );
         Ok((record, sent))
     }
+}
+
+/// Why a shard's history is unknown, for [`RedisLease::wait_and_settle`].
+pub(super) enum Unknown {
+    /// The shard has no record.
+    NoRecord,
+    /// Its record was not confirmed since Redis last started.
+    Restarted,
+}
+
+/// Whole seconds, rounded up.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 impl Held for RedisLease {
@@ -239,13 +274,20 @@ impl Held for RedisLease {
                 )))
             }
         }
-        // A policy that may evict the records, switched on since open, stops
-        // the holder; a server that will not say (CONFIG renamed) was
-        // warned about at open.
-        if let Ok(Some(e)) = with_conn(&self.client, &mut slot, timeout, |c| {
-            evicting(&self.config, c)
-        }) {
-            return Err(Trouble::Lost(e));
+        // A setting refused at open (eviction, `appendonly no`, a chained
+        // replica), switched on since, stops the holder; what cannot be
+        // read now (CONFIG renamed, a replica down) was warned about at
+        // open, and a replica that does not answer fails its `WAIT`.
+        // The lease is renewed by now: these reads get a round trip's time
+        // of their own, not what the fence left the renewal.
+        let timeout = self.config.op_timeout();
+        if let Ok(mut setup) = with_conn(&self.client, &mut slot, timeout, Setup::read) {
+            setup.ask_replicas(self.client.get_connection_info(), timeout);
+            if let Some(e) = setup.refusal(&self.config) {
+                return Err(Trouble::Lost(e));
+            }
+            let n = i64::try_from(setup.replicas.len()).unwrap_or(i64::MAX);
+            self.replicas.fetch_max(n, Relaxed);
         }
         let mark = int(1).and_then(|m| u64::try_from(m).ok());
         let server_time = match (int(2), int(3)) {
@@ -255,9 +297,6 @@ impl Held for RedisLease {
             ),
             _ => None,
         };
-        if let Ok(n) = replicas_of(&self.client, &mut slot, timeout) {
-            self.replicas.fetch_max(n, Relaxed);
-        }
         Ok(Renewed { mark, server_time })
     }
 
@@ -272,6 +311,7 @@ impl Held for RedisLease {
                 .arg(seen)
                 .arg(&self.layout)
                 .arg(known_mark)
+                .arg(self.config.max_lead.as_secs())
                 .invoke(c)
         })
         .map_err(|e| {

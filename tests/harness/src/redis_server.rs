@@ -12,13 +12,14 @@ use idutil::Layout;
 pub use crate::proxy::{free_port, Proxy};
 use crate::space::wall_now;
 
-/// A `redis-server` child on a loopback port, killed when dropped.
+/// A `redis-server` child on a loopback port, killed when dropped, set up
+/// as the Redis lease asks: its data in an append-only file synced at every
+/// write (`appendonly yes`, `appendfsync always`), no snapshots.
 pub struct RedisServer {
     child: Option<Child>,
     /// The loopback port it listens on.
     pub port: u16,
     dir: tempfile::TempDir,
-    persistent: bool,
     /// More command-line settings (`--maxmemory 5mb`, `--replicaof ...`).
     extra: Vec<String>,
 }
@@ -26,13 +27,14 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a server, or returns `None` (after saying so loudly) when
     /// `redis-server` is not installed. Under `CI=true` its absence panics.
-    pub fn start(persistent: bool) -> Option<RedisServer> {
-        RedisServer::start_with(persistent, &[])
+    pub fn start() -> Option<RedisServer> {
+        RedisServer::start_with(&[])
     }
 
     /// [`RedisServer::start`] with more settings, e.g. `["--replicaof",
-    /// "127.0.0.1", "6379"]`.
-    pub fn start_with(persistent: bool, extra: &[&str]) -> Option<RedisServer> {
+    /// "127.0.0.1", "6379"]`; they come last, so `["--appendonly", "no"]`
+    /// overrides the append-only file.
+    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
         let found = Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
@@ -54,7 +56,6 @@ impl RedisServer {
             child: None,
             port: 0,
             dir,
-            persistent,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         // A port found free may be taken before the server binds it: retry.
@@ -84,11 +85,9 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if self.persistent {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
-        } else {
-            cmd.args(["--appendonly", "no"]);
-        }
+        cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        // A replica's first sync starts at once, not after 5 s.
+        cmd.args(["--repl-diskless-sync-delay", "0"]);
         cmd.args(&self.extra);
         let mut child = cmd.spawn().expect("spawn redis-server");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -143,12 +142,73 @@ impl RedisServer {
     /// Kills the server and starts it again on the same port and files.
     pub fn restart(&mut self) {
         self.kill();
+        self.start_again();
+    }
+
+    fn start_again(&mut self) {
         assert!(
             self.spawn(),
             "redis-server did not restart on port {}; see {}",
             self.port,
             self.log().display()
         );
+    }
+
+    /// The server's run ID (`INFO server`): new at every start.
+    pub fn run_id(&self) -> String {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut self.conn())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .expect("INFO server has a run_id")
+            .trim()
+            .to_string()
+    }
+
+    /// A copy of the server's data as it stands (its append-only files,
+    /// as a backup would take them), for [`RedisServer::restore`].
+    pub fn snapshot(&self) -> Snapshot {
+        let copy = tempfile::Builder::new()
+            .prefix("idutil-redis-copy-")
+            .tempdir()
+            .expect("temporary directory for a copy");
+        copy_dir(&self.dir.path().join(AOF_DIR), copy.path());
+        Snapshot(copy)
+    }
+
+    /// Kills the server (SIGKILL) and starts it again from `copy` of its
+    /// data: restarted from an older backup.
+    pub fn restore(&mut self, copy: &Snapshot) {
+        self.kill();
+        let aof = self.dir.path().join(AOF_DIR);
+        std::fs::remove_dir_all(&aof).expect("remove the append-only files");
+        std::fs::create_dir(&aof).unwrap();
+        copy_dir(copy.0.path(), &aof);
+        self.start_again();
+    }
+
+    /// Kills the server (SIGKILL) and starts it again with no data at all,
+    /// as a server whose files were lost (or one without persistence).
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(self.dir.path().join(AOF_DIR));
+        let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
+        self.start_again();
+    }
+}
+
+/// Where Redis keeps its append-only files, under its directory.
+const AOF_DIR: &str = "appendonlydir";
+
+/// A copy of a server's data ([`RedisServer::snapshot`]).
+pub struct Snapshot(tempfile::TempDir);
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).expect("read the append-only files") {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy a data file");
     }
 }
 
@@ -159,11 +219,13 @@ impl Drop for RedisServer {
 }
 
 /// Writes the record a previous holder would have left on each of `shards`
-/// (under the default prefix), so that opening them does not wait one TTL
-/// for a record to be created.
+/// (under the default prefix), confirmed under the server's current run ID,
+/// so that opening them does not wait one TTL and start past the lead cap,
+/// as a shard whose history is unknown does.
 pub fn seed_records(redis: &RedisServer, shards: RangeInclusive<u32>) {
     let mut conn = redis.conn();
     let now = wall_now();
+    let run = redis.run_id();
     for shard in shards {
         redis::cmd("DEL")
             .arg(format!("idutil:mark:{shard}"))
@@ -177,6 +239,8 @@ pub fn seed_records(redis: &RedisServer, shards: RangeInclusive<u32>) {
             .arg(now)
             .arg("layout")
             .arg(Layout::DEFAULT.fingerprint())
+            .arg("run")
+            .arg(&run)
             .exec(&mut conn)
             .unwrap();
     }

@@ -19,5 +19,6 @@ redis.call('HSET', KEYS[2], 'last', ARGV[2] .. ' ' .. ARGV[3])
 if tonumber(ARGV[4]) > tonumber(redis.call('HGET', KEYS[2], 'seen')) then
   redis.call('HSET', KEYS[2], 'seen', ARGV[4])
 end
+stamp(KEYS[2])
 redis.call('DEL', KEYS[1])
 return 1

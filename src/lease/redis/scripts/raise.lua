@@ -8,5 +8,9 @@ end
 if tonumber(ARGV[3]) > tonumber(redis.call('HGET', KEYS[2], 'seen')) then
   redis.call('HSET', KEYS[2], 'seen', ARGV[3])
 end
+if (tonumber(redis.call('HGET', KEYS[2], 'lead')) or 0) < tonumber(ARGV[6]) then
+  redis.call('HSET', KEYS[2], 'lead', ARGV[6])
+end
 redis.call('HDEL', KEYS[2], 'last')
+stamp(KEYS[2])
 return 1
