@@ -112,12 +112,34 @@ impl fmt::Display for Verdict {
 pub struct Finding {
     /// Safe, risky, or broken.
     pub verdict: Verdict,
-    /// What was checked: `durability`, `replication`, `pooler`, `schema`,
-    /// `privileges`, `clock`, `rows`, `shards`, `connection`; for Redis
+    /// What was checked: `durability`, `session`, `replication`, `pooler`,
+    /// `schema`, `privileges`, `clock`, `rows`, `shards`, `connection`; for Redis
     /// also `eviction`, `debugging`, `records`.
     pub topic: &'static str,
     /// What was found, and what to change when it is not [`Verdict::Ok`].
     pub text: String,
+}
+
+impl Finding {
+    /// The `clock` line of either engine's audit: this host's clock against
+    /// the store's (`server`, since 1970), failing beyond the skew limit
+    /// and warning beyond half of it.
+    pub(crate) fn clock(config: &super::LeaseConfig, server: Duration) -> Finding {
+        let ahead = super::interface::host_time().as_secs_f64() - server.as_secs_f64();
+        let limit = config.max_skew.as_secs_f64();
+        let verdict = if ahead.abs() > limit {
+            Verdict::Fail
+        } else if ahead.abs() > limit / 2.0 {
+            Verdict::Warn
+        } else {
+            Verdict::Ok
+        };
+        Finding {
+            verdict,
+            topic: "clock",
+            text: format!("this host's clock is {ahead:+.3} s from the server's (limit {limit} s)"),
+        }
+    }
 }
 
 impl fmt::Display for Finding {

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use super::conn::{literal, number, off_runtime, Answer, Conn, Failure};
 use super::replication::{Setup, PROBE};
+use super::server_time;
 use super::sql::TABLE;
 use super::target::{quote, Target};
 use crate::layout::Layout;
-use crate::lease::interface::host_time;
 use crate::lease::LeaseConfig;
 use crate::lease::LeaseResult as Result;
 use crate::lease::{Finding, Verdict};
@@ -458,21 +458,14 @@ fn clock(a: &mut Audit<'_>) {
         Ok(row) => row,
         Err(f) => return a.failed("clock", f),
     };
-    let host = host_time().as_secs_f64();
-    let Some(server) = row[0].parse::<f64>().ok() else {
-        return a.say(Warn, "clock", "the server's clock could not be read");
-    };
-    let ahead = host - server;
-    let limit = a.config.max_skew.as_secs_f64();
-    let text = format!("this host's clock is {ahead:+.3} s from the server's (limit {limit} s)");
-    let verdict = if ahead.abs() > limit {
-        Fail
-    } else if ahead.abs() > limit / 2.0 {
-        Warn
-    } else {
-        Fine
-    };
-    a.say(verdict, "clock", text);
+    let server = row[0]
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| server_time(Some(s)));
+    match server {
+        Some(server) => a.found.push(Finding::clock(a.config, server)),
+        None => a.say(Warn, "clock", "the server's clock could not be read"),
+    }
 }
 
 /// Rows that never expire, rows of another layout, and free shards.

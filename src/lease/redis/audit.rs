@@ -10,7 +10,6 @@ use super::conn::{client, connection};
 use super::key;
 use super::setup::{self, Setup};
 use crate::layout::Layout;
-use crate::lease::interface::host_time;
 use crate::lease::record::{read_record, RawRecord};
 use crate::lease::LeaseResult as Result;
 use crate::lease::{Finding, LeaseConfig, Verdict};
@@ -246,17 +245,7 @@ fn debugging(a: &mut Audit, setup: &Setup) {
 }
 
 fn clock(a: &mut Audit, config: &LeaseConfig, server: Duration) {
-    let ahead = host_time().as_secs_f64() - server.as_secs_f64();
-    let limit = config.max_skew.as_secs_f64();
-    let text = format!("this host's clock is {ahead:+.3} s from the server's (limit {limit} s)");
-    let verdict = if ahead.abs() > limit {
-        Fail
-    } else if ahead.abs() > limit / 2.0 {
-        Warn
-    } else {
-        Fine
-    };
-    a.say(verdict, "clock", text);
+    a.found.push(Finding::clock(config, server));
 }
 
 /// The shards' records: which can be trusted as they are, which a holder
