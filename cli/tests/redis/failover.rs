@@ -33,8 +33,8 @@ struct Replicated {
     /// The wall-clock second `a` opened in.
     opened: u64,
 }
-/// Waits until `server`'s `INFO replication` says `what`.
-fn wait_for(server: &RedisServer, what: &str) {
+/// Waits until `server`'s `INFO replication` passes `done`.
+fn wait_for_info(server: &RedisServer, what: &str, done: impl Fn(&str) -> bool) {
     let mut conn = server.conn();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -42,48 +42,35 @@ fn wait_for(server: &RedisServer, what: &str) {
             .arg("replication")
             .query(&mut conn)
             .unwrap();
-        if info.contains(what) {
+        if done(&info) {
             return;
         }
         assert!(Instant::now() < deadline, "never {what}: {info}");
-        thread::sleep(Duration::from_millis(50));
+        thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits until `server`'s `INFO replication` says `what`.
+fn wait_for(server: &RedisServer, what: &str) {
+    wait_for_info(server, what, |info| info.contains(what));
 }
 
 /// Waits until every replica of `primary` has acknowledged all of its
 /// replication stream (each `slaveN` line's `offset` is the
 /// `master_repl_offset`).
 fn wait_caught_up(primary: &RedisServer) {
-    let mut conn = primary.conn();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut conn)
-            .unwrap();
-        let field = |line: &str, key: &str| {
-            line.split(',')
-                .find_map(|kv| kv.strip_prefix(key))
-                .map(str::to_string)
-        };
+    wait_for_info(primary, "the replicas caught up", |info| {
         let offset = info
             .lines()
             .find_map(|l| l.strip_prefix("master_repl_offset:"))
-            .map(|o| o.trim().to_string());
-        let replicas: Vec<Option<String>> = info
+            .map(str::trim);
+        let mut replicas = info
             .lines()
             .filter(|l| l.starts_with("slave") && l.contains(":ip="))
-            .map(|l| field(l, "offset="))
-            .collect();
-        if !replicas.is_empty() && replicas.iter().all(|o| *o == offset) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the replicas never caught up: {info}"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
+            .map(|l| l.split(',').find_map(|kv| kv.strip_prefix("offset=")))
+            .peekable();
+        replicas.peek().is_some() && replicas.all(|o| o == offset)
+    });
 }
 
 /// Makes `replica` a replica of `primary` (`None`: a primary itself).
