@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use idutil::lease::{LeaseConfig, LeaseError};
-use idutil::{Error, Layout};
+use idutil::{Error, Generator, Layout};
 use idutil_harness::redis_server::{record_of, seed_records, RedisServer};
 use idutil_harness::state_dir;
 
@@ -16,6 +16,21 @@ use crate::leased;
 /// A Redis that evicts keys under memory pressure (`allkeys-lru` with a
 /// `maxmemory`, as when it doubles as a cache) is refused at open, saying
 /// what to set; `noeviction` with the same limit is fine.
+/// Issues from `g` into `seen` until a call fails (the holder's renewal
+/// found the store unsafe); that error. Within 5 s: fifteen renewals at
+/// these tests' 1 s TTL.
+fn issue_until_stopped<C: idutil::Clock>(g: &Generator<C>, seen: &mut Tally) -> Error {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match g.next_id() {
+            Ok(id) => seen.add([u64::from(id)], "after"),
+            Err(e) => return e,
+        }
+        assert!(Instant::now() < deadline, "the holder still issues");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn evicting_redis_is_refused_at_open() {
     let Some(redis) =
@@ -74,15 +89,7 @@ fn eviction_switched_on_while_held_stops_the_holder() {
             .query::<()>(&mut conn)
             .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let err = loop {
-        match g.next_id() {
-            Ok(id) => seen.add([u64::from(id)], "after"),
-            Err(e) => break e,
-        }
-        assert!(Instant::now() < deadline, "the holder still issues");
-        thread::sleep(Duration::from_millis(5));
-    };
+    let err = issue_until_stopped(&g, &mut seen);
     assert!(
         matches!(err, Error::Lease(LeaseError::UnsafeStore { .. })),
         "{err}"
@@ -124,15 +131,7 @@ fn appendonly_switched_off_while_held_stops_the_holder() {
             .unwrap()
     };
     set("no");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let err = loop {
-        match g.next_id() {
-            Ok(id) => seen.add([u64::from(id)], "after"),
-            Err(e) => break e,
-        }
-        assert!(Instant::now() < deadline, "the holder still issues");
-        thread::sleep(Duration::from_millis(5));
-    };
+    let err = issue_until_stopped(&g, &mut seen);
     assert!(
         matches!(err, Error::Lease(LeaseError::UnsafeStore { .. })),
         "{err}"
