@@ -97,6 +97,28 @@ struct Crowd {
     open_wall: Duration,
 }
 
+impl Crowd {
+    /// Every one of the `n` opened, each on a shard of its own, and each
+    /// issues 50 IDs, none of them twice.
+    fn assert_all_opened_and_issue(&self, n: usize) {
+        assert!(
+            self.failed.is_empty(),
+            "{} of {n} opens failed, the first: {}",
+            self.failed.len(),
+            self.failed[0]
+        );
+        let shards: HashSet<u32> = self.opened.iter().map(Generator::shard).collect();
+        assert_eq!(shards.len(), n, "every holder has its own shard");
+        let mut all = Tally::new();
+        for (i, g) in self.opened.iter().enumerate() {
+            all.add(
+                g.next_ids(50).unwrap().map(u64::from),
+                &format!("holder {i}"),
+            );
+        }
+    }
+}
+
 /// `n` holders (each on a host of its own, kept in `hosts`) open at once
 /// with `config`.
 fn open_crowd(hosts: &[tempfile::TempDir], config: &LeaseConfig) -> Crowd {
@@ -188,21 +210,7 @@ fn every_one_opens_and_closes(pg: &Postgres, url: &str, n: usize) {
     let hosts: Vec<_> = (0..n).map(|_| state_dir()).collect();
     let busy = Busy::start();
     let crowd = open_crowd(&hosts, &LeaseConfig::new(url));
-    assert!(
-        crowd.failed.is_empty(),
-        "{} of {n} opens failed, the first: {}",
-        crowd.failed.len(),
-        crowd.failed[0]
-    );
-    let shards: HashSet<u32> = crowd.opened.iter().map(Generator::shard).collect();
-    assert_eq!(shards.len(), n, "every holder has its own shard");
-    let mut all = Tally::new();
-    for (i, g) in crowd.opened.iter().enumerate() {
-        all.add(
-            g.next_ids(50).unwrap().map(u64::from),
-            &format!("holder {i}"),
-        );
-    }
+    crowd.assert_all_opened_and_issue(n);
     assert_eq!(held_rows(pg), n as u64);
     let (longest, _) = close_crowd(crowd.opened);
     drop(busy);
@@ -381,21 +389,7 @@ fn a_crowd_opens_through_a_server_crash_and_cancelled_statements() {
         cancelling.join().unwrap();
         crowd
     });
-    assert!(
-        crowd.failed.is_empty(),
-        "{} of {n} opens failed, the first: {}",
-        crowd.failed.len(),
-        crowd.failed[0]
-    );
-    let shards: HashSet<u32> = crowd.opened.iter().map(Generator::shard).collect();
-    assert_eq!(shards.len(), n, "every holder has its own shard");
-    let mut all = Tally::new();
-    for (i, g) in crowd.opened.iter().enumerate() {
-        all.add(
-            g.next_ids(50).unwrap().map(u64::from),
-            &format!("holder {i}"),
-        );
-    }
+    crowd.assert_all_opened_and_issue(n);
     assert_eq!(held_rows(&pg), n as u64, "rows held beyond the holders'");
     eprintln!(
         "{n} holders through a crash and {} cancelled statements: opened in {:?} (slowest {:?})",
