@@ -179,13 +179,15 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: Option<StateAction>,
     },
-    /// Audit a lease store, or free a shard's lease that never expires by itself
+    /// Audit a lease store, free a shard's lease that never expires by itself, or print the
+    /// SQL that makes the database a holder
     #[cfg(lease)]
     #[command(
         after_help = "Examples:\n  idutil lease check postgres://app@db/app\n  \
                       IDUTIL_LEASE_URL=postgres://app@db/app idutil lease check --json\n  \
                       idutil lease release --shard 3          # IDUTIL_LEASE_URL set\n  \
-                      idutil --lease postgres://app@db/app lease release --shard 3"
+                      idutil --lease postgres://app@db/app lease release --shard 3\n  \
+                      idutil lease sql --shard 31 > migrations/0007_idutil.sql"
     )]
     Lease {
         #[command(subcommand)]
@@ -253,6 +255,38 @@ pub(crate) enum LeaseAction {
                       idutil --lease postgres://app@db/app lease release --shard 3"
     )]
     Release,
+    /// Print (or run, with --apply) the SQL that makes PostgreSQL itself hold --shard and
+    /// hand out its IDs to any writer: DEFAULT idutil_next_id()
+    #[cfg(feature = "postgres-lease")]
+    #[command(
+        after_help = "The script creates the lease tables if missing, takes the shard's row \
+                      (refused while a live holder has it), and creates the counter and the \
+                      functions NAME_next_id(), NAME_time(id), NAME_min_at(t) and \
+                      NAME_max_at(t) in the lease's schema (the URL's schema=). Rust holders \
+                      never take the shard while it is installed. Run it in one transaction; \
+                      running it again changes nothing but the functions. --uninstall prints \
+                      the script that records the counter's last ID in the row and gives the \
+                      shard back.\n\n\
+                      Examples:\n  idutil lease sql --shard 31 > migrations/0007_idutil.sql\n  \
+                      idutil lease sql --shard 31 | psql -1 -v ON_ERROR_STOP=1 \"$DATABASE_URL\"\n  \
+                      idutil --lease postgres://app@db/app lease sql --shard 31 --apply\n  \
+                      idutil lease sql --uninstall --apply postgres://app@db/app"
+    )]
+    Sql {
+        /// The database (default: --lease, else IDUTIL_LEASE_URL); only its schema= is read
+        /// unless --apply
+        #[arg(value_name = "URL", value_parser = parse_lease_url)]
+        url: Option<String>,
+        /// The functions' names start with NAME_ (another name per ID space in one schema)
+        #[arg(long, value_name = "NAME", default_value = "idutil")]
+        name: String,
+        /// The script that gives the shard back instead
+        #[arg(long)]
+        uninstall: bool,
+        /// Run the script on the database, in one transaction, instead of printing it
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
 #[derive(Subcommand)]

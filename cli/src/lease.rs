@@ -1,6 +1,7 @@
 //! `idutil lease`: `check`, a lease store's setup audited, one line per
 //! finding; `release`, freeing a shard's lease that never expires by
-//! itself ([`idutil::lease::release`]).
+//! itself ([`idutil::lease::release`]); `sql`, the database as a holder
+//! ([`idutil::lease::postgres::DatabaseHolder`]).
 
 use std::io::Write;
 
@@ -93,5 +94,80 @@ pub(crate) fn release(common: &Common, out: &mut impl Write) -> Result<(), BoxEr
         released.holder.as_deref().unwrap_or("none"),
         released.expires_at
     )?;
+    Ok(())
+}
+
+/// Prints the script that makes the database a holder of `--shard` (or,
+/// with `uninstall`, the one that gives it back), or runs it with `apply`.
+#[cfg(feature = "postgres-lease")]
+pub(crate) fn sql(
+    common: &Common,
+    url: Option<&str>,
+    name: &str,
+    (uninstall, apply): (bool, bool),
+    out: &mut impl Write,
+) -> Result<(), BoxError> {
+    use idutil::lease::postgres::DatabaseHolder;
+
+    let config = match url
+        .map(|u| LeaseConfig::new(u.trim()))
+        .or_else(|| common.lease())
+    {
+        Some(config) => config,
+        None if apply => {
+            return Err(CommandError::Usage(format!(
+                "no database to run the script on: give its URL (idutil lease sql --apply \
+                 postgres://...), --lease or {}",
+                idutil::env::LEASE_URL
+            ))
+            .into())
+        }
+        // Only the schema and the ID space are read from a URL: without
+        // one, the defaults (schema public).
+        None => LeaseConfig::new("postgres://localhost/"),
+    };
+    let shard = match (common.shard, uninstall) {
+        (Some(shard), _) => shard,
+        // The uninstall finds the row by its holder, whatever the shard.
+        (None, true) => 0,
+        (None, false) => {
+            return Err(CommandError::Usage(
+                "name the shard the database holds: --shard N (one no Rust holder needs)"
+                    .to_string(),
+            )
+            .into())
+        }
+    };
+    let holder = DatabaseHolder::new(&config, shard)
+        .layout(common.layout())
+        .name(name);
+    let err = |e: idutil::lease::LeaseError| idutil::Error::from(e);
+    match (uninstall, apply) {
+        (false, false) => write!(out, "{}", holder.install_sql().map_err(err)?)?,
+        (true, false) => write!(out, "{}", holder.uninstall_sql().map_err(err)?)?,
+        (false, true) => {
+            holder.install().map_err(err)?;
+            writeln!(
+                out,
+                "installed: {} holds shard {shard} of ID space {:?}; use DEFAULT {}",
+                holder.holder_token().map_err(err)?,
+                config.get_prefix(),
+                holder
+                    .holder_token()
+                    .map_err(err)?
+                    .trim_start_matches("database function ")
+            )?;
+        }
+        (true, true) => {
+            holder.uninstall().map_err(err)?;
+            writeln!(
+                out,
+                "removed: {} no longer holds a shard of ID space {:?}; its last ID is in the row",
+                holder.holder_token().map_err(err)?,
+                config.get_prefix()
+            )?;
+        }
+    }
+    out.flush()?;
     Ok(())
 }

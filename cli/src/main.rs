@@ -87,6 +87,22 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         Command::Lease {
             action: args::LeaseAction::Release,
         } => lease::release(&cli.common, &mut out)?,
+        #[cfg(feature = "postgres-lease")]
+        Command::Lease {
+            action:
+                args::LeaseAction::Sql {
+                    url,
+                    name,
+                    uninstall,
+                    apply,
+                },
+        } => lease::sql(
+            &cli.common,
+            url.as_deref(),
+            &name,
+            (uninstall, apply),
+            &mut out,
+        )?,
         Command::Completions { shell } => completions(shell, &mut out)?,
         Command::Man { command } => man(&command, &mut out)?,
         Command::State { json, action: None } => show_state(&cli.common, json, &mut out)?,

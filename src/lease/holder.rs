@@ -67,15 +67,18 @@ impl Lease {
                     last,
                     prefix,
                     stuck,
-                    ..
+                    skipped: passed_over,
                 }) => {
+                    // This open's skipped shards, then the engine's (the
+                    // shards it passes over by itself, as the database's).
+                    skipped.extend(passed_over);
                     return Err(LeaseError::NoFreeShard {
                         first,
                         last,
                         prefix,
                         skipped,
                         stuck,
-                    })
+                    });
                 }
                 Err(e) => return Err(e),
             };

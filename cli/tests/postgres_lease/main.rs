@@ -25,6 +25,7 @@ mod answers;
 mod check;
 mod command;
 mod crowds;
+mod database;
 mod fleet;
 mod marks;
 mod outages;

@@ -160,14 +160,16 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
         }
         if tries >= MAX_TRIES {
             let mut e = LeaseError::no_free_shard(&ask.range, &config.prefix);
-            if let LeaseError::NoFreeShard { stuck, .. } = &mut e {
-                *stuck = release::stuck_shards(
+            if let LeaseError::NoFreeShard { stuck, skipped, .. } = &mut e {
+                let database;
+                (*stuck, database) = release::stuck_shards(
                     &mut conn,
                     &target,
                     config,
                     (*ask.range.start(), *ask.range.end()),
                     deadline.timeout(),
                 );
+                skipped.extend(database);
             }
             return Err(e);
         }

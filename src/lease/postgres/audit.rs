@@ -474,10 +474,14 @@ fn rows(a: &mut Audit<'_>, layout: &Layout, range: &std::ops::RangeInclusive<u32
         "SELECT count(*), \
              count(*) FILTER (WHERE expires_at <= clock_timestamp()), \
              string_agg(shard::text, ', ' ORDER BY shard) FILTER (WHERE expires_at > \
-                 clock_timestamp() + make_interval(secs => {stuck})), \
-             string_agg(DISTINCT layout, ', ') FILTER (WHERE layout <> {layout}) \
+                 clock_timestamp() + make_interval(secs => {stuck}) \
+                 AND NOT COALESCE(holder LIKE {database}, false)), \
+             string_agg(DISTINCT layout, ', ') FILTER (WHERE layout <> {layout}), \
+             string_agg(shard::text || E'\\t' || holder, E'\\n' ORDER BY shard) \
+                 FILTER (WHERE holder LIKE {database}) \
          FROM {table} WHERE space = {space} AND shard BETWEEN {first} AND {last}",
         stuck = STUCK_AFTER.as_secs(),
+        database = literal(&format!("{}%", super::sql::database::HOLDER_PREFIX)),
         layout = literal(&layout.fingerprint()),
         table = a.target.table(),
         space = literal(&a.config.prefix),
@@ -511,6 +515,10 @@ fn rows(a: &mut Audit<'_>, layout: &Layout, range: &std::ops::RangeInclusive<u32
     } else {
         a.say(Fine, "rows", "no row is leased beyond any holder's TTL");
     }
+    for line in cell(4).unwrap_or_default().lines() {
+        let (shard, holder) = line.split_once('\t').unwrap_or((line, ""));
+        database_shard(a, shard, holder);
+    }
     if let Some(other) = cell(3) {
         a.say(
             Fail,
@@ -539,6 +547,50 @@ fn rows(a: &mut Audit<'_>, layout: &Layout, range: &std::ops::RangeInclusive<u32
         Fine
     };
     a.say(verdict, "shards", text);
+}
+
+/// A shard the database holds ([`DatabaseHolder`](super::DatabaseHolder)):
+/// fine while its counter is there; stuck for good when the functions
+/// were dropped by hand, without the uninstall script.
+fn database_shard(a: &mut Audit<'_>, shard: &str, holder: &str) {
+    let function = holder.trim_start_matches(super::sql::database::HOLDER_PREFIX);
+    let counter = function
+        .strip_suffix("_next_id()")
+        .map(|f| format!("{f}_counter"));
+    let found = counter.and_then(|counter| {
+        let (schema, name) = counter.split_once('.')?;
+        let qualified = format!("{}.{}", quote(schema), name);
+        let rows = a
+            .rows(format!(
+                "SELECT to_regclass({}) IS NOT NULL",
+                literal(&qualified)
+            ))
+            .ok()?;
+        Some(rows.first()?.first()?.as_deref() == Some("t"))
+    });
+    match found {
+        Some(true) => a.say(
+            Fine,
+            "database",
+            format!(
+                "shard {shard} of ID space {:?} is held by the {holder} (idutil lease sql): \
+                 no generator leases it while that is installed",
+                a.config.prefix
+            ),
+        ),
+        _ => a.say(
+            Fail,
+            "database",
+            format!(
+                "shard {shard} of ID space {:?} is held by the {holder}, but its counter is \
+                 gone (dropped without the uninstall script): the shard never comes free; \
+                 once its lead cap has passed since the drop, install it again (idutil lease sql \
+                 --shard {shard} --apply), then uninstall \
+                 it (--uninstall --apply)",
+                a.config.prefix
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]

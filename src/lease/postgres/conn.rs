@@ -316,6 +316,20 @@ impl Conn {
         Ok(answers.drain(2..).collect())
     }
 
+    /// Runs a script of statements (an install, see
+    /// [`DatabaseHolder`](super::DatabaseHolder)) as one transaction,
+    /// answers ignored; never twice unseen.
+    pub(super) fn script(
+        &mut self,
+        target: &Target,
+        timeout: Duration,
+        script: &str,
+    ) -> Result<(), Failure> {
+        let sql = format!("{BEGIN};\n{script}\nCOMMIT");
+        self.run(target, timeout, false, async |c| c.simple_query(&sql).await)
+            .map(drop)
+    }
+
     /// Opens a transaction block and rolls it back: a pooler in statement
     /// mode refuses the block (it hands each statement any server
     /// connection), and would break the lease's transactions as soon as one

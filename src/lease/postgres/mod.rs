@@ -303,6 +303,7 @@
 mod acquire;
 mod audit;
 mod conn;
+mod database;
 mod held;
 mod history;
 mod inspect;
@@ -313,6 +314,8 @@ mod row;
 mod sql;
 mod target;
 mod tls;
+
+pub use database::DatabaseHolder;
 
 use std::time::Duration;
 

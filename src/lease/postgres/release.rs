@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::conn::{number, off_runtime, Conn};
+use super::database::is_database;
 use super::sql;
 use super::target::Target;
 use super::UNDEFINED_TABLE;
@@ -13,28 +14,38 @@ use crate::lease::LeaseResult as Result;
 use crate::lease::{LeaseConfig, LeaseError, Released};
 
 /// The shards of the range whose lease is stuck, each with its expiry (as
-/// PostgreSQL writes it). Errors count as none: this only adds to a
-/// message.
+/// PostgreSQL writes it), and apart from them the shards the database
+/// holds ([`DatabaseHolder`](super::DatabaseHolder)), each with its holder.
+/// Errors count as none: this only adds to a message.
 pub(super) fn stuck_shards(
     conn: &mut Conn,
     target: &Target,
     config: &LeaseConfig,
     range: (u32, u32),
     timeout: Duration,
-) -> Vec<(u32, String)> {
+) -> (Vec<(u32, String)>, Vec<String>) {
     let statement = sql::release::stuck(&target.table(), &config.prefix, range);
     let rows = conn
         .write(target, timeout, &[statement])
-        .map(|mut answers| answers.pop().map(|a| a.rows).unwrap_or_default());
-    rows.map(|rows| {
-        rows.into_iter()
-            .filter_map(|row| {
-                let shard = number::<u32>(row.first()?, "shard").ok()??;
-                Some((shard, row.get(1)?.clone()?))
-            })
-            .collect()
-    })
-    .unwrap_or_default()
+        .map(|mut answers| answers.pop().map(|a| a.rows).unwrap_or_default())
+        .unwrap_or_default();
+    let (mut stuck, mut database) = (Vec::new(), Vec::new());
+    for row in rows {
+        let Some(Ok(Some(shard))) = row.first().map(|c| number::<u32>(c, "shard")) else {
+            continue;
+        };
+        let holder = row.get(2).cloned().flatten();
+        match row.get(1).cloned().flatten() {
+            _ if is_database(holder.as_deref()) => database.push(format!(
+                "shard {shard}: held by the {}, which never gives it back while installed \
+                 (idutil lease sql --uninstall removes it)",
+                holder.unwrap_or_default()
+            )),
+            Some(until) => stuck.push((shard, until)),
+            None => {}
+        }
+    }
+    (stuck, database)
 }
 
 /// [`release`](crate::lease::release) in PostgreSQL.
@@ -65,6 +76,15 @@ fn release_here(config: &LeaseConfig, layout: &Layout, shard: u32) -> Result<Rel
     let cell = |i: usize| row.get(i).cloned().flatten();
     let holder = cell(0);
     let expires_at = cell(1).unwrap_or_default();
+    if is_database(holder.as_deref()) {
+        // The statement left it as it was.
+        return Err(LeaseError::invalid_config(format!(
+            "shard {shard} is held by the {}, not by a stuck lease: it is the database's for as \
+             long as the function is installed; give it back with idutil lease sql --uninstall \
+             (which records its last ID first)",
+            holder.unwrap_or_default()
+        )));
+    }
     if cell(2).as_deref() != Some("t") {
         let left = number::<f64>(&cell(3), "the time left")
             .map_err(|f| f.into_error("release a lease in", config))?

@@ -11,7 +11,7 @@ use super::lock_timeout;
 
 /// The advisory lock taken while the history table is created, and (as
 /// the first key, with the ID space's hash) while an ID space is checked.
-const LOCK_KEY: i64 = 0x6964_7568;
+pub(in super::super) const LOCK_KEY: i64 = 0x6964_7568;
 
 /// The largest `bigint`: sums of seconds are capped here, not overflowed.
 const BIGINT_MAX: &str = "9223372036854775807";
@@ -90,22 +90,42 @@ pub(in super::super) fn space(
     target: &Target,
     space: &str,
     (system, timeline): (Option<&str>, Option<i64>),
-    (max_lead, skew): (u64, u64),
+    caps: (u64, u64),
     timeout: Duration,
 ) -> Vec<String> {
-    let (table, history) = (target.table(), target.history_table());
-    let space = literal(space);
-    let mark = past("clock", "cap", skew);
     vec![
         // Holders of one ID space queue here for as long as this call may
         // take, not only the lease's shorter lock timeout.
         lock_timeout(timeout),
         format!(
-            "SELECT pg_advisory_xact_lock({}, hashtext({space}))",
-            LOCK_KEY as i32
+            "SELECT pg_advisory_xact_lock({}, hashtext({}))",
+            LOCK_KEY as i32,
+            literal(space)
         ),
-        format!(
-            "WITH now_is AS ( \
+        space_statement(
+            target,
+            space,
+            (&or_null(system, true), &or_null(timeline, false)),
+            caps,
+        ),
+    ]
+}
+
+/// The statement of [`space`]'s check, with the server's identity as two
+/// SQL expressions (`system`: `text`, `timeline`: `bigint`), literals for a
+/// holder, variables for the database's own check (see
+/// [`database`](super::super::database)); run under [`space_lock`].
+pub(in super::super) fn space_statement(
+    target: &Target,
+    space: &str,
+    (system, timeline): (&str, &str),
+    (max_lead, skew): (u64, u64),
+) -> String {
+    let (table, history) = (target.table(), target.history_table());
+    let space = literal(space);
+    let mark = past("clock", "cap", skew);
+    format!(
+        "WITH now_is AS ( \
                  SELECT {system}::text AS sys, {timeline}::bigint AS timeline, \
                      to_regclass({table_text})::oid::bigint AS rel, \
                      pg_relation_filenode(to_regclass({table_text}))::bigint AS node, \
@@ -147,11 +167,8 @@ pub(in super::super) fn space(
                  RETURNING 1) \
              SELECT was_sys, was_timeline, was_rel, was_node, sys, timeline, rel, node, \
                  recorded, forgotten, mark FROM f",
-            system = or_null(system, true),
-            timeline = or_null(timeline, false),
-            table_text = literal(&table),
-        ),
-    ]
+        table_text = literal(&table),
+    )
 }
 
 /// The check of a shard just leased, as one statement: records that the

@@ -3,6 +3,7 @@
 //! its values as literals (the simple query protocol, see
 //! [`Conn::write`](super::conn::Conn::write)).
 
+pub(super) mod database;
 pub(super) mod history;
 pub(super) mod release;
 
@@ -21,7 +22,7 @@ pub(super) const TABLE: &str = "idutil_lease";
 pub(super) const HISTORY: &str = "idutil_lease_history";
 /// The advisory lock taken while the table or an ID space's rows are
 /// created ("idut").
-const LOCK_KEY: i64 = 0x6964_7574;
+pub(super) const LOCK_KEY: i64 = 0x6964_7574;
 
 /// The columns a holder reads back: shard, epoch, high_water,
 /// last_second, last_sequence, seen, layout, and the server's clock (the
@@ -44,10 +45,17 @@ pub(super) fn create_table(
     target: &Target,
     timeout: Duration,
 ) -> std::result::Result<(), Failure> {
+    let mut statements = vec![lock_timeout(timeout)];
+    statements.extend(table_statements(target));
+    conn.write(target, timeout, &statements).map(drop)
+}
+
+/// The statements that create the table and its index, once, under an
+/// advisory lock (two `CREATE TABLE IF NOT EXISTS` at once can fail).
+pub(super) fn table_statements(target: &Target) -> Vec<String> {
     let table = target.table();
     let index = quote(&format!("{TABLE}_free"));
-    let statements = [
-        lock_timeout(timeout),
+    vec![
         format!("SELECT pg_advisory_xact_lock({LOCK_KEY})"),
         format!(
             "CREATE TABLE IF NOT EXISTS {table} ( \
@@ -64,8 +72,7 @@ pub(super) fn create_table(
                  PRIMARY KEY (space, shard))"
         ),
         format!("CREATE INDEX IF NOT EXISTS {index} ON {table} (space, expires_at)"),
-    ];
-    conn.write(target, timeout, &statements).map(drop)
+    ]
 }
 
 /// Takes the first free shard of the ask's range, and checks it against

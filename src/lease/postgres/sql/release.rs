@@ -9,10 +9,10 @@ use super::super::EPOCH_MAX;
 const STUCK: &str = "interval '1 day'";
 
 /// The shards of `first..=last` whose lease is stuck, each with its
-/// expiry as PostgreSQL writes it (32 at most).
+/// expiry as PostgreSQL writes it and its holder (32 at most).
 pub(in super::super) fn stuck(table: &str, space: &str, (first, last): (u32, u32)) -> String {
     format!(
-        "SELECT shard, expires_at::text FROM {table} \
+        "SELECT shard, expires_at::text, holder FROM {table} \
          WHERE space = {} AND shard BETWEEN {first} AND {last} \
              AND expires_at > clock_timestamp() + {STUCK} \
          ORDER BY shard LIMIT 32",
@@ -21,14 +21,18 @@ pub(in super::super) fn stuck(table: &str, space: &str, (first, last): (u32, u32
 }
 
 /// Frees the shard's lease if it is stuck (or expired), keeping its mark
-/// and raising its fencing epoch. Returns the holder and expiry before,
-/// whether the lease was freed, and how many seconds it had left.
+/// and raising its fencing epoch; never a shard the database holds
+/// ([`DatabaseHolder`](super::super::DatabaseHolder)). Returns the holder
+/// and expiry before, whether the lease was freed, and how many seconds it
+/// had left.
 pub(in super::super) fn release(table: &str, space: &str, shard: u32) -> String {
     let space = literal(space);
+    let database = literal(&format!("{}%", super::database::HOLDER_PREFIX));
     format!(
         "WITH old AS (SELECT holder, expires_at, \
-                 expires_at > clock_timestamp() + {STUCK} \
-                     OR expires_at <= clock_timestamp() AS free_it \
+                 (expires_at > clock_timestamp() + {STUCK} \
+                     OR expires_at <= clock_timestamp()) \
+                 AND NOT COALESCE(holder LIKE {database}, false) AS free_it \
              FROM {table} WHERE space = {space} AND shard = {shard} FOR UPDATE), \
          freed AS (UPDATE {table} AS t SET holder = NULL, expires_at = '-infinity', \
                  epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int \

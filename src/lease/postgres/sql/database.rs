@@ -1,0 +1,204 @@
+//! The script that makes the database a holder of a shard
+//! (`database.sql`, filled in here), and the one that gives the shard back.
+//! What they do is on [`DatabaseHolder`](super::super::DatabaseHolder).
+
+use super::super::conn::literal;
+use super::super::target::{quote, Target};
+use super::super::EPOCH_MAX;
+use super::history;
+use crate::layout::Layout;
+
+/// The install script, with `@NAME@` holes.
+const INSTALL: &str = include_str!("database.sql");
+
+/// How the token of a database holder starts (then `SCHEMA.NAME_next_id()`).
+pub(in super::super) const HOLDER_PREFIX: &str = "database function ";
+
+/// The first key of the counter's advisory lock ("iddb"); the second is
+/// [`Names::key`].
+const LOCK_KEY: i32 = 0x6964_6462;
+
+/// The names of one install: its objects, its holder's token, its lock.
+pub(in super::super) struct Names {
+    /// `"schema".name`: each object's name is this plus a suffix.
+    pub(in super::super) prefix: String,
+    /// The token in the lease row's `holder` column. It has spaces, which
+    /// no holder's token (`host:pid:nanos:n`) has.
+    pub(in super::super) holder: String,
+    /// The second key of the counter's lock and the session setting's
+    /// name: the install's schema and name, hashed.
+    key: u32,
+}
+
+impl Names {
+    pub(in super::super) fn new(target: &Target, name: &str) -> Names {
+        let prefix = format!("{}.{name}", quote(target.schema()));
+        let holder = format!("{HOLDER_PREFIX}{}.{name}_next_id()", target.schema());
+        let key = crc32fast::hash(format!("{}\0{name}", target.schema()).as_bytes());
+        Names {
+            prefix,
+            holder,
+            key,
+        }
+    }
+
+    /// An object's name as a string literal, for `'...'::regclass`.
+    fn object(&self, suffix: &str) -> String {
+        literal(&format!("{}_{suffix}", self.prefix))
+    }
+
+    /// `pg_advisory_lock`'s two keys.
+    fn lock(&self) -> String {
+        format!("{LOCK_KEY}, {}", self.key as i32)
+    }
+}
+
+/// The numbers the script needs from the lease's settings, in seconds.
+pub(in super::super) struct Limits {
+    /// How far the counter's second may be ahead of the server's clock.
+    pub(in super::super) max_lead: u64,
+    /// The skew limit of the ID space's holders (the history check's raise).
+    pub(in super::super) max_skew: u64,
+}
+
+/// The install script.
+pub(in super::super) fn install(
+    target: &Target,
+    space: &str,
+    layout: &Layout,
+    shard: u32,
+    names: &Names,
+    limits: &Limits,
+) -> String {
+    let (sequence_bits, shard_bits) = (layout.sequence_bits(), layout.shard_bits());
+    let seconds_shift = layout.clock_bits() + sequence_bits + shard_bits;
+    let seconds_end = layout.max_seconds() + 1;
+    let fingerprint = layout.fingerprint();
+    let mut tables = super::table_statements(target);
+    tables.extend(
+        history::create(target, std::time::Duration::ZERO)
+            .into_iter()
+            .skip(1),
+    );
+    let tables: String = tables.iter().map(|s| format!("{s};\n")).collect();
+    // The database's reach is its lead cap: it learns of a restore at its
+    // next session's first call, before it issues.
+    let reach = limits.max_lead;
+    let max_wait = 2 * (reach + 2 * limits.max_skew + 1);
+    let counter_oid = format!(
+        "{}::pg_catalog.regclass::pg_catalog.oid::pg_catalog.text",
+        names.object("counter")
+    );
+    let backends = "(pg_catalog.current_setting('max_connections')::bigint \
+        + pg_catalog.current_setting('max_worker_processes')::bigint \
+        + pg_catalog.current_setting('autovacuum_max_workers')::bigint \
+        + pg_catalog.current_setting('max_wal_senders')::bigint + 1)";
+    // The last counter value within the lead cap of the clock's second.
+    let lead_span = ((limits.max_lead + 1) << sequence_bits) - 1;
+    let holes: [(&str, String); 36] = [
+        ("@LEAD_SPAN@", lead_span.to_string()),
+        ("@TABLES@", tables),
+        (
+            "@SPACE_CHECK@",
+            history::space_statement(target, space, ("v_sys", "v_tl"), (reach, limits.max_skew)),
+        ),
+        ("@SPACE_SHOWN@", format!("{space:?}")),
+        ("@LAYOUT_SHOWN@", format!("{fingerprint:?}")),
+        ("@SCHEMA_SHOWN@", format!("{:?}", target.schema())),
+        ("@TABLE_TEXT@", literal(&target.table())),
+        ("@TABLE@", target.table()),
+        ("@HISTORY_LOCK@", history::LOCK_KEY.to_string()),
+        ("@HISTORY@", target.history_table()),
+        ("@ROWS_LOCK@", (super::LOCK_KEY as i32).to_string()),
+        ("@SPACE@", literal(space)),
+        ("@LAYOUT@", literal(&fingerprint)),
+        ("@SHARD_BITS@", shard_bits.to_string()),
+        ("@SHARD@", shard.to_string()),
+        ("@HOLDER@", literal(&names.holder)),
+        ("@EPOCH_MAX@", EPOCH_MAX.to_string()),
+        ("@COUNTER_LIT@", names.object("counter")),
+        ("@FENCE_LIT@", names.object("fence")),
+        ("@SEEN_LIT@", names.object("seen")),
+        ("@COUNTER_OID@", counter_oid),
+        ("@COUNTER_END@", (seconds_end << sequence_bits).to_string()),
+        ("@GUC@", format!("idutil.db_{:08x}", names.key)),
+        ("@LOCK@", names.lock()),
+        ("@EPOCH@", layout.epoch().to_string()),
+        ("@SEQ_BITS@", sequence_bits.to_string()),
+        ("@SEQ_MASK@", ((1u64 << sequence_bits) - 1).to_string()),
+        ("@SECONDS_SHIFT@", seconds_shift.to_string()),
+        ("@SECONDS_END@", seconds_end.to_string()),
+        ("@PER_SECOND@", (1u64 << sequence_bits).to_string()),
+        ("@TOTAL_BITS@", layout.total_bits().to_string()),
+        ("@REACH@", reach.to_string()),
+        ("@MAX_LEAD@", limits.max_lead.to_string()),
+        ("@MAX_WAIT@", max_wait.to_string()),
+        ("@BACKENDS@", backends.to_string()),
+        ("@FN@", names.prefix.clone()),
+    ];
+    let mut script = INSTALL.to_string();
+    for (hole, value) in &holes {
+        script = script.replace(hole, value);
+    }
+    debug_assert!(!script.contains("@FN@") && !script.contains("@SHARD@"));
+    script
+}
+
+/// The script that gives the shard back: the counter's exact last value
+/// recorded in the row (the next holder resumes after it), the row freed,
+/// the functions and the counter dropped. Refused by PostgreSQL while a
+/// column's default still calls the function. Harmless when nothing is
+/// installed.
+pub(in super::super) fn uninstall(
+    target: &Target,
+    space: &str,
+    layout: &Layout,
+    names: &Names,
+) -> String {
+    let table = target.table();
+    let fn_ = &names.prefix;
+    let epoch = layout.epoch();
+    let sequence_bits = layout.sequence_bits();
+    let mask = (1u64 << sequence_bits) - 1;
+    let (space, holder) = (literal(space), literal(&names.holder));
+    let counter = names.object("counter");
+    format!(
+        "-- idutil: gives back the shard the database function {shown} holds.\n\
+         DO $idutil$\n\
+         DECLARE\n    c record;\n    v_seen bigint;\n\
+         BEGIN\n\
+         \x20   PERFORM pg_catalog.pg_advisory_xact_lock({lock});\n\
+         \x20   IF pg_catalog.to_regclass({counter}) IS NULL THEN\n\
+         \x20       UPDATE {table} AS t SET holder = NULL, expires_at = '-infinity',\n\
+         \x20               epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int\n\
+         \x20           WHERE t.space = {space} AND t.holder = {holder};\n\
+         \x20       RETURN;\n\
+         \x20   END IF;\n\
+         \x20   -- Waits for the transactions that drew from the counter, and holds\n\
+         \x20   -- off new ones until this one ends.\n\
+         \x20   ALTER SEQUENCE {fn_}_counter OWNED BY NONE;\n\
+         \x20   SELECT s.last_value, s.is_called INTO c FROM {fn_}_counter AS s;\n\
+         \x20   SELECT s.last_value INTO v_seen FROM {fn_}_seen AS s;\n\
+         \x20   UPDATE {table} AS t SET\n\
+         \x20           high_water = CASE WHEN c.is_called\n\
+         \x20               THEN GREATEST(COALESCE(t.high_water, 0), {epoch} + (c.last_value >> {sequence_bits}))\n\
+         \x20               ELSE t.high_water END,\n\
+         \x20           last_second = CASE WHEN c.is_called\n\
+         \x20               THEN {epoch} + (c.last_value >> {sequence_bits}) ELSE t.last_second END,\n\
+         \x20           last_sequence = CASE WHEN c.is_called\n\
+         \x20               THEN c.last_value & {mask} ELSE t.last_sequence END,\n\
+         \x20           seen = CASE WHEN v_seen > 0 THEN GREATEST(COALESCE(t.seen, 0), {epoch} + v_seen)\n\
+         \x20               ELSE t.seen END,\n\
+         \x20           holder = NULL, expires_at = '-infinity',\n\
+         \x20           epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int\n\
+         \x20       WHERE t.space = {space} AND t.holder = {holder};\n\
+         END\n\
+         $idutil$;\n\
+         DROP FUNCTION IF EXISTS {fn_}_next_id(), {fn_}_catch_up(), {fn_}_advance(),\n\
+         \x20   {fn_}_check_space(), {fn_}_id_of(bigint), {fn_}_time(bigint),\n\
+         \x20   {fn_}_min_at(timestamptz), {fn_}_max_at(timestamptz);\n\
+         DROP SEQUENCE IF EXISTS {fn_}_counter, {fn_}_fence, {fn_}_seen;\n",
+        shown = names.holder.trim_start_matches(HOLDER_PREFIX),
+        lock = names.lock(),
+    )
+}

@@ -1,0 +1,298 @@
+-- idutil: the database as a holder of shard @SHARD@ of ID space @SPACE_SHOWN@
+-- (layout @LAYOUT_SHOWN@), in schema @SCHEMA_SHOWN@.
+--
+--     CREATE TABLE notes (id bigint PRIMARY KEY DEFAULT @FN@_next_id(), ...);
+--
+-- Printed by `idutil lease sql`. Run it in one transaction (as a migration,
+-- or `psql -1 -v ON_ERROR_STOP=1 -f`). Running it again changes nothing but
+-- the functions, which a later version's script replaces in place. How the
+-- counter works, and what it promises: the crate docs, `lease::postgres`,
+-- *The database as a holder*.
+
+@TABLES@
+
+-- Takes the shard: refused while a live holder has it, or when the ID space
+-- is recorded with another layout. The counter resumes after the row's mark.
+DO $idutil$
+DECLARE
+    found_layout text;
+    r record;
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(@ROWS_LOCK@, pg_catalog.hashtext(@SPACE@));
+    SELECT t.layout INTO found_layout FROM @TABLE@ AS t
+        WHERE t.space = @SPACE@ AND t.layout <> @LAYOUT@ LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'idutil: ID space % is recorded with layout %, not %',
+            @SPACE@, found_layout, @LAYOUT@
+            USING HINT = 'install with the layout the ID space was recorded with';
+    END IF;
+    INSERT INTO @TABLE@ (space, shard, layout) VALUES (@SPACE@, @SHARD@, @LAYOUT@)
+        ON CONFLICT DO NOTHING;
+    SELECT t.holder, t.expires_at, t.expires_at > pg_catalog.clock_timestamp() AS live
+        INTO r FROM @TABLE@ AS t WHERE t.space = @SPACE@ AND t.shard = @SHARD@ FOR UPDATE;
+    IF r.holder IS DISTINCT FROM @HOLDER@ AND r.holder IS NOT NULL AND r.live THEN
+        RAISE EXCEPTION 'idutil: shard % of ID space % is leased by % until %',
+            @SHARD@, @SPACE@, r.holder, r.expires_at
+            USING HINT = 'choose a shard no holder uses, or stop that holder and install '
+                'again once its lease has expired';
+    END IF;
+    UPDATE @TABLE@ AS t SET holder = @HOLDER@, expires_at = 'infinity',
+            epoch = t.epoch + (t.epoch < @EPOCH_MAX@)::int
+        WHERE t.space = @SPACE@ AND t.shard = @SHARD@ AND t.holder IS DISTINCT FROM @HOLDER@;
+END
+$idutil$;
+
+-- The counter: seconds since the layout's epoch and the sequence within the
+-- second, as one number (second << @SEQ_BITS@ | sequence). `nextval` is what
+-- every call pays; a sequence is never rolled back and survives a crash.
+CREATE SEQUENCE IF NOT EXISTS @FN@_counter AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE;
+-- The lowest counter value a call may still hand out without the lock:
+-- raised under the lock before the counter jumps.
+CREATE SEQUENCE IF NOT EXISTS @FN@_fence AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE;
+-- The highest second (since the epoch) this server's clock has shown: the
+-- lead is counted from it, so a clock set back does not count as lead.
+CREATE SEQUENCE IF NOT EXISTS @FN@_seen AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE;
+GRANT SELECT, USAGE ON SEQUENCE @FN@_counter, @FN@_fence TO PUBLIC;
+
+-- The ID of a counter value.
+CREATE OR REPLACE FUNCTION @FN@_id_of(v bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+AS $idutil$
+    SELECT ((v >> @SEQ_BITS@) << @SECONDS_SHIFT@) | ((v & @SEQ_MASK@) << @SHARD_BITS@) | @SHARD@
+$idutil$;
+
+-- Whether the server, the cluster or the lease table was replaced since the
+-- ID space's history was recorded (a restore, a promoted standby, another
+-- cluster): then every row of the space is raised, as a Rust holder's check
+-- does, and the new identity recorded. Run once per session, under the lock.
+CREATE OR REPLACE FUNCTION @FN@_check_space() RETURNS void
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+AS $idutil$
+DECLARE
+    v_sys text;
+    v_tl bigint;
+    v_result record;
+BEGIN
+    IF pg_catalog.has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') THEN
+        SELECT s.system_identifier::text INTO v_sys FROM pg_catalog.pg_control_system() AS s;
+    END IF;
+    v_tl := ('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()),
+        1, 8))::bit(32)::bigint;
+    PERFORM 1 FROM @HISTORY@ AS h
+        WHERE h.space = @SPACE@ AND h.shard = -1
+          AND (h.system_identifier IS NULL OR v_sys IS NULL OR h.system_identifier = v_sys)
+          AND (h.timeline IS NULL OR h.timeline = v_tl)
+          AND (h.table_oid IS NULL
+               OR h.table_oid = pg_catalog.to_regclass(@TABLE_TEXT@)::oid::bigint)
+          AND (h.table_node IS NULL
+               OR h.table_node = pg_catalog.pg_relation_filenode(
+                   pg_catalog.to_regclass(@TABLE_TEXT@))::bigint)
+          AND h.max_lead >= @REACH@;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(@HISTORY_LOCK@, pg_catalog.hashtext(@SPACE@));
+    @SPACE_CHECK@
+        INTO v_result;
+END
+$idutil$;
+
+-- Moves the counter to the first value it may hand out now, under the lock:
+-- past the clock's second, the row's mark and the fence. Returns the value.
+CREATE OR REPLACE FUNCTION @FN@_advance() RETURNS bigint
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+AS $idutil$
+DECLARE
+    v_now bigint := pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()))::bigint
+        - @EPOCH@;
+    r record;
+    v_target bigint;
+    v_fence bigint;
+    v_seen bigint;
+    v bigint;
+BEGIN
+    IF pg_catalog.current_setting('@GUC@', true) IS DISTINCT FROM @COUNTER_OID@ THEN
+        PERFORM @FN@_check_space();
+        PERFORM pg_catalog.set_config('@GUC@', @COUNTER_OID@, false);
+    END IF;
+    SELECT t.holder, t.expires_at > pg_catalog.clock_timestamp() AS live, t.high_water,
+            t.last_second, t.last_sequence
+        INTO r FROM @TABLE@ AS t WHERE t.space = @SPACE@ AND t.shard = @SHARD@;
+    IF NOT FOUND THEN
+        -- The row was deleted: the shard is still this database's.
+        INSERT INTO @TABLE@ AS t (space, shard, layout, holder, expires_at)
+            VALUES (@SPACE@, @SHARD@, @LAYOUT@, @HOLDER@, 'infinity')
+            ON CONFLICT DO NOTHING;
+    ELSIF r.holder IS DISTINCT FROM @HOLDER@ THEN
+        IF r.holder IS NOT NULL AND r.live THEN
+            RAISE EXCEPTION 'idutil: shard % of ID space % is leased by %, not by %',
+                @SHARD@, @SPACE@, r.holder, @HOLDER@
+                USING HINT = 'the row was changed by hand or restored from before the install; '
+                    'stop that holder, let its lease expire, and run idutil lease sql again';
+        END IF;
+        -- Freed (by hand, or a row restored from before the install): taken back.
+        UPDATE @TABLE@ AS t SET holder = @HOLDER@, expires_at = 'infinity',
+                epoch = t.epoch + (t.epoch < @EPOCH_MAX@)::int
+            WHERE t.space = @SPACE@ AND t.shard = @SHARD@;
+    END IF;
+    v_target := GREATEST(v_now << @SEQ_BITS@,
+        CASE WHEN r.last_second IS NOT NULL AND r.last_sequence IS NOT NULL
+                  AND r.last_second >= @EPOCH@
+             THEN ((r.last_second - @EPOCH@) << @SEQ_BITS@) + r.last_sequence + 1
+             WHEN r.high_water IS NOT NULL AND r.high_water >= @EPOCH@
+             THEN (LEAST(r.high_water - @EPOCH@ + 1, @SECONDS_END@)) << @SEQ_BITS@
+             ELSE 0 END);
+    SELECT f.last_value INTO v_fence FROM @FN@_fence AS f;
+    SELECT c.last_value INTO v FROM @FN@_counter AS c;
+    IF v < v_fence THEN
+        -- Below the fence: the counter was set back (restored apart from the
+        -- rest). Everything handed out since the fence lies in its second.
+        RAISE WARNING 'idutil: the counter of shard % is below its fence; it skips to the next second',
+            @SHARD@;
+        v_target := GREATEST(v_target, (v_fence | @SEQ_MASK@) + 1);
+    END IF;
+    v_target := GREATEST(v_target, v_fence);
+    IF v_target > v_fence THEN
+        PERFORM pg_catalog.setval(@FENCE_LIT@::pg_catalog.regclass, v_target, true);
+        v_fence := v_target;
+    END IF;
+    SELECT s.last_value INTO v_seen FROM @FN@_seen AS s;
+    IF v_now > v_seen THEN
+        PERFORM pg_catalog.setval(@SEEN_LIT@::pg_catalog.regclass, v_now, true);
+    END IF;
+    v := pg_catalog.nextval(@COUNTER_LIT@::pg_catalog.regclass);
+    IF v < v_target THEN
+        -- Calls that read the counter before the fence rose (one at most
+        -- for each session the server can run) may still draw from it: a
+        -- jump that lands past all of them is safe, a shorter gap is walked.
+        IF v + @BACKENDS@ < v_target THEN
+            PERFORM pg_catalog.setval(@COUNTER_LIT@::pg_catalog.regclass, v_target, false);
+            v := pg_catalog.nextval(@COUNTER_LIT@::pg_catalog.regclass);
+        ELSE
+            WHILE v < v_target LOOP
+                v := pg_catalog.nextval(@COUNTER_LIT@::pg_catalog.regclass);
+            END LOOP;
+        END IF;
+    END IF;
+    -- Calls without the lock stay in this value's second.
+    IF v > v_fence THEN
+        PERFORM pg_catalog.setval(@FENCE_LIT@::pg_catalog.regclass, v, true);
+    END IF;
+    RETURN v;
+END
+$idutil$;
+REVOKE ALL ON FUNCTION @FN@_check_space(), @FN@_advance() FROM PUBLIC;
+
+-- The slow path: the lock, the counter moved, the lock released whatever
+-- happens (a cancelled or failed call included), then the lead cap.
+CREATE OR REPLACE FUNCTION @FN@_catch_up() RETURNS bigint
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $idutil$
+DECLARE
+    locked boolean := false;
+    v bigint;
+    v_clock double precision;
+    v_seen bigint;
+    v_lead bigint;
+BEGIN
+    BEGIN
+        PERFORM pg_catalog.pg_advisory_lock(@LOCK@);
+        locked := true;
+        v := @FN@_advance();
+        locked := false;
+        PERFORM pg_catalog.pg_advisory_unlock(@LOCK@);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        IF locked THEN
+            PERFORM pg_catalog.pg_advisory_unlock(@LOCK@);
+        END IF;
+        RAISE;
+    END;
+    IF v >= @COUNTER_END@ THEN
+        RAISE EXCEPTION 'idutil: shard % has reached the last second of its layout (%)',
+            @SHARD@, @LAYOUT@;
+    END IF;
+    v_clock := pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) - @EPOCH@;
+    SELECT s.last_value INTO v_seen FROM @FN@_seen AS s;
+    v_lead := (v >> @SEQ_BITS@) - GREATEST(pg_catalog.floor(v_clock)::bigint, v_seen);
+    IF v_lead > @MAX_LEAD@ THEN
+        IF v_lead - @MAX_LEAD@ > @MAX_WAIT@ THEN
+            RAISE EXCEPTION 'idutil: shard %''s counter is % s ahead of this server''s clock '
+                '(lead cap % s)', @SHARD@, v_lead, @MAX_LEAD@
+                USING HINT = 'the clock was set far ahead and back, or the row''s mark was '
+                    'raised by hand: IDs resume when the clock reaches the counter';
+        END IF;
+        -- As a leased holder does: wait until the counter is within the cap.
+        PERFORM pg_catalog.pg_sleep(((v >> @SEQ_BITS@) - @MAX_LEAD@) - v_clock);
+    END IF;
+    RETURN @FN@_id_of(v);
+END
+$idutil$;
+
+-- An ID for a new row: `DEFAULT @FN@_next_id()`. Increasing within a
+-- session, in the clock's second, never one a Rust holder of the ID space
+-- issues, never one this function gave before.
+CREATE OR REPLACE FUNCTION @FN@_next_id() RETURNS bigint
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $idutil$
+DECLARE
+    v_floor bigint := (pg_catalog.floor(pg_catalog.date_part('epoch',
+        pg_catalog.clock_timestamp()))::bigint - @EPOCH@) << @SEQ_BITS@;
+    v_counter bigint;
+    v_fence bigint;
+    v_top bigint;
+    v bigint;
+BEGIN
+    -- Without the lock, in a session that checked the server once: a
+    -- counter at or past the clock's second and the fence, still in the
+    -- fence's second (the row is looked at again in each new second) and
+    -- within the lead cap. Read first, so that a call that will not use
+    -- the counter does not draw from it.
+    IF pg_catalog.current_setting('@GUC@', true) = @COUNTER_OID@
+       AND v_floor >= 0 AND v_floor < @COUNTER_END@ THEN
+        v_counter := pg_catalog.pg_sequence_last_value(@COUNTER_LIT@::pg_catalog.regclass);
+        v_fence := pg_catalog.pg_sequence_last_value(@FENCE_LIT@::pg_catalog.regclass);
+        v_top := LEAST(v_fence | @SEQ_MASK@, v_floor + @LEAD_SPAN@);
+        IF v_counter >= v_floor AND v_counter >= v_fence AND v_counter < v_top THEN
+            v := pg_catalog.nextval(@COUNTER_LIT@::pg_catalog.regclass);
+            IF v <= v_top AND v >= v_fence THEN
+                RETURN ((v >> @SEQ_BITS@) << @SECONDS_SHIFT@) | ((v & @SEQ_MASK@) << @SHARD_BITS@)
+                    | @SHARD@;
+            END IF;
+        END IF;
+    END IF;
+    RETURN @FN@_catch_up();
+END
+$idutil$;
+
+-- An ID's time (its second).
+CREATE OR REPLACE FUNCTION @FN@_time(id bigint) RETURNS timestamptz
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT
+AS $idutil$
+BEGIN
+    IF id < 0 OR id > 9007199254740991 OR id >= (1::bigint << @TOTAL_BITS@) THEN
+        RAISE EXCEPTION 'idutil: % is not an ID of layout % (0 to %)', id, @LAYOUT@,
+            LEAST(9007199254740991, (1::bigint << @TOTAL_BITS@) - 1);
+    END IF;
+    RETURN pg_catalog.to_timestamp((@EPOCH@ + (id >> @SECONDS_SHIFT@))::double precision);
+END
+$idutil$;
+
+-- The smallest and the largest ID any holder can issue in the second that
+-- holds `at`; NULL outside the layout's range (`Id::min_at`, `Id::max_at`).
+-- `WHERE id BETWEEN @FN@_min_at(a) AND @FN@_max_at(b)`.
+CREATE OR REPLACE FUNCTION @FN@_min_at(at timestamptz) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+AS $idutil$
+    SELECT CASE WHEN s >= 0 AND s < @SECONDS_END@ THEN s << @SECONDS_SHIFT@ END
+    FROM (SELECT pg_catalog.floor(pg_catalog.date_part('epoch', at))::bigint - @EPOCH@ AS s) AS x
+$idutil$;
+CREATE OR REPLACE FUNCTION @FN@_max_at(at timestamptz) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+AS $idutil$
+    SELECT CASE WHEN s >= 0 AND s < @SECONDS_END@
+                THEN (s << @SECONDS_SHIFT@) | ((1::bigint << @SECONDS_SHIFT@) - 1) END
+    FROM (SELECT pg_catalog.floor(pg_catalog.date_part('epoch', at))::bigint - @EPOCH@ AS s) AS x
+$idutil$;
