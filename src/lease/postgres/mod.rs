@@ -132,6 +132,116 @@
 //! rule](crate::lease)), and a holder's host keeps the marks of the shards
 //! it leased in its state file.
 //!
+//! # The database as a holder
+//!
+//! Every writer that is not a Rust holder (an admin's `INSERT` in psql, a
+//! migration that back-fills rows, a service in another language, a
+//! trigger, `COPY`) gets IDs in the same ID space from the database
+//! itself, which holds a shard of its own:
+//!
+//! ```sql
+//! CREATE TABLE notes (id bigint PRIMARY KEY DEFAULT idutil_next_id(), body text);
+//! ```
+//!
+//! Install it with one script, plain SQL and PL/pgSQL (no extension, so
+//! managed PostgreSQL runs it), printed by `idutil lease sql --shard 31`
+//! for a migration file (sqlx, diesel, refinery) or run by `idutil lease
+//! sql --shard 31 --apply` ([`DatabaseHolder`] in code). It names the
+//! lease's schema (the URL's `schema=`) and ID space, creates the lease
+//! tables if missing, and takes the shard's row: `holder` becomes
+//! `database function SCHEMA.idutil_next_id()` and `expires_at`
+//! `'infinity'`, so no Rust holder leases it while it is installed
+//! (refused while a live holder has it, and for an ID space recorded with
+//! another layout). Running it again changes nothing; a later version's
+//! script replaces the functions in place. `idutil lease check` names the
+//! shard, `idutil state` shows its holder, `idutil lease release` refuses
+//! it, and a generator that finds no free shard says which one the
+//! database holds. `--uninstall` prints the script that gives it back: it
+//! records the counter's exact last ID in the row (the next holder resumes
+//! after it), frees the row and drops the functions, and PostgreSQL
+//! refuses it while a column's default still calls the function.
+//!
+//! Beside `NAME_next_id()` (`NAME` is `idutil` unless `--name` says
+//! otherwise, for a second ID space in one schema) the script creates
+//! `NAME_time(id)` (an ID's second, as `timestamptz`; an error for a
+//! number that is not an ID), and `NAME_min_at(t)` / `NAME_max_at(t)`, the
+//! first and last ID of the second that holds `t` on any shard
+//! ([`Id::min_at`](crate::Id::min_at), [`Id::max_at`](crate::Id::max_at);
+//! `NULL` outside the layout), so that `WHERE id BETWEEN
+//! idutil_min_at(now() - interval '1 hour') AND idutil_max_at(now())` works
+//! from psql. A writer needs only its own table's privileges: the counter
+//! is readable by all, and the locked path runs as the role that installed
+//! it (`SECURITY DEFINER`, its `search_path` pinned).
+//!
+//! **What it promises.** No ID a Rust holder of the ID space issues (the
+//! shard is the database's alone), and none the function handed out
+//! before, through concurrent sessions, transactions rolled back or
+//! aborted, a transaction pooler, a server crash, a promoted standby, a
+//! restored dump and a server clock set back; IDs increasing within a
+//! session (and across the sessions of a pooler's client); every ID within
+//! 2^53 − 1; its second the server's clock's when it was made, or later by
+//! at most the lead cap ([`LeaseConfig::max_lead`], read at install) when
+//! more than the layout's sequence (65,536 with the default) is asked in a
+//! second: it borrows the next second, as a generator does, and past the
+//! lead cap a call waits. One shard's sustained rate is therefore the
+//! layout's sequence per second. A value counts once the transaction that
+//! drew it commits: one drawn by a transaction that never committed before
+//! a crash of the server may be drawn again, as PostgreSQL's own sequences
+//! may (its row never existed).
+//!
+//! **How the counter works.** The counter is a PostgreSQL sequence
+//! (`NAME_counter`: the second since the layout's epoch and the sequence
+//! within it, as one number), never rolled back, WAL-logged ahead of the
+//! values it hands out, replicated. A row updated per call would serialise
+//! every inserting transaction behind the one that holds it; a sequence
+//! does not. The price is the catch-up: moving a sequence forward to the
+//! clock takes `setval`, which is a blind write. So a call draws from the
+//! sequence without a lock only when the counter already sits in the
+//! clock's second (or a later one within the lead cap) and in the second
+//! of the last catch-up, at or past the *fence* (`NAME_fence`), checked by
+//! reading it first (a call that will not use the counter does not draw).
+//! Otherwise (each new second, a lagging or leading counter, a new
+//! session) it takes a session-level advisory lock, released whatever
+//! happens (a cancel included), and there: raises the fence first to the
+//! value the counter must reach (the clock's second, the row's mark, the
+//! fence), draws, and if behind, jumps with `setval` only when the value
+//! drawn is further behind than the number of sessions the server can run
+//! (each can have read the counter before the fence rose, and so draw once
+//! more at most), else walks with `nextval`. A jump therefore never lands
+//! below a value handed out. `NAME_seen` keeps the highest second the
+//! server's clock showed, from which the lead is counted, so a clock set
+//! back does not count as lead: the counter goes on from its own second
+//! (on the locked path until the clock catches up).
+//!
+//! **Restores and failovers.** The first call of each session (and of each
+//! server connection a pooler opens) runs the same history check as a
+//! holder ([*Restores and rewound
+//! histories*](#restores-and-rewound-histories)): a dump restored (new
+//! OIDs), another cluster, a point-in-time recovery or a promoted standby
+//! (a new timeline) raises every row of the ID space, the database's
+//! counter with them, past the server's clock plus the largest reach
+//! recorded plus twice the skew limit plus one second, and records the new
+//! identity; the calls then wait until the counter is within the lead
+//! cap. A counter found below its fence (the sequence restored apart from
+//! the rest, or set back by hand) skips to the second after the fence,
+//! past everything handed out without the lock.
+//!
+//! **Limits.** A server clock set far ahead for a moment moves the counter
+//! with it; once the clock is back, calls fail ("ahead of this server's
+//! clock") until the clock reaches the counter, or the function is
+//! uninstalled and installed on another shard. A counter or fence set back
+//! together by hand, and a restore of a physical backup that keeps the
+//! system identifier, the timeline and the OIDs, are not told apart, for
+//! the database as for a holder. Operators on `bigint` in the function
+//! without a lock resolve through the caller's `search_path`, where
+//! `pg_catalog` comes first unless a role lists it later.
+//!
+//! **Without a lease** (one application on one database, its shard from
+//! its host name): install the function with a shard the application never
+//! uses (`idutil lease sql --shard 31`), so the database's IDs and the
+//! application's never meet; the lease tables it creates hold that one
+//! row.
+//!
 //! # Opening and closing: the deadlines
 //!
 //! An open is a handful of round trips: the pooler's mode, the
