@@ -533,6 +533,17 @@ fn the_lease_commands_know_the_database_shard_and_the_uninstall_gives_it_back() 
         "{}",
         check.stdout
     );
+    let state = run(Command::new(idutil_harness::command::bin())
+        .env("IDUTIL_STATE_DIR", dir.path())
+        .args(["--lease", &url, "state"]))
+    .expect_code(0, "state");
+    assert!(
+        state.stdout.contains(
+            "shard 31:     leased by database function public.idutil_next_id(), no expiry"
+        ),
+        "{}",
+        state.stdout
+    );
     let release =
         run(idutil(0, dir.path()).args(["--lease", &url, "lease", "release", "--shard", "31"]));
     let release = release.expect_code(1, "release of the database's shard");

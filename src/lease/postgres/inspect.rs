@@ -23,7 +23,8 @@ fn inspect_here(config: &LeaseConfig, layout: &Layout) -> Result<Vec<ShardLease>
     let sql = format!(
         "SELECT shard, holder, \
              CASE WHEN expires_at > clock_timestamp() \
-                  THEN extract(epoch FROM expires_at - clock_timestamp())::float8 END, \
+                  THEN extract(epoch FROM expires_at)::float8 \
+                       - extract(epoch FROM clock_timestamp())::float8 END, \
              high_water, last_second, last_sequence, seen, layout, epoch \
          FROM {} WHERE space = {} AND shard BETWEEN {} AND {} ORDER BY shard",
         target.table(),

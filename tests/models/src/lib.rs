@@ -6,10 +6,13 @@
 //!   bound.
 //! - [`lease`]: the leased shard's holders and store, explored the same
 //!   way.
+//! - [`database`]: the database's own counter (`DEFAULT idutil_next_id()`)
+//!   under concurrent sessions, explored the same way.
 //!
 //! Each model names the functions of the code it follows; its tests also
 //! run a known-wrong variant and assert that the check catches it.
 
+pub mod database;
 pub mod explore;
 pub mod hot;
 pub mod lease;
