@@ -22,7 +22,7 @@ use idutil_harness::{state_dir, Tally};
 use crate::{driven, server, wait_until};
 
 /// The shard the database holds in these tests.
-const DB_SHARD: u32 = 31;
+pub(crate) const DB_SHARD: u32 = 31;
 
 /// A table whose key comes from the database's function.
 const NOTES: &str = "CREATE TABLE notes (id bigint PRIMARY KEY DEFAULT idutil_next_id(), \
@@ -30,7 +30,7 @@ const NOTES: &str = "CREATE TABLE notes (id bigint PRIMARY KEY DEFAULT idutil_ne
 
 /// The lease settings of these tests: short limits, so that a raise
 /// (2 s lead cap + 2 × 1 s skew + 1 s) costs seconds, not a minute.
-fn config(url: &str) -> LeaseConfig {
+pub(crate) fn config(url: &str) -> LeaseConfig {
     LeaseConfig::new(url)
         .shards(0..=30)
         .max_lead(Duration::from_secs(2))
@@ -39,7 +39,7 @@ fn config(url: &str) -> LeaseConfig {
 }
 
 /// Installs the database's holder of [`DB_SHARD`] and the `notes` table.
-fn install(pg: &Postgres, config: &LeaseConfig) {
+pub(crate) fn install(pg: &Postgres, config: &LeaseConfig) {
     DatabaseHolder::new(config, DB_SHARD).install().unwrap();
     pg.psql(NOTES);
 }

@@ -26,6 +26,7 @@ mod check;
 mod command;
 mod crowds;
 mod database;
+mod database_faults;
 mod fleet;
 mod marks;
 mod outages;

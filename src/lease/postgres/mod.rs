@@ -169,9 +169,10 @@
 //! ([`Id::min_at`](crate::Id::min_at), [`Id::max_at`](crate::Id::max_at);
 //! `NULL` outside the layout), so that `WHERE id BETWEEN
 //! idutil_min_at(now() - interval '1 hour') AND idutil_max_at(now())` works
-//! from psql. A writer needs only its own table's privileges: the counter
-//! is readable by all, and the locked path runs as the role that installed
-//! it (`SECURITY DEFINER`, its `search_path` pinned).
+//! from psql. A writer needs only its own table's privileges: the
+//! function runs as the role that installed it (`SECURITY DEFINER`, every
+//! operator named with its schema, the locked path's `search_path`
+//! pinned), whose counter no other role may draw from or move.
 //!
 //! **What it promises.** No ID a Rust holder of the ID space issues (the
 //! shard is the database's alone), and none the function handed out
@@ -184,10 +185,13 @@
 //! more than the layout's sequence (65,536 with the default) is asked in a
 //! second: it borrows the next second, as a generator does, and past the
 //! lead cap a call waits. One shard's sustained rate is therefore the
-//! layout's sequence per second. A value counts once the transaction that
-//! drew it commits: one drawn by a transaction that never committed before
-//! a crash of the server may be drawn again, as PostgreSQL's own sequences
-//! may (its row never existed).
+//! layout's sequence per second. A value handed out by a transaction that
+//! never committed counts too: a PostgreSQL sequence may hand such a value
+//! out again after a crash (its draw never reached the disk), so after
+//! every start of the server (a crash, a restart, a promotion) the first
+//! call jumps the counter past the lead cap of the highest clock second
+//! seen, past every value handed out before, and the calls wait about a
+//! second for the clock.
 //!
 //! **How the counter works.** The counter is a PostgreSQL sequence
 //! (`NAME_counter`: the second since the layout's epoch and the sequence
@@ -222,19 +226,24 @@
 //! counter with them, past the server's clock plus the largest reach
 //! recorded plus twice the skew limit plus one second, and records the new
 //! identity; the calls then wait until the counter is within the lead
-//! cap. A counter found below its fence (the sequence restored apart from
-//! the rest, or set back by hand) skips to the second after the fence,
-//! past everything handed out without the lock.
+//! cap. Installing a second ID space under the same name (or another
+//! shard for the same one) is refused.
 //!
-//! **Limits.** A server clock set far ahead for a moment moves the counter
-//! with it; once the clock is back, calls fail ("ahead of this server's
-//! clock") until the clock reaches the counter, or the function is
-//! uninstalled and installed on another shard. A counter or fence set back
-//! together by hand, and a restore of a physical backup that keeps the
-//! system identifier, the timeline and the OIDs, are not told apart, for
-//! the database as for a holder. Operators on `bigint` in the function
-//! without a lock resolve through the caller's `search_path`, where
-//! `pg_catalog` comes first unless a role lists it later.
+//! **Clocks.** A server clock outside the layout (before its epoch, past
+//! 2136 with the default) is refused before anything moves. The lead cap
+//! is kept as a holder keeps it: a call past it waits, under the lock, so
+//! that one wait serves every caller, and a wait longer than the raise of
+//! a restore (twice the lead cap, the skew limit twice and a second) is
+//! refused before anything moves. The lead is counted from the highest
+//! second the server's clock showed, so a clock set back is not lead: the
+//! counter goes on from its own second. A clock set ahead for a moment
+//! moves the counter with it, and the database's IDs then carry seconds
+//! ahead of the clock until it catches up (unique throughout).
+//!
+//! **Limits.** A counter set back by hand (or restored apart from the
+//! rest), and a restore of a physical backup that keeps the system
+//! identifier, the timeline and the OIDs, are not told apart, for the
+//! database as for a holder.
 //!
 //! **Without a lease** (one application on one database, its shard from
 //! its host name): install the function with a shard the application never

@@ -80,7 +80,16 @@ pub(in super::super) fn install(
             .into_iter()
             .skip(1),
     );
-    let tables: String = tables.iter().map(|s| format!("{s};\n")).collect();
+    // The advisory locks as statements that print nothing in psql.
+    let tables: String = tables
+        .iter()
+        .map(|s| match s.strip_prefix("SELECT pg_advisory_xact_lock(") {
+            Some(keys) => {
+                format!("DO $idutil$ BEGIN PERFORM pg_advisory_xact_lock({keys}; END $idutil$;\n")
+            }
+            None => format!("{s};\n"),
+        })
+        .collect();
     // The database's reach is its lead cap: it learns of a restore at its
     // next session's first call, before it issues.
     let reach = limits.max_lead;
@@ -95,7 +104,10 @@ pub(in super::super) fn install(
         + pg_catalog.current_setting('max_wal_senders')::bigint + 1)";
     // The last counter value within the lead cap of the clock's second.
     let lead_span = ((limits.max_lead + 1) << sequence_bits) - 1;
-    let holes: [(&str, String); 36] = [
+    let holes: [(&str, String); 39] = [
+        ("@LOCK_CLASS@", LOCK_KEY.to_string()),
+        ("@LOCK_OBJ@", names.key.to_string()),
+        ("@STARTED_LIT@", names.object("started")),
         ("@LEAD_SPAN@", lead_span.to_string()),
         ("@TABLES@", tables),
         (
@@ -144,9 +156,10 @@ pub(in super::super) fn install(
     script
 }
 
-/// The script that gives the shard back: the counter's exact last value
+/// The script that gives the shard back, one statement (so nothing is
+/// half done, in a transaction or not): the counter's exact last value
 /// recorded in the row (the next holder resumes after it), the row freed,
-/// the functions and the counter dropped. Refused by PostgreSQL while a
+/// the functions and the sequences dropped. Refused as a whole while a
 /// column's default still calls the function. Harmless when nothing is
 /// installed.
 pub(in super::super) fn uninstall(
@@ -168,36 +181,32 @@ pub(in super::super) fn uninstall(
          DECLARE\n    c record;\n    v_seen bigint;\n\
          BEGIN\n\
          \x20   PERFORM pg_catalog.pg_advisory_xact_lock({lock});\n\
-         \x20   IF pg_catalog.to_regclass({counter}) IS NULL THEN\n\
-         \x20       UPDATE {table} AS t SET holder = NULL, expires_at = '-infinity',\n\
-         \x20               epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int\n\
-         \x20           WHERE t.space = {space} AND t.holder = {holder};\n\
-         \x20       RETURN;\n\
-         \x20   END IF;\n\
-         \x20   -- Waits for the transactions that drew from the counter, and holds\n\
-         \x20   -- off new ones until this one ends.\n\
-         \x20   ALTER SEQUENCE {fn_}_counter OWNED BY NONE;\n\
-         \x20   SELECT s.last_value, s.is_called INTO c FROM {fn_}_counter AS s;\n\
-         \x20   SELECT s.last_value INTO v_seen FROM {fn_}_seen AS s;\n\
-         \x20   UPDATE {table} AS t SET\n\
-         \x20           high_water = CASE WHEN c.is_called\n\
-         \x20               THEN GREATEST(COALESCE(t.high_water, 0), {epoch} + (c.last_value >> {sequence_bits}))\n\
-         \x20               ELSE t.high_water END,\n\
+         \x20   IF pg_catalog.to_regclass({counter}) IS NOT NULL THEN\n\
+         \x20       -- Waits for the transactions that drew from the counter, and\n\
+         \x20       -- holds off new ones until this one ends.\n\
+         \x20       ALTER SEQUENCE {fn_}_counter OWNED BY NONE;\n\
+         \x20       SELECT s.last_value, s.is_called INTO c FROM {fn_}_counter AS s;\n\
+         \x20       SELECT s.last_value INTO v_seen FROM {fn_}_seen AS s;\n\
+         \x20       UPDATE {table} AS t SET\n\
+         \x20           high_water = CASE WHEN c.is_called THEN GREATEST(COALESCE(t.high_water, 0),\n\
+         \x20               {epoch} + (c.last_value >> {sequence_bits})) ELSE t.high_water END,\n\
          \x20           last_second = CASE WHEN c.is_called\n\
          \x20               THEN {epoch} + (c.last_value >> {sequence_bits}) ELSE t.last_second END,\n\
          \x20           last_sequence = CASE WHEN c.is_called\n\
          \x20               THEN c.last_value & {mask} ELSE t.last_sequence END,\n\
          \x20           seen = CASE WHEN v_seen > 0 THEN GREATEST(COALESCE(t.seen, 0), {epoch} + v_seen)\n\
-         \x20               ELSE t.seen END,\n\
-         \x20           holder = NULL, expires_at = '-infinity',\n\
+         \x20               ELSE t.seen END\n\
+         \x20       WHERE t.space = {space} AND t.holder = {holder};\n\
+         \x20   END IF;\n\
+         \x20   UPDATE {table} AS t SET holder = NULL, expires_at = '-infinity',\n\
          \x20           epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int\n\
          \x20       WHERE t.space = {space} AND t.holder = {holder};\n\
+         \x20   DROP FUNCTION IF EXISTS {fn_}_next_id(), {fn_}_catch_up(), {fn_}_advance(),\n\
+         \x20       {fn_}_check_space(), {fn_}_id_of(bigint), {fn_}_time(bigint),\n\
+         \x20       {fn_}_min_at(timestamptz), {fn_}_max_at(timestamptz);\n\
+         \x20   DROP SEQUENCE IF EXISTS {fn_}_counter, {fn_}_fence, {fn_}_seen, {fn_}_started;\n\
          END\n\
-         $idutil$;\n\
-         DROP FUNCTION IF EXISTS {fn_}_next_id(), {fn_}_catch_up(), {fn_}_advance(),\n\
-         \x20   {fn_}_check_space(), {fn_}_id_of(bigint), {fn_}_time(bigint),\n\
-         \x20   {fn_}_min_at(timestamptz), {fn_}_max_at(timestamptz);\n\
-         DROP SEQUENCE IF EXISTS {fn_}_counter, {fn_}_fence, {fn_}_seen;\n",
+         $idutil$;\n",
         shown = names.holder.trim_start_matches(HOLDER_PREFIX),
         lock = names.lock(),
     )

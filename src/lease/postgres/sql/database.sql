@@ -26,6 +26,13 @@ BEGIN
             @SPACE@, found_layout, @LAYOUT@
             USING HINT = 'install with the layout the ID space was recorded with';
     END IF;
+    SELECT t.space, t.shard INTO r FROM @TABLE@ AS t
+        WHERE t.holder = @HOLDER@ AND (t.space <> @SPACE@ OR t.shard <> @SHARD@) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'idutil: % already holds shard % of ID space %', @HOLDER@, r.shard, r.space
+            USING HINT = 'give this one another name (idutil lease sql --name), or uninstall '
+                'that one first (idutil lease sql --uninstall)';
+    END IF;
     INSERT INTO @TABLE@ (space, shard, layout) VALUES (@SPACE@, @SHARD@, @LAYOUT@)
         ON CONFLICT DO NOTHING;
     SELECT t.holder, t.expires_at, t.expires_at > pg_catalog.clock_timestamp() AS live
@@ -52,7 +59,24 @@ CREATE SEQUENCE IF NOT EXISTS @FN@_fence AS bigint MINVALUE 0 START 0 CACHE 1 NO
 -- The highest second (since the epoch) this server's clock has shown: the
 -- lead is counted from it, so a clock set back does not count as lead.
 CREATE SEQUENCE IF NOT EXISTS @FN@_seen AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE;
-GRANT SELECT, USAGE ON SEQUENCE @FN@_counter, @FN@_fence TO PUBLIC;
+-- When the server this counter last checked started
+-- (`pg_postmaster_start_time()`, Unix seconds): a new one is a crash, a
+-- restart or a promoted standby, after which draws that were never flushed
+-- may be drawn again unless the counter jumps.
+CREATE SEQUENCE IF NOT EXISTS @FN@_started AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE;
+-- Only the functions touch them (they run as the installing role).
+REVOKE ALL ON SEQUENCE @FN@_counter, @FN@_fence, @FN@_seen, @FN@_started FROM PUBLIC;
+-- A new counter has drawn nothing a crash could lose.
+DO $idutil$
+BEGIN
+    IF pg_catalog.pg_sequence_last_value(@STARTED_LIT@::pg_catalog.regclass) IS NULL
+       AND pg_catalog.pg_sequence_last_value(@COUNTER_LIT@::pg_catalog.regclass) IS NULL THEN
+        PERFORM pg_catalog.setval(@STARTED_LIT@::pg_catalog.regclass,
+            pg_catalog.floor(pg_catalog.date_part('epoch',
+                pg_catalog.pg_postmaster_start_time()))::bigint);
+    END IF;
+END
+$idutil$;
 
 -- The ID of a counter value.
 CREATE OR REPLACE FUNCTION @FN@_id_of(v bigint) RETURNS bigint
@@ -99,22 +123,46 @@ END
 $idutil$;
 
 -- Moves the counter to the first value it may hand out now, under the lock:
--- past the clock's second, the row's mark and the fence. Returns the value.
+-- past the clock's second, the row's mark and the fence; then waits, still
+-- under the lock, while that value is past the lead cap. Returns the value.
+-- Whatever it refuses, it refuses before anything moves.
 CREATE OR REPLACE FUNCTION @FN@_advance() RETURNS bigint
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
 AS $idutil$
 DECLARE
-    v_now bigint := pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()))::bigint
+    v_clock double precision := pg_catalog.date_part('epoch', pg_catalog.clock_timestamp())
         - @EPOCH@;
+    v_now bigint := pg_catalog.floor(v_clock)::bigint;
     r record;
     v_target bigint;
     v_fence bigint;
     v_seen bigint;
+    v_started bigint;
+    v_restart bigint := 0;
+    v_lead bigint;
     v bigint;
 BEGIN
+    IF v_now < 0 OR v_now >= @SECONDS_END@ THEN
+        RAISE EXCEPTION 'idutil: this server''s clock is outside layout % (it reads % s since its epoch)',
+            @LAYOUT@, v_now
+            USING HINT = 'set the server''s clock right: nothing was moved';
+    END IF;
+    SELECT s.last_value INTO v_seen FROM @FN@_seen AS s;
     IF pg_catalog.current_setting('@GUC@', true) IS DISTINCT FROM @COUNTER_OID@ THEN
         PERFORM @FN@_check_space();
+        -- A server started since the counter last looked (a crash, a
+        -- restart, a promotion): draws that never reached the disk (a
+        -- transaction that never committed) would be drawn again. Every
+        -- value handed out was within the lead cap of the highest clock
+        -- second seen, so the counter jumps past that.
+        v_started := pg_catalog.floor(pg_catalog.date_part('epoch',
+            pg_catalog.pg_postmaster_start_time()))::bigint;
+        IF pg_catalog.pg_sequence_last_value(@STARTED_LIT@::pg_catalog.regclass)
+           IS DISTINCT FROM v_started THEN
+            v_restart := LEAST(GREATEST(v_now, v_seen + 1) + @MAX_LEAD@ + 1, @SECONDS_END@)
+                << @SEQ_BITS@;
+        END IF;
         PERFORM pg_catalog.set_config('@GUC@', @COUNTER_OID@, false);
     END IF;
     SELECT t.holder, t.expires_at > pg_catalog.clock_timestamp() AS live, t.high_water,
@@ -137,29 +185,34 @@ BEGIN
                 epoch = t.epoch + (t.epoch < @EPOCH_MAX@)::int
             WHERE t.space = @SPACE@ AND t.shard = @SHARD@;
     END IF;
-    v_target := GREATEST(v_now << @SEQ_BITS@,
+    SELECT f.last_value INTO v_fence FROM @FN@_fence AS f;
+    SELECT c.last_value INTO v FROM @FN@_counter AS c;
+    v_target := GREATEST(v_now << @SEQ_BITS@, v_restart, v_fence,
         CASE WHEN r.last_second IS NOT NULL AND r.last_sequence IS NOT NULL
                   AND r.last_second >= @EPOCH@
-             THEN ((r.last_second - @EPOCH@) << @SEQ_BITS@) + r.last_sequence + 1
+             THEN LEAST(((r.last_second - @EPOCH@) << @SEQ_BITS@) + r.last_sequence + 1,
+                  @COUNTER_END@)
              WHEN r.high_water IS NOT NULL AND r.high_water >= @EPOCH@
              THEN (LEAST(r.high_water - @EPOCH@ + 1, @SECONDS_END@)) << @SEQ_BITS@
              ELSE 0 END);
-    SELECT f.last_value INTO v_fence FROM @FN@_fence AS f;
-    SELECT c.last_value INTO v FROM @FN@_counter AS c;
-    IF v < v_fence THEN
-        -- Below the fence: the counter was set back (restored apart from the
-        -- rest). Everything handed out since the fence lies in its second.
-        RAISE WARNING 'idutil: the counter of shard % is below its fence; it skips to the next second',
-            @SHARD@;
-        v_target := GREATEST(v_target, (v_fence | @SEQ_MASK@) + 1);
+    -- The lead the value will have, counted from the highest clock second
+    -- seen (a clock set back is not lead).
+    v_seen := GREATEST(v_seen, v_now);
+    v_lead := (GREATEST(v_target, v + 1) >> @SEQ_BITS@) - v_seen;
+    IF v_target >= @COUNTER_END@ OR v + 1 >= @COUNTER_END@ THEN
+        RAISE EXCEPTION 'idutil: shard % has reached the last second of layout %', @SHARD@, @LAYOUT@;
     END IF;
-    v_target := GREATEST(v_target, v_fence);
+    IF v_lead - @MAX_LEAD@ > @MAX_WAIT@ THEN
+        RAISE EXCEPTION 'idutil: shard %''s counter would be % s ahead of this server''s clock '
+                '(lead cap % s)', @SHARD@, v_lead, @MAX_LEAD@
+            USING HINT = 'the clock was set far back, or the row''s mark raised by hand: IDs '
+                'resume when the clock is within the lead cap of it; nothing was moved';
+    END IF;
     IF v_target > v_fence THEN
         PERFORM pg_catalog.setval(@FENCE_LIT@::pg_catalog.regclass, v_target, true);
         v_fence := v_target;
     END IF;
-    SELECT s.last_value INTO v_seen FROM @FN@_seen AS s;
-    IF v_now > v_seen THEN
+    IF v_now > (SELECT s.last_value FROM @FN@_seen AS s) THEN
         PERFORM pg_catalog.setval(@SEEN_LIT@::pg_catalog.regclass, v_now, true);
     END IF;
     v := pg_catalog.nextval(@COUNTER_LIT@::pg_catalog.regclass);
@@ -180,66 +233,70 @@ BEGIN
     IF v > v_fence THEN
         PERFORM pg_catalog.setval(@FENCE_LIT@::pg_catalog.regclass, v, true);
     END IF;
+    -- The new server is known only once the counter is past what it may
+    -- have lost.
+    IF v_restart > 0 THEN
+        PERFORM pg_catalog.setval(@STARTED_LIT@::pg_catalog.regclass, v_started, true);
+    END IF;
+    -- The lead cap, as a leased holder keeps it: wait here, under the
+    -- lock, so that one wait serves every caller, counted from the highest
+    -- second seen; the time waited then counts as seen (a clock set back
+    -- stays behind it).
+    v_lead := (v >> @SEQ_BITS@) - v_seen;
+    IF v_lead > @MAX_LEAD@ THEN
+        PERFORM pg_catalog.pg_sleep(((v >> @SEQ_BITS@) - @MAX_LEAD@)
+            - GREATEST(v_clock, v_seen::double precision));
+        IF (v >> @SEQ_BITS@) - @MAX_LEAD@ > (SELECT s.last_value FROM @FN@_seen AS s) THEN
+            PERFORM pg_catalog.setval(@SEEN_LIT@::pg_catalog.regclass,
+                (v >> @SEQ_BITS@) - @MAX_LEAD@, true);
+        END IF;
+    END IF;
     RETURN v;
 END
 $idutil$;
-REVOKE ALL ON FUNCTION @FN@_check_space(), @FN@_advance() FROM PUBLIC;
 
 -- The slow path: the lock, the counter moved, the lock released whatever
--- happens (a cancelled or failed call included), then the lead cap.
+-- happens (a cancelled or failed call included).
 CREATE OR REPLACE FUNCTION @FN@_catch_up() RETURNS bigint
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $idutil$
 DECLARE
-    locked boolean := false;
     v bigint;
-    v_clock double precision;
-    v_seen bigint;
-    v_lead bigint;
 BEGIN
     BEGIN
         PERFORM pg_catalog.pg_advisory_lock(@LOCK@);
-        locked := true;
         v := @FN@_advance();
-        locked := false;
         PERFORM pg_catalog.pg_advisory_unlock(@LOCK@);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
-        IF locked THEN
+        -- A lock granted as a timeout fired is held though the wait
+        -- failed: released, as many times as it is held.
+        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l
+                WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid()
+                  AND l.classid = @LOCK_CLASS@::oid AND l.objid = @LOCK_OBJ@::oid
+                  AND l.objsubid = 2 AND l.granted) LOOP
             PERFORM pg_catalog.pg_advisory_unlock(@LOCK@);
-        END IF;
+        END LOOP;
         RAISE;
     END;
-    IF v >= @COUNTER_END@ THEN
-        RAISE EXCEPTION 'idutil: shard % has reached the last second of its layout (%)',
-            @SHARD@, @LAYOUT@;
-    END IF;
-    v_clock := pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) - @EPOCH@;
-    SELECT s.last_value INTO v_seen FROM @FN@_seen AS s;
-    v_lead := (v >> @SEQ_BITS@) - GREATEST(pg_catalog.floor(v_clock)::bigint, v_seen);
-    IF v_lead > @MAX_LEAD@ THEN
-        IF v_lead - @MAX_LEAD@ > @MAX_WAIT@ THEN
-            RAISE EXCEPTION 'idutil: shard %''s counter is % s ahead of this server''s clock '
-                '(lead cap % s)', @SHARD@, v_lead, @MAX_LEAD@
-                USING HINT = 'the clock was set far ahead and back, or the row''s mark was '
-                    'raised by hand: IDs resume when the clock reaches the counter';
-        END IF;
-        -- As a leased holder does: wait until the counter is within the cap.
-        PERFORM pg_catalog.pg_sleep(((v >> @SEQ_BITS@) - @MAX_LEAD@) - v_clock);
-    END IF;
     RETURN @FN@_id_of(v);
 END
 $idutil$;
+REVOKE ALL ON FUNCTION @FN@_check_space(), @FN@_advance(), @FN@_catch_up(), @FN@_id_of(bigint)
+    FROM PUBLIC;
 
 -- An ID for a new row: `DEFAULT @FN@_next_id()`. Increasing within a
 -- session, in the clock's second, never one a Rust holder of the ID space
--- issues, never one this function gave before.
+-- issues, never one this function gave before. It runs as the role that
+-- installed it (the counter is that role's alone), so every operator is
+-- named with its schema: a caller's search_path cannot change what runs.
 CREATE OR REPLACE FUNCTION @FN@_next_id() RETURNS bigint
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 AS $idutil$
 DECLARE
     v_floor bigint := (pg_catalog.floor(pg_catalog.date_part('epoch',
-        pg_catalog.clock_timestamp()))::bigint - @EPOCH@) << @SEQ_BITS@;
+        pg_catalog.clock_timestamp()))::bigint OPERATOR(pg_catalog.-) @EPOCH@::bigint)
+        OPERATOR(pg_catalog.<<) @SEQ_BITS@;
     v_counter bigint;
     v_fence bigint;
     v_top bigint;
@@ -250,16 +307,22 @@ BEGIN
     -- fence's second (the row is looked at again in each new second) and
     -- within the lead cap. Read first, so that a call that will not use
     -- the counter does not draw from it.
-    IF pg_catalog.current_setting('@GUC@', true) = @COUNTER_OID@
-       AND v_floor >= 0 AND v_floor < @COUNTER_END@ THEN
+    IF pg_catalog.current_setting('@GUC@', true) OPERATOR(pg_catalog.=) @COUNTER_OID@
+       AND v_floor OPERATOR(pg_catalog.>=) 0::bigint
+       AND v_floor OPERATOR(pg_catalog.<) @COUNTER_END@::bigint THEN
         v_counter := pg_catalog.pg_sequence_last_value(@COUNTER_LIT@::pg_catalog.regclass);
         v_fence := pg_catalog.pg_sequence_last_value(@FENCE_LIT@::pg_catalog.regclass);
-        v_top := LEAST(v_fence | @SEQ_MASK@, v_floor + @LEAD_SPAN@);
-        IF v_counter >= v_floor AND v_counter >= v_fence AND v_counter < v_top THEN
+        v_top := LEAST(v_fence OPERATOR(pg_catalog.|) @SEQ_MASK@::bigint,
+            v_floor OPERATOR(pg_catalog.+) @LEAD_SPAN@::bigint);
+        IF v_counter OPERATOR(pg_catalog.>=) v_floor
+           AND v_counter OPERATOR(pg_catalog.>=) v_fence
+           AND v_counter OPERATOR(pg_catalog.<) v_top THEN
             v := pg_catalog.nextval(@COUNTER_LIT@::pg_catalog.regclass);
-            IF v <= v_top AND v >= v_fence THEN
-                RETURN ((v >> @SEQ_BITS@) << @SECONDS_SHIFT@) | ((v & @SEQ_MASK@) << @SHARD_BITS@)
-                    | @SHARD@;
+            IF v OPERATOR(pg_catalog.<=) v_top AND v OPERATOR(pg_catalog.>=) v_fence THEN
+                RETURN ((v OPERATOR(pg_catalog.>>) @SEQ_BITS@) OPERATOR(pg_catalog.<<) @SECONDS_SHIFT@)
+                    OPERATOR(pg_catalog.|) ((v OPERATOR(pg_catalog.&) @SEQ_MASK@::bigint)
+                        OPERATOR(pg_catalog.<<) @SHARD_BITS@)
+                    OPERATOR(pg_catalog.|) @SHARD@::bigint;
             END IF;
         END IF;
     END IF;
@@ -286,13 +349,13 @@ $idutil$;
 CREATE OR REPLACE FUNCTION @FN@_min_at(at timestamptz) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
 AS $idutil$
-    SELECT CASE WHEN s >= 0 AND s < @SECONDS_END@ THEN s << @SECONDS_SHIFT@ END
-    FROM (SELECT pg_catalog.floor(pg_catalog.date_part('epoch', at))::bigint - @EPOCH@ AS s) AS x
+    SELECT CASE WHEN s >= 0 AND s < @SECONDS_END@ THEN s::bigint << @SECONDS_SHIFT@ END
+    FROM (SELECT pg_catalog.floor(pg_catalog.date_part('epoch', at)) - @EPOCH@ AS s) AS x
 $idutil$;
 CREATE OR REPLACE FUNCTION @FN@_max_at(at timestamptz) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
 AS $idutil$
     SELECT CASE WHEN s >= 0 AND s < @SECONDS_END@
-                THEN (s << @SECONDS_SHIFT@) | ((1::bigint << @SECONDS_SHIFT@) - 1) END
-    FROM (SELECT pg_catalog.floor(pg_catalog.date_part('epoch', at))::bigint - @EPOCH@ AS s) AS x
+                THEN (s::bigint << @SECONDS_SHIFT@) | ((1::bigint << @SECONDS_SHIFT@) - 1) END
+    FROM (SELECT pg_catalog.floor(pg_catalog.date_part('epoch', at)) - @EPOCH@ AS s) AS x
 $idutil$;
