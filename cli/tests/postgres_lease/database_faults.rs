@@ -305,3 +305,49 @@ fn a_role_without_privileges_cannot_move_the_fence() {
         "a role with no privileges moved the fence {pushed:?} s ahead; then an insert: {after:?}"
     );
 }
+
+/// A session that holds the counter's lock while idle (a lock leaked by
+/// hand): `idutil lease check` fails naming it, since every catch-up
+/// waits for it.
+#[test]
+fn lease_check_names_a_session_idle_with_the_counters_lock() {
+    let Some(pg) = server() else { return };
+    let url = pg.tcp_url();
+    let config = config(&url);
+    install(&pg, &config);
+    let script = DatabaseHolder::new(&config, DB_SHARD)
+        .install_sql()
+        .unwrap();
+    let at =
+        script.find("pg_catalog.pg_advisory_lock(").unwrap() + "pg_catalog.pg_advisory_lock(".len();
+    let keys = &script[at..at + script[at..].find(')').unwrap()];
+    let mut idle = Command::new("psql")
+        .arg(&url)
+        .args(["-X", "-q", "-A", "-t"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let mut stdin = idle.stdin.take().unwrap();
+    stdin
+        .write_all(format!("SELECT pg_advisory_lock({keys});\n").as_bytes())
+        .unwrap();
+    stdin.flush().unwrap();
+    let held =
+        || pg.psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted") == "1";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !held() {
+        assert!(Instant::now() < deadline, "the lock was not taken");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let out = Command::new(idutil_harness::command::bin())
+        .args(["lease", "check", &url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    drop(stdin);
+    let _ = idle.wait();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("counter's lock while idle"), "{text}");
+}

@@ -517,7 +517,7 @@ fn rows(a: &mut Audit<'_>, layout: &Layout, range: &std::ops::RangeInclusive<u32
     }
     for line in cell(4).unwrap_or_default().lines() {
         let (shard, holder) = line.split_once('\t').unwrap_or((line, ""));
-        database_shard(a, shard, holder);
+        database_shard(a, layout, shard, holder);
     }
     if let Some(other) = cell(3) {
         a.say(
@@ -552,7 +552,7 @@ fn rows(a: &mut Audit<'_>, layout: &Layout, range: &std::ops::RangeInclusive<u32
 /// A shard the database holds ([`DatabaseHolder`](super::DatabaseHolder)):
 /// fine while its counter is there; stuck for good when the functions
 /// were dropped by hand, without the uninstall script.
-fn database_shard(a: &mut Audit<'_>, shard: &str, holder: &str) {
+fn database_shard(a: &mut Audit<'_>, layout: &Layout, shard: &str, holder: &str) {
     let function = holder.trim_start_matches(super::sql::database::HOLDER_PREFIX);
     let counter = function
         .strip_suffix("_next_id()")
@@ -569,15 +569,18 @@ fn database_shard(a: &mut Audit<'_>, shard: &str, holder: &str) {
         Some(rows.first()?.first()?.as_deref() == Some("t"))
     });
     match found {
-        Some(true) => a.say(
-            Fine,
-            "database",
-            format!(
-                "shard {shard} of ID space {:?} is held by the {holder} (idutil lease sql): \
-                 no generator leases it while that is installed",
-                a.config.prefix
-            ),
-        ),
+        Some(true) => {
+            a.say(
+                Fine,
+                "database",
+                format!(
+                    "shard {shard} of ID space {:?} is held by the {holder} (idutil lease \
+                     sql): no generator leases it while that is installed",
+                    a.config.prefix
+                ),
+            );
+            database_counter(a, function, layout);
+        }
         _ => a.say(
             Fail,
             "database",
@@ -590,6 +593,61 @@ fn database_shard(a: &mut Audit<'_>, shard: &str, holder: &str) {
                 a.config.prefix
             ),
         ),
+    }
+}
+
+/// The database's counter against the server's clock (how far ahead, and
+/// whether a session holds its lock while idle: every catch-up waits for
+/// it), for `function` (`SCHEMA.NAME_next_id()`).
+fn database_counter(a: &mut Audit<'_>, function: &str, layout: &Layout) {
+    let Some((schema, name)) = function
+        .strip_suffix("_next_id()")
+        .and_then(|f| f.split_once('.'))
+    else {
+        return;
+    };
+    let counter = literal(&format!("{}.{name}_counter", quote(schema)));
+    let (class, key) = super::sql::database::lock_keys(schema, name);
+    let sql = format!(
+        "SELECT (pg_sequence_last_value({counter}::regclass) >> {bits}) + {epoch} \
+             - floor(extract(epoch FROM clock_timestamp()))::bigint, \
+         (SELECT string_agg(l.pid::text, ', ') FROM pg_locks AS l \
+             JOIN pg_stat_activity AS s ON s.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.classid = {class}::oid \
+               AND l.objid = {key}::oid AND l.objsubid = 2 AND l.granted \
+               AND s.state LIKE 'idle%')",
+        bits = layout.sequence_bits(),
+        epoch = layout.epoch(),
+    );
+    let Ok(rows) = a.rows(sql) else {
+        return a.say(Warn, "database", "the database's counter could not be read");
+    };
+    let cell = |i: usize| rows.first().and_then(|r| r.get(i).cloned().flatten());
+    let lead = number::<i64>(&cell(0), "the lead")
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    let cap = a.config.get_max_lead().as_secs() as i64;
+    if lead > cap {
+        a.say(
+            Warn,
+            "database",
+            format!(
+                "the {function} counter is {lead} s ahead of the server's clock (lead cap \
+                 {cap} s): its calls wait, or are refused, until the clock catches up"
+            ),
+        );
+    }
+    if let Some(pids) = cell(1) {
+        a.say(
+            Fail,
+            "database",
+            format!(
+                "session(s) {pids} hold the {function} counter's lock while idle: every \
+                 catch-up (each new second) waits for them; end them \
+                 (pg_terminate_backend)"
+            ),
+        );
     }
 }
 

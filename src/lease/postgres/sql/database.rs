@@ -18,6 +18,17 @@ pub(in super::super) const HOLDER_PREFIX: &str = "database function ";
 /// [`Names::key`].
 const LOCK_KEY: i32 = 0x6964_6462;
 
+/// The counter lock's two keys as `pg_locks` shows them (`classid`,
+/// `objid`), for the install named `name` in `schema`.
+pub(in super::super) fn lock_keys(schema: &str, name: &str) -> (u32, u32) {
+    (LOCK_KEY as u32, key(schema, name))
+}
+
+/// The second key of an install's lock, and its session setting's name.
+fn key(schema: &str, name: &str) -> u32 {
+    crc32fast::hash(format!("{schema}\0{name}").as_bytes())
+}
+
 /// The names of one install: its objects, its holder's token, its lock.
 pub(in super::super) struct Names {
     /// `"schema".name`: each object's name is this plus a suffix.
@@ -34,7 +45,7 @@ impl Names {
     pub(in super::super) fn new(target: &Target, name: &str) -> Names {
         let prefix = format!("{}.{name}", quote(target.schema()));
         let holder = format!("{HOLDER_PREFIX}{}.{name}_next_id()", target.schema());
-        let key = crc32fast::hash(format!("{}\0{name}", target.schema()).as_bytes());
+        let key = key(target.schema(), name);
         Names {
             prefix,
             holder,
