@@ -13,12 +13,17 @@ const HEIGHT: u32 = 1000;
 const FONT: &str = "sans-serif";
 
 /// Colours per key, in [`Key::ALL`] order: grey for the serial baseline,
-/// blue for idutil, orange and red for the UUIDs.
-const COLOURS: [RGBColor; 4] = [
+/// light blue for the counter (SQLite's floor for a given key), blue for
+/// idutil, orange and red for the UUIDs; the diagnostic keys after them.
+const COLOURS: [RGBColor; Key::ALL.len()] = [
     RGBColor(150, 150, 150),
+    RGBColor(158, 202, 225),
     RGBColor(31, 119, 180),
     RGBColor(255, 160, 60),
     RGBColor(214, 39, 40),
+    RGBColor(90, 90, 90),
+    RGBColor(116, 196, 118),
+    RGBColor(117, 107, 177),
 ];
 
 /// What one panel shows of a measurement, and for which databases.
@@ -103,9 +108,11 @@ where
         .collect();
     groups.sort_by_key(|&(s, rows)| (s.db, rows, s.clients));
     groups.dedup();
-    // (group, key, ratio)
+    // (group, key, slot in the group, ratio): each group's bars side by
+    // side, in `Key::ALL` order, as many as it has keys.
     let mut bars = Vec::new();
     for (g, &(setup, rows)) in groups.iter().enumerate() {
+        let mut slot = 0;
         for (k, key) in Key::ALL.into_iter().enumerate() {
             let Some(m) = results
                 .iter()
@@ -118,13 +125,14 @@ where
             };
             if let (Some(v), Some(b)) = ((panel.value)(m), (panel.value)(base)) {
                 if b > 0.0 {
-                    bars.push((g, k, v / b));
+                    bars.push((g, k, slot, v / b));
+                    slot += 1;
                 }
             }
         }
     }
     // Room above the bars for the legend.
-    let top = bars.iter().map(|&(_, _, r)| r).fold(1.0f64, f64::max) * 1.5;
+    let top = bars.iter().map(|&(_, _, _, r)| r).fold(1.0f64, f64::max) * 1.5;
     let n = groups.len().max(1);
     let labels: Vec<String> = groups.iter().map(|&g| group_label(g)).collect();
     let mut chart = ChartBuilder::on(area)
@@ -150,25 +158,28 @@ where
         .y_desc("× the serial key")
         .y_label_formatter(&|y| format!("{y:.1}×"))
         .draw()?;
-    let width = 0.8 / Key::ALL.len() as f64;
+    let slots = bars.iter().map(|&(_, _, s, _)| s + 1).max().unwrap_or(1);
+    let width = 0.8 / slots as f64;
     for (k, key) in Key::ALL.into_iter().enumerate() {
         let colour = COLOURS[k];
-        let mine: Vec<(usize, f64)> = bars
+        let mine: Vec<(f64, f64)> = bars
             .iter()
-            .filter(|&&(_, bk, _)| bk == k)
-            .map(|&(g, _, r)| (g, r))
+            .filter(|&&(_, bk, _, _)| bk == k)
+            .map(|&(g, _, s, r)| (g as f64 + 0.1 + s as f64 * width, r))
             .collect();
-        let x0 = |g: usize| g as f64 + 0.1 + k as f64 * width;
+        if mine.is_empty() {
+            continue;
+        }
         chart
-            .draw_series(mine.iter().map(|&(g, r)| {
-                Rectangle::new([(x0(g), 0.0), (x0(g) + width * 0.92, r)], colour.filled())
+            .draw_series(mine.iter().map(|&(x0, r)| {
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.92, r)], colour.filled())
             }))?
             .label(key.name())
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], colour.filled()));
-        chart.draw_series(mine.iter().map(|&(g, r)| {
+        chart.draw_series(mine.iter().map(|&(x0, r)| {
             Text::new(
                 format!("{r:.2}"),
-                (x0(g) + width * 0.46, r + top * 0.012),
+                (x0 + width * 0.46, r + top * 0.012),
                 TextStyle::from((FONT, 12).into_font()).pos(
                     plotters::style::text_anchor::Pos::new(
                         plotters::style::text_anchor::HPos::Center,

@@ -2,16 +2,18 @@
 //! of the table and of its primary-key index, the write-ahead log written,
 //! and a time-range query, for an idutil ID against `bigserial` (SQLite:
 //! `INTEGER PRIMARY KEY`), UUID v7 and UUID v4, in PostgreSQL and SQLite,
-//! from one client and from 8 concurrent clients. Every figure is also
-//! given as a ratio to `bigserial` in the same run; the runner prints a
-//! Markdown table, saves the results as JSON and draws them as an SVG chart
-//! (`benches/database.svg`).
+//! from one client and from 8 concurrent clients; in SQLite also against
+//! the floor for any key the client gives, a plain counter bound as the
+//! idutil keys are. Every figure is also given as a ratio to `bigserial`
+//! in the same run; the runner prints a Markdown table, saves the results
+//! as JSON and draws them as an SVG chart (`benches/database.svg`).
 //!
 //! The table is what an application would make: `id` (the key), `body` (a
 //! short text) and `created` (a timestamp with an index of its own). Rows go
 //! in as batched transactions, 1,000 rows per `INSERT` statement, each its
 //! own transaction, the keys made by the client (`Generator::next_id`,
-//! `Uuid::now_v7`, `Uuid::new_v4`; `bigserial` by the server). PostgreSQL is
+//! the counter, `Uuid::now_v7`, `Uuid::new_v4`; `bigserial` by the
+//! server). PostgreSQL is
 //! a fresh cluster started the way the tests start theirs, but with
 //! `fsync` on and the default 128 MB of `shared_buffers`
 //! (`Postgres::start_for_benchmark`); SQLite is a file in WAL mode with
@@ -30,19 +32,24 @@
 //! `cargo bench --bench database` runs the full plan (1 million rows for
 //! every database and client count, 10 million for PostgreSQL with one
 //! client); `-- --rows 1000000,10000000 --big-setups all` runs 10 million
-//! everywhere, `--setups pg-1,sqlite-8` picks setups, `--chart-from FILE`
-//! redraws the chart from saved results. Under `cargo test` it runs a few
-//! thousand rows through every setup as a smoke test, checks the counts,
-//! and draws the chart into a temporary directory.
+//! everywhere, `--setups pg-1,sqlite-8` picks setups, `--keys
+//! serial,counter,idutil` picks keys (and adds the diagnostic ones, see
+//! [`Key`]), `--chart-from FILE` redraws the chart from saved results;
+//! `--engine` measures SQLite's own cost of each key shape instead
+//! (`engine.rs`). Under `cargo test` it runs a few thousand rows through
+//! every setup and the engine measurement as a smoke test, checks the
+//! counts, and draws the chart into a temporary directory.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, AtomicUsize};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
-use idutil::Generator;
+use idutil::{Generator, Id};
 use serde::{Deserialize, Serialize};
 
 mod chart;
+mod engine;
 mod options;
 mod pg;
 mod report;
@@ -51,13 +58,16 @@ mod sqlite;
 
 use options::{options, Options};
 use report::{base_of, check_chart, load_average, medians, print_tables};
-use rows::{id_bounds, Batch, Keys, Made, Maker};
+use rows::{id_bounds, Batch, Keys, Made, Maker, Source};
 
 /// Rows per `INSERT` (and per transaction).
 const BATCH: usize = 1_000;
 /// Executions of each query; the median is reported.
 const QUERY_RUNS: usize = 5;
 const SHARD: u32 = 3;
+/// How far apart one shard's consecutive IDs are: one sequence step, above
+/// the shard's bits.
+const ID_STEP: i64 = 32;
 
 /// The primary key of a measurement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -65,32 +75,108 @@ pub enum Key {
     /// `bigserial` (PostgreSQL) or `INTEGER PRIMARY KEY` without a value
     /// (SQLite): the database numbers the rows.
     Serial,
+    /// SQLite only: the floor for a key the client gives. Increasing
+    /// integers from a plain counter the clients share (no idutil call),
+    /// with the values of one shard's IDs (now's first ID, then steps of
+    /// 32), bound as the idutil keys are: the same SQL, binds and types.
+    Counter,
     /// An idutil ID in a `BIGINT` (SQLite: `INTEGER PRIMARY KEY`).
     Idutil,
     /// `Uuid::now_v7`, in a `uuid` (SQLite: a 16-byte `BLOB`).
     UuidV7,
     /// `Uuid::new_v4`, likewise.
     UuidV4,
+    // Diagnostics, SQLite only, measured when `--keys` names them: what
+    // the gap between `Serial` and `Counter` is made of, and what the ID
+    // call costs.
+    /// `INTEGER PRIMARY KEY` numbered by SQLite, but inserted as the given
+    /// keys are: `(id, body, created)`, three binds a row, `id` NULL.
+    SerialNull,
+    /// The counter from 1 in steps of 1: a key of 1 to 3 bytes where the
+    /// counter's and idutil's take 8.
+    CounterSmall,
+    /// idutil IDs from `next_id()`, all made before the clock starts and
+    /// the generator closed, handed out as the counter's are.
+    IdutilBefore,
 }
 impl Key {
-    const ALL: [Key; 4] = [Key::Serial, Key::Idutil, Key::UuidV7, Key::UuidV4];
+    const ALL: [Key; 8] = [
+        Key::Serial,
+        Key::Counter,
+        Key::Idutil,
+        Key::UuidV7,
+        Key::UuidV4,
+        Key::SerialNull,
+        Key::CounterSmall,
+        Key::IdutilBefore,
+    ];
+    /// What runs unless `--keys` says otherwise.
+    const DEFAULT: [Key; 5] = [
+        Key::Serial,
+        Key::Counter,
+        Key::Idutil,
+        Key::UuidV7,
+        Key::UuidV4,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Key::Serial => "bigserial",
+            Key::Counter => "counter",
             Key::Idutil => "idutil",
             Key::UuidV7 => "uuid v7",
             Key::UuidV4 => "uuid v4",
+            Key::SerialNull => "INTEGER PRIMARY KEY, id NULL",
+            Key::CounterSmall => "counter from 1",
+            Key::IdutilBefore => "idutil, made before",
         }
+    }
+
+    /// `serial`, `counter`, `idutil-before`: the names `--keys` takes.
+    fn code(self) -> &'static str {
+        match self {
+            Key::Serial => "serial",
+            Key::Counter => "counter",
+            Key::Idutil => "idutil",
+            Key::UuidV7 => "uuid-v7",
+            Key::UuidV4 => "uuid-v4",
+            Key::SerialNull => "serial-null",
+            Key::CounterSmall => "counter-small",
+            Key::IdutilBefore => "idutil-before",
+        }
+    }
+
+    fn parse(code: &str) -> Result<Key, String> {
+        Key::ALL
+            .into_iter()
+            .find(|k| k.code() == code)
+            .ok_or_else(|| {
+                let all: Vec<&str> = Key::ALL.iter().map(|k| k.code()).collect();
+                format!("unknown key `{code}` ({})", all.join(", "))
+            })
     }
 
     fn table(self) -> &'static str {
         match self {
             Key::Serial => "keys_serial",
+            Key::Counter => "keys_counter",
             Key::Idutil => "keys_idutil",
             Key::UuidV7 => "keys_uuid7",
             Key::UuidV4 => "keys_uuid4",
+            Key::SerialNull => "keys_serial_null",
+            Key::CounterSmall => "keys_counter_small",
+            Key::IdutilBefore => "keys_idutil_before",
         }
+    }
+
+    /// Whether `db` can measure this key.
+    fn runs_in(self, db: Db) -> bool {
+        db == Db::Sqlite || matches!(self, Key::Serial | Key::Idutil | Key::UuidV7 | Key::UuidV4)
+    }
+
+    /// Keyed by idutil IDs: the table answers a time range by `id`.
+    fn is_idutil(self) -> bool {
+        matches!(self, Key::Idutil | Key::IdutilBefore)
     }
 }
 
@@ -267,15 +353,37 @@ async fn measure<D: Database + Sync>(
         .prefix("idutil-db-bench")
         .tempdir_in(state_root)
         .expect("a state directory");
-    let generator = (key == Key::Idutil).then(|| {
-        Arc::new(
-            Generator::builder()
-                .shard(SHARD)
-                .state_dir(state.path())
-                .open()
-                .expect("open a generator"),
-        )
-    });
+    let open = || {
+        Generator::builder()
+            .shard(SHARD)
+            .state_dir(state.path())
+            .open()
+            .expect("open a generator")
+    };
+    let mut made = Made::default();
+    let mut generator = None;
+    let source = match key {
+        Key::Idutil => {
+            let g = Arc::new(open());
+            generator = Some(g.clone());
+            Source::Generator(g)
+        }
+        Key::Counter => {
+            let now = Id::min_at(SystemTime::now()).expect("now in the ID range");
+            let first = i64::from(now) + i64::from(SHARD);
+            Source::Counter(Arc::new(AtomicI64::new(first)), ID_STEP)
+        }
+        Key::CounterSmall => Source::Counter(Arc::new(AtomicI64::new(1)), 1),
+        Key::IdutilBefore => {
+            let g = open();
+            let ids: Vec<Id> = (0..rows).map(|_| g.next_id().expect("an ID")).collect();
+            g.close().expect("close the generator");
+            made.count_ids(&ids);
+            let ids: Arc<[i64]> = ids.into_iter().map(i64::from).collect();
+            Source::Made(ids, Arc::new(AtomicUsize::new(0)))
+        }
+        Key::Serial | Key::SerialNull | Key::UuidV7 | Key::UuidV4 => Source::None,
+    };
     let wal_before = db.wal_position().await;
     let clients = setup.clients as u64;
     let began = Instant::now();
@@ -284,7 +392,7 @@ async fn measure<D: Database + Sync>(
         let work = (0..clients).map(|c| {
             let share = rows / clients + u64::from(c < rows % clients);
             let first_row = c * (rows / clients) + c.min(rows % clients);
-            let mut maker = Maker::new(key, generator.clone(), first_row);
+            let mut maker = Maker::new(key, source.clone(), first_row);
             async move {
                 let mut left = share;
                 while left > 0 {
@@ -296,7 +404,6 @@ async fn measure<D: Database + Sync>(
                 maker.made
             }
         });
-        let mut made = Made::default();
         for m in futures_util::future::join_all(work).await {
             made.merge(m);
         }
@@ -304,6 +411,7 @@ async fn measure<D: Database + Sync>(
     };
     let seconds = began.elapsed().as_secs_f64();
     let wal_after = db.wal_position().await;
+    drop(source);
     if let Some(g) = generator {
         Arc::try_unwrap(g)
             .map_err(|_| "the clients are done")
@@ -323,7 +431,7 @@ async fn measure<D: Database + Sync>(
         Made::count(&made.created, window),
         "{key:?}: rows created in {window:?}"
     );
-    let by_id = if key == Key::Idutil {
+    let by_id = if key.is_idutil() {
         let bounds = id_bounds(window);
         let t = time_query(db, async |db: &mut D| db.query_id(key, bounds).await).await;
         assert_eq!(
@@ -366,6 +474,10 @@ fn main() {
     if o.smoke {
         o.results = work.path().join("results.json");
         o.chart = work.path().join("database.svg");
+        engine::run(o.rows[0], 1, work.path());
+    } else if o.engine {
+        engine::run(o.rows[0], o.rounds, work.path());
+        return;
     }
     let results = match &o.chart_from {
         Some(path) => {
@@ -419,11 +531,11 @@ fn run(o: &Options, work: &Path) -> Vec<Measurement> {
                         let Some(mut db) = pg::Pg::start(setup.clients).await else {
                             return Vec::new();
                         };
-                        measure_all(&mut db, setup, rows, rounds, work).await
+                        measure_all(&mut db, setup, rows, rounds, &o.keys, work).await
                     }
                     Db::Sqlite => {
                         let mut db = sqlite::Lite::new(work, setup.clients);
-                        measure_all(&mut db, setup, rows, rounds, work).await
+                        measure_all(&mut db, setup, rows, rounds, &o.keys, work).await
                     }
                 }
             });
@@ -436,7 +548,8 @@ fn run(o: &Options, work: &Path) -> Vec<Measurement> {
     results
 }
 
-/// Every key for one setup and row count: an untimed warm-up (a tenth of
+/// Every key of `keys` the setup's database runs, for one setup and row
+/// count: an untimed warm-up (a tenth of
 /// the rows, at most 200,000, with the serial key: the server's caches and
 /// the disk's first writes), then `rounds` rounds, each key once per round,
 /// the order rotating so that each key goes first in turn.
@@ -445,13 +558,19 @@ async fn measure_all<D: Database + Sync>(
     setup: Setup,
     rows: u64,
     rounds: usize,
+    keys: &[Key],
     work: &Path,
 ) -> Vec<Measurement> {
+    let keys: Vec<Key> = keys
+        .iter()
+        .copied()
+        .filter(|k| k.runs_in(setup.db))
+        .collect();
     measure(db, setup, (rows / 10).clamp(1, 200_000), Key::Serial, work).await;
     let mut out = Vec::new();
     for round in 0..rounds {
-        for k in 0..Key::ALL.len() {
-            let key = Key::ALL[(round + k) % Key::ALL.len()];
+        for k in 0..keys.len() {
+            let key = keys[(round + k) % keys.len()];
             let m = measure(db, setup, rows, key, work).await;
             eprintln!(
                 "{} × {}, {rows} rows, round {}, {}: {:.0} rows/s",

@@ -1,13 +1,16 @@
-//! The runner's command line: row counts, setups, rounds, where results and the chart go.
+//! The runner's command line: row counts, setups, keys, rounds, where results and the chart go.
 
 use std::path::{Path, PathBuf};
 
-use crate::Setup;
+use crate::{Key, Setup};
 
 pub struct Options {
     pub smoke: bool,
     pub rows: Vec<u64>,
     pub setups: Vec<Setup>,
+    /// Keys to measure, in this order (each setup runs those its
+    /// database can).
+    pub keys: Vec<Key>,
     /// Setups that run the row counts after the first.
     pub big_setups: Vec<Setup>,
     pub results: PathBuf,
@@ -15,6 +18,9 @@ pub struct Options {
     pub chart_from: Option<PathBuf>,
     /// Rounds for the first row count.
     pub rounds: usize,
+    /// SQLite's own cost of each key shape (`engine.rs`), for the first
+    /// row count, instead of the plan.
+    pub engine: bool,
 }
 
 pub fn options() -> Result<Options, String> {
@@ -28,11 +34,13 @@ pub fn options() -> Result<Options, String> {
             vec![1_000_000, 10_000_000]
         },
         setups: Setup::ALL.to_vec(),
+        keys: Key::DEFAULT.to_vec(),
         big_setups: vec![Setup::ALL[0]],
         results: Path::new(env!("CARGO_TARGET_TMPDIR")).join("database-bench.json"),
         chart: Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/database.svg"),
         chart_from: None,
         rounds: if smoke { 2 } else { 3 },
+        engine: false,
     };
     let setups = |v: &str| -> Result<Vec<Setup>, String> {
         if v == "all" {
@@ -56,6 +64,13 @@ pub fn options() -> Result<Options, String> {
                     .collect::<Result<_, _>>()?
             }
             "--setups" => o.setups = setups(value()?)?,
+            "--keys" => {
+                o.keys = value()?
+                    .split(',')
+                    .map(Key::parse)
+                    .collect::<Result<_, _>>()?
+            }
+            "--engine" => o.engine = true,
             "--big-setups" => o.big_setups = setups(value()?)?,
             "--results" => o.results = value()?.into(),
             "--chart" => o.chart = value()?.into(),
@@ -69,6 +84,10 @@ pub fn options() -> Result<Options, String> {
     }
     if o.rows.is_empty() || o.rows.contains(&0) {
         return Err("--rows needs counts above 0".into());
+    }
+    if !o.keys.contains(&Key::Serial) {
+        // The ratios are to it.
+        o.keys.insert(0, Key::Serial);
     }
     Ok(o)
 }

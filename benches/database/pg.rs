@@ -45,6 +45,7 @@ fn column(key: Key) -> &'static str {
         Key::Serial => "bigserial",
         Key::Idutil => "bigint",
         Key::UuidV7 | Key::UuidV4 => "uuid",
+        _ => unreachable!("{key:?} is measured in SQLite only (Key::runs_in)"),
     }
 }
 
@@ -93,7 +94,7 @@ impl Database for Pg {
                 .execute(&self.pool)
                 .await
             }
-            Keys::Idutil(ids) => {
+            Keys::Int(ids) => {
                 sqlx::query(AssertSqlSafe(format!(
                     "INSERT INTO {t} (id, body, created) SELECT i, b, {AT} \
                      FROM UNNEST($1::int8[], $2::text[], $3::int8[]) AS u(i, b, c)"
@@ -104,6 +105,7 @@ impl Database for Pg {
                 .execute(&self.pool)
                 .await
             }
+            Keys::Null => unreachable!("measured in SQLite only"),
             Keys::Uuid(ids) => {
                 sqlx::query(AssertSqlSafe(format!(
                     "INSERT INTO {t} (id, body, created) SELECT i, b, {AT} \

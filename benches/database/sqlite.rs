@@ -43,7 +43,12 @@ impl Lite {
 fn column(key: Key) -> &'static str {
     match key {
         // The rowid: the table's own b-tree key, no index of its own.
-        Key::Serial | Key::Idutil => "INTEGER PRIMARY KEY",
+        Key::Serial
+        | Key::Counter
+        | Key::Idutil
+        | Key::SerialNull
+        | Key::CounterSmall
+        | Key::IdutilBefore => "INTEGER PRIMARY KEY",
         // A rowid table with an index on the blob.
         Key::UuidV7 | Key::UuidV4 => "BLOB PRIMARY KEY NOT NULL",
     }
@@ -98,7 +103,18 @@ impl Database for Lite {
                 });
                 q
             }
-            Keys::Idutil(ids) => {
+            // The same statement as the given keys', NULL where they bind
+            // their key.
+            Keys::Null => {
+                let mut q =
+                    QueryBuilder::<Sqlite>::new(format!("INSERT INTO {t} (id, body, created) "));
+                q.push_values(rows, |mut b, (body, created)| {
+                    b.push_bind(None::<i64>).push_bind(body).push_bind(created);
+                });
+                q
+            }
+            // idutil's keys and the counter's, bound alike.
+            Keys::Int(ids) => {
                 let mut q =
                     QueryBuilder::<Sqlite>::new(format!("INSERT INTO {t} (id, body, created) "));
                 q.push_values(ids.into_iter().zip(rows), |mut b, (id, (body, created))| {
@@ -137,8 +153,8 @@ impl Database for Lite {
                 .sum::<u64>()
         };
         let pk = match key {
-            Key::Serial | Key::Idutil => 0,
             Key::UuidV7 | Key::UuidV4 => size(&format!("sqlite_autoindex_{t}_1")),
+            _ => 0,
         };
         assert!(
             !matches!(key, Key::UuidV7 | Key::UuidV4) || pk > 0,
