@@ -252,6 +252,12 @@ impl Postgres {
         }
     }
 
+    /// One of the server's own programs (`pgbench`, `psql`): the one
+    /// beside the `postgres` it runs, whatever else is on the PATH.
+    pub fn program(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+
     /// The directory of the server's Unix socket.
     pub fn socket_dir(&self) -> &Path {
         &self.socket_dir
