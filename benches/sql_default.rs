@@ -38,9 +38,11 @@
 //! transaction, `bigserial` for a longer run, then the counter's lead
 //! pushed to the cap and idutil for as long.
 //!
-//! Before the inserts, what a call costs on its own: `SELECT count(f())
-//! FROM generate_series(1, 60000)` for each key's function and for
-//! functions that each add one step of `idutil_next_id()`'s fast path.
+//! Before the inserts, what a call costs on its own, for each key's
+//! function and for functions that each add one step of
+//! `idutil_next_id()`'s fast path: in one session (`SELECT count(f()) FROM
+//! generate_series(1, 60000)`, timed here), and in 8 sessions at once
+//! (pgbench runs the same query over 1,000 calls; core time per call).
 //!
 //! `cargo bench --features postgres-lease --bench sql_default`, about 9
 //! minutes. `IDUTIL_SQL_BENCH_SECONDS` (a timed run, default 5),
@@ -70,6 +72,15 @@ const TARGET: f64 = 0.8;
 const CALLS: u32 = 60_000;
 /// Repetitions of each per-call query; the median is reported.
 const CALL_RUNS: usize = 7;
+/// Transactions of 1,000 calls each of 8 sessions commits in a run of the
+/// shared per-call measurement.
+const SHARED_CALLS: u64 = 100;
+/// Runs of the shared per-call measurement; the median is reported.
+const SHARED_RUNS: usize = 3;
+/// The machine's cores, for core time per call.
+fn cores() -> f64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
+}
 const BODY: &str = "a short body, about as long as a title";
 
 /// The primary key of a table.
@@ -394,6 +405,53 @@ impl Bench {
             .collect()
     }
 
+    /// `f`'s cost per call with 8 sessions calling it at once: core time
+    /// (the machine's cores × the run's wall time) per call, the median
+    /// over the runs of 8 pgbench clients each running `SELECT count(f)
+    /// FROM generate_series(1, 1000)` [`SHARED_CALLS`] times. 800,000
+    /// calls are 12 seconds of one shard's IDs: within the lead cap.
+    fn per_call_shared(&mut self, calls: &[&str]) -> Vec<f64> {
+        let mark: String = self
+            .client
+            .query_one("SELECT 'idutil_counter'::regclass::oid::text", &[])
+            .expect("the counter's oid")
+            .get(0);
+        let options = format!("-c part.checked={mark}");
+        let load = Load {
+            clients: 8,
+            rows: 1000,
+        };
+        let mut rates = vec![Vec::new(); calls.len()];
+        for _ in 0..SHARED_RUNS {
+            for (i, call) in calls.iter().enumerate() {
+                if call.contains("idutil") {
+                    self.wait_for_no_lead();
+                }
+                let script = self.scripts.path().join("call.sql");
+                std::fs::write(
+                    &script,
+                    format!("SELECT count({call}) FROM generate_series(1, 1000);\n"),
+                )
+                .expect("write the pgbench script");
+                let work = Work::Transactions(SHARED_CALLS);
+                let out = self.pgbench(&script, load, work, false, Some(&options));
+                let committed =
+                    number_after(&out.stdout, "number of transactions actually processed:");
+                assert_eq!(
+                    committed,
+                    (SHARED_CALLS * 8) as f64,
+                    "{call}: {}",
+                    out.stdout
+                );
+                rates[i].push(number_after(&out.stdout, "tps =") * 1000.0);
+            }
+        }
+        rates
+            .into_iter()
+            .map(|r| cores() * 1e6 / median(r))
+            .collect()
+    }
+
     fn script(&self, key: Key, load: Load) -> PathBuf {
         let path = self
             .scripts
@@ -425,7 +483,7 @@ impl Bench {
         };
         let before = (key == Key::Idutil).then(|| self.lead());
         let script = self.script(key, load);
-        let out = self.pgbench(&script, load, work, at_cap);
+        let out = self.pgbench(&script, load, work, at_cap, None);
         let lead = before.map(|b| (b, self.lead()));
         let committed = number_after(&out.stdout, "number of transactions actually processed:");
         let tps = number_after(&out.stdout, "tps =");
@@ -449,8 +507,20 @@ impl Bench {
         }
     }
 
-    fn pgbench(&self, script: &Path, load: Load, work: Work, progress: bool) -> Output {
+    /// Runs pgbench: `load.clients` clients (on up to 2 threads) run
+    /// `script` for `work`; `options` go to each session (`PGOPTIONS`).
+    fn pgbench(
+        &self,
+        script: &Path,
+        load: Load,
+        work: Work,
+        progress: bool,
+        options: Option<&str>,
+    ) -> Output {
         let mut cmd = Command::new(&self.pgbench);
+        if let Some(options) = options {
+            cmd.env("PGOPTIONS", options);
+        }
         cmd.arg("-h")
             .arg(&self.socket)
             .args(["-p", &self.port.to_string(), "-U", "postgres"])
@@ -564,11 +634,19 @@ fn main() {
         "part_4_last_values()",
     ];
     let costs = bench.per_call(&calls);
-    println!("\nPer call, one session (median of {CALL_RUNS} × {CALLS} calls):\n");
-    println!("| call | µs per call |");
-    println!("| --- | ---: |");
-    for (call, cost) in calls.iter().zip(&costs) {
-        println!("| `{call}` | {cost:.2} |");
+    let shared = bench.per_call_shared(&calls);
+    println!(
+        "\nPer call: one session (median of {CALL_RUNS} × {} calls, wall time), and 8 \
+         sessions at once (median of {SHARED_RUNS} runs of {} calls, core time: {} \
+         cores × wall time):\n",
+        thousands(f64::from(CALLS)),
+        thousands((SHARED_CALLS * 8 * 1000) as f64),
+        cores()
+    );
+    println!("| call | µs per call, one session | µs per call, 8 sessions |");
+    println!("| --- | ---: | ---: |");
+    for ((call, cost), shared) in calls.iter().zip(&costs).zip(&shared) {
+        println!("| `{call}` | {cost:.2} | {shared:.2} |");
     }
 
     // Untimed: the server's caches, pgbench's first connections; and the
