@@ -735,38 +735,50 @@ fn main() {
             .collect::<Vec<_>>()
             .join("; ")
     );
-    println!("| clients | rows per transaction | key | rows/s | min–max | × bigserial |");
-    println!("| ---: | ---: | --- | ---: | ---: | ---: |");
+    println!(
+        "| clients | rows per transaction | key | rows/s | min–max | × bigserial | × bigserial \
+         in each round (median) |"
+    );
+    println!("| ---: | ---: | --- | ---: | ---: | ---: | ---: |");
     let mut verdicts = Vec::new();
     for load in LOADS {
+        // In round order: the i-th of each key ran in the same round.
         let of = |key: Key| -> Vec<f64> {
             runs.iter()
                 .filter(|(l, k, _)| *l == load && *k == key)
                 .map(|(_, _, r)| r.rows_per_second)
                 .collect()
         };
-        let base = median(of(Key::Serial));
+        let base = of(Key::Serial);
+        let base_median = median(base.clone());
         for key in [Key::Serial, Key::Idutil, Key::UuidV7, Key::UuidV4] {
             let v = of(key);
             let (lo, hi) = range(&v);
+            let per_round: Vec<f64> = v.iter().zip(&base).map(|(x, b)| x / b).collect();
+            let shown: Vec<String> = per_round.iter().map(|r| format!("{r:.2}")).collect();
+            let round_median = median(per_round);
             let m = median(v);
             println!(
-                "| {} | {} | `{}` | {} | {}–{} | {:.2} |",
+                "| {} | {} | `{}` | {} | {}–{} | {:.2} | {} ({round_median:.2}) |",
                 load.clients,
                 load.rows,
                 key.name(),
                 thousands(m),
                 thousands(lo),
                 thousands(hi),
-                m / base
+                m / base_median,
+                shown.join(", ")
             );
             if key == Key::Idutil {
-                verdicts.push((load, m, m / base));
+                verdicts.push((load, m, m / base_median, round_median));
             }
         }
     }
-    println!("\nidutil against the target ({TARGET}× bigserial), within the lead cap:\n");
-    for (load, rate, ratio) in verdicts {
+    println!(
+        "\nidutil against the target ({TARGET}× bigserial), within the lead cap (met when \
+         both the ratio of the medians and the median of the rounds' ratios reach it):\n"
+    );
+    for (load, rate, ratio, round_ratio) in verdicts {
         let leads: Vec<String> = runs
             .iter()
             .filter(|(l, k, _)| *l == load && *k == Key::Idutil)
@@ -781,10 +793,15 @@ fn main() {
             "; below one shard's 65,536 a second, the cap is never reached".into()
         };
         println!(
-            "- {} × {} rows: {ratio:.2}, {} (lead in s, before→after each run: {}){lasts}",
+            "- {} × {} rows: {ratio:.2} ({round_ratio:.2}), {} (lead in s, before→after each \
+             run: {}){lasts}",
             load.clients,
             load.rows,
-            if ratio >= TARGET { "met" } else { "NOT met" },
+            if ratio.min(round_ratio) >= TARGET {
+                "met"
+            } else {
+                "NOT met"
+            },
             leads.join(", ")
         );
     }
