@@ -29,14 +29,14 @@
 //! key within the cap. A run of one row per transaction lasts a fixed time
 //! (it stays far below 65,536 rows a second, so the lead only shrinks). A
 //! run of 100 rows per transaction inserts a fixed number of rows, the same
-//! for every key: what the fastest key inserted in that time in an untimed
-//! warm-up, at most 1,572,864 (24 seconds of one shard's IDs); its idutil
-//! run starts only once the counter's lead over the clock is back to 0 (it
-//! waits, and says so), so it stays within the cap however fast the server
-//! goes. Every idutil run reports the lead before and after. The sustained
-//! rate is measured apart, at the cap: for each load of 100 rows per
-//! transaction, `bigserial` for a longer run, then the counter's lead
-//! pushed to the cap and idutil for as long.
+//! for every key: what the fastest key would insert in that time at its
+//! rate in an untimed 1 s warm-up run, at most 1,572,864 (24 seconds of
+//! one shard's IDs); its idutil run starts only once the counter's lead
+//! over the clock is back to 0 (it waits, and says so), so it stays within
+//! the cap however fast the server goes. Every idutil run reports the lead
+//! before and after. The sustained rate is measured apart, at the cap: for
+//! each load of 100 rows per transaction, `bigserial` for a longer run,
+//! then the counter's lead pushed to the cap and idutil for as long.
 //!
 //! Before the inserts, what a call costs on its own, for each key's
 //! function and for functions that each add one step of
@@ -44,8 +44,8 @@
 //! generate_series(1, 60000)`, timed here), and in 8 sessions at once
 //! (pgbench runs the same query over 1,000 calls; core time per call).
 //!
-//! `cargo bench --features postgres-lease --bench sql_default`, about 9
-//! minutes. `IDUTIL_SQL_BENCH_SECONDS` (a timed run, default 5),
+//! `cargo bench --features postgres-lease --bench sql_default`, about 7
+//! minutes on 2 cores. `IDUTIL_SQL_BENCH_SECONDS` (a timed run, default 5),
 //! `IDUTIL_SQL_BENCH_ROUNDS` (default 3) and `IDUTIL_SQL_BENCH_SUSTAINED`
 //! (seconds, default 15; 0 leaves it out) shorten it: `=1`, `=1` and `=0`
 //! take about a minute and a half. BENCHMARKS.md quotes the output.
@@ -65,7 +65,7 @@ const SHARD: u32 = 31;
 const EPOCH: i64 = 946_684_800;
 /// IDs a shard issues in a second (its 16 sequence bits).
 const PER_SECOND: f64 = 65_536.0;
-/// The issue's target: idutil at least this share of `bigserial`'s rows a
+/// The target: idutil at least this share of `bigserial`'s rows a
 /// second.
 const TARGET: f64 = 0.8;
 /// Calls per query in the per-call measurement: under a second's IDs.
@@ -156,8 +156,8 @@ enum Work {
 impl Load {
     /// A run of the rounds: a fixed time for one row per transaction; for
     /// more, a fixed number of rows, the same for every key: what the
-    /// fastest key inserted in `seconds` of the warm-up (`warm_up` rows a
-    /// second), at most [`BATCH_ROWS`].
+    /// fastest key would insert in `seconds` at its warm-up rate
+    /// (`warm_up` rows a second), at most [`BATCH_ROWS`].
     fn work(self, seconds: u64, warm_up: f64) -> Work {
         if self.rows == 1 {
             return Work::Seconds(seconds);
