@@ -45,7 +45,8 @@ fn server_connections(server: &Postgres) -> usize {
 /// `n` holders through `url` issue for three TTLs at once, every renewal
 /// and raise going through the pooler; then they close cleanly and `n` new
 /// holders resume after them. Returns the most server connections seen
-/// while they ran. No duplicate, no error.
+/// while they ran. No duplicate, and no error but a fence the machine's
+/// stalls may cause.
 fn holders_through(server: &Postgres, url: &str, n: usize, ttl: Duration) -> usize {
     let stop = Arc::new(AtomicBool::new(false));
     let config = LeaseConfig::new(url).ttl(ttl).shards(0..=15);
@@ -61,7 +62,14 @@ fn holders_through(server: &Postgres, url: &str, n: usize, ttl: Duration) -> usi
     let mut all = Tally::new();
     for (i, d) in drivers.into_iter().enumerate() {
         let (ids, errors) = d.finish();
-        assert!(errors.is_empty(), "holder {i}: {:?}", errors.first());
+        // A machine stalled past the fence (these tests run beside crowds
+        // that overload it on purpose) leaves a holder unsure of its lease
+        // for a while: it refuses, as it must, and issues again once a
+        // renewal goes through (the wait above). Any other error fails.
+        let other = errors
+            .iter()
+            .find(|e| !e.contains("is not known to be held"));
+        assert!(other.is_none(), "holder {i}: {other:?}");
         all.add(ids, &format!("holder {i}"));
     }
     for g in holders {
