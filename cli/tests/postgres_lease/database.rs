@@ -294,7 +294,9 @@ fn without_its_lock_the_counter_repeats_values() {
         "    IF v < v_target THEN\n",
         "IF v + (pg_catalog.current_setting(",
     );
-    let advance = script.find("_advance() RETURNS bigint").unwrap();
+    let advance = script
+        .find("_advance(p_first boolean) RETURNS bigint")
+        .unwrap();
     let (head, tail) = script.split_at(advance);
     assert!(tail.contains(draw) && tail.contains(behind) && tail.contains(jump));
     let tail = tail

@@ -212,7 +212,7 @@ pub(in super::super) fn uninstall(
          \x20   UPDATE {table} AS t SET holder = NULL, expires_at = '-infinity',\n\
          \x20           epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int\n\
          \x20       WHERE t.space = {space} AND t.holder = {holder};\n\
-         \x20   DROP FUNCTION IF EXISTS {fn_}_next_id(), {fn_}_catch_up(), {fn_}_advance(),\n\
+         \x20   DROP FUNCTION IF EXISTS {fn_}_next_id(), {fn_}_catch_up(), {fn_}_advance(boolean),\n\
          \x20       {fn_}_check_space(), {fn_}_id_of(bigint), {fn_}_time(bigint),\n\
          \x20       {fn_}_min_at(timestamptz), {fn_}_max_at(timestamptz);\n\
          \x20   DROP SEQUENCE IF EXISTS {fn_}_counter, {fn_}_fence, {fn_}_seen, {fn_}_started;\n\

@@ -126,7 +126,7 @@ $idutil$;
 -- past the clock's second, the row's mark and the fence; then waits, still
 -- under the lock, while that value is past the lead cap. Returns the value.
 -- Whatever it refuses, it refuses before anything moves.
-CREATE OR REPLACE FUNCTION @FN@_advance() RETURNS bigint
+CREATE OR REPLACE FUNCTION @FN@_advance(p_first boolean) RETURNS bigint
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
 AS $idutil$
@@ -149,8 +149,7 @@ BEGIN
             USING HINT = 'set the server''s clock right: nothing was moved';
     END IF;
     SELECT s.last_value INTO v_seen FROM @FN@_seen AS s;
-    IF pg_catalog.current_setting('@GUC@', true) IS DISTINCT FROM @COUNTER_OID@ THEN
-        PERFORM @FN@_check_space();
+    IF p_first THEN
         -- A server started since the counter last looked (a crash, a
         -- restart, a promotion): draws that never reached the disk (a
         -- transaction that never committed) would be drawn again. Every
@@ -163,7 +162,6 @@ BEGIN
             v_restart := LEAST(GREATEST(v_now, v_seen + 1) + @MAX_LEAD@ + 1, @SECONDS_END@)
                 << @SEQ_BITS@;
         END IF;
-        PERFORM pg_catalog.set_config('@GUC@', @COUNTER_OID@, false);
     END IF;
     SELECT t.holder, t.expires_at > pg_catalog.clock_timestamp() AS live, t.high_water,
             t.last_second, t.last_sequence
@@ -263,11 +261,23 @@ CREATE OR REPLACE FUNCTION @FN@_catch_up() RETURNS bigint
 AS $idutil$
 DECLARE
     v bigint;
+    v_first boolean := pg_catalog.current_setting('@GUC@', true) IS DISTINCT FROM @COUNTER_OID@;
 BEGIN
+    -- The session's first look at the server and the table, before the
+    -- counter's lock: a raise it makes holds the history's lock and the
+    -- rows until the caller's transaction ends, and a session waiting for
+    -- them must not hold the counter's lock meanwhile (the first session's
+    -- next catch-up would wait for it: a deadlock).
+    IF v_first THEN
+        PERFORM @FN@_check_space();
+    END IF;
     BEGIN
         PERFORM pg_catalog.pg_advisory_lock(@LOCK@);
-        v := @FN@_advance();
+        v := @FN@_advance(v_first);
         PERFORM pg_catalog.pg_advisory_unlock(@LOCK@);
+        IF v_first THEN
+            PERFORM pg_catalog.set_config('@GUC@', @COUNTER_OID@, false);
+        END IF;
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         -- A lock granted as a timeout fired is held though the wait
         -- failed: released, as many times as it is held.
@@ -282,8 +292,10 @@ BEGIN
     RETURN @FN@_id_of(v);
 END
 $idutil$;
-REVOKE ALL ON FUNCTION @FN@_check_space(), @FN@_advance(), @FN@_catch_up(), @FN@_id_of(bigint)
-    FROM PUBLIC;
+-- The advance of an earlier version, replaced by the one above.
+DROP FUNCTION IF EXISTS @FN@_advance();
+REVOKE ALL ON FUNCTION @FN@_check_space(), @FN@_advance(boolean), @FN@_catch_up(),
+    @FN@_id_of(bigint) FROM PUBLIC;
 
 -- An ID for a new row: `DEFAULT @FN@_next_id()`. Increasing within a
 -- session, in the clock's second, never one a Rust holder of the ID space
