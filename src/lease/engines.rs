@@ -15,14 +15,21 @@ const SCHEMES: &[(&str, &str)] = &[
     ("unix", "redis"),
 ];
 
+/// A lease URL's scheme, lower-case (`postgres` for a PostgreSQL
+/// key-value string, `host=a,b dbname=app ...`), if it has one.
+pub(crate) fn scheme(url: &str) -> Option<String> {
+    let url = url.trim();
+    match url.split_once("://") {
+        Some((s, _)) => Some(s.to_ascii_lowercase()),
+        None => url.contains('=').then(|| "postgres".to_string()),
+    }
+}
+
 /// The engine `config`'s URL names, if this build has it.
 pub(crate) fn engine_for(config: &LeaseConfig) -> LeaseResult<&'static dyn Engine> {
     let url = config.url.trim();
-    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     let invalid = LeaseError::invalid_config;
-    // A PostgreSQL key-value string: `host=a,b dbname=app ...`.
-    let scheme = scheme.or_else(|| url.contains('=').then(|| "postgres".to_string()));
-    let Some(scheme) = scheme else {
+    let Some(scheme) = scheme(url) else {
         return Err(invalid(format!(
             "the lease URL {} has no scheme; give postgres://... or redis://...",
             redact(url)

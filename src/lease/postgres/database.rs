@@ -2,12 +2,12 @@
 //! space, and a SQL function hands out its IDs (`DEFAULT
 //! idutil_next_id()`), for every writer that is not a Rust holder.
 
-use std::time::Duration;
-
 use super::conn::{off_runtime, Conn};
+use super::history::whole_seconds;
 use super::sql::database::{self, Limits, Names};
 use super::target::Target;
 use crate::layout::Layout;
+use crate::lease::engines::scheme;
 use crate::lease::{LeaseConfig, LeaseError, LeaseResult};
 
 /// The SQL that makes PostgreSQL itself a holder of one shard of an ID
@@ -156,14 +156,8 @@ impl DatabaseHolder {
     }
 
     fn names(&self) -> LeaseResult<(Target, Names)> {
-        let url = self.config.url.trim();
-        let postgres = match url.split_once("://") {
-            Some((scheme, _)) => {
-                ["postgres", "postgresql"].contains(&&*scheme.to_ascii_lowercase())
-            }
-            // A key-value string: `host=db dbname=app`.
-            None => url.contains('='),
-        };
+        let postgres =
+            scheme(&self.config.url).is_some_and(|s| s == "postgres" || s == "postgresql");
         if !postgres {
             return Err(LeaseError::invalid_config(format!(
                 "the database holder is PostgreSQL's: {} is not a postgres:// URL",
@@ -203,11 +197,6 @@ impl DatabaseHolder {
                 .map_err(|f| f.into_error(action, &self.config))
         })
     }
-}
-
-/// A duration in whole seconds, rounded up.
-fn whole_seconds(d: Duration) -> u64 {
-    d.as_millis().div_ceil(1000).min(i64::MAX as u128) as u64
 }
 
 /// Whether a row's holder is the database (a token [`DatabaseHolder`]

@@ -62,9 +62,14 @@ pub(super) struct Forgotten {
 /// filled with the lead cap alone: reading a reach there errs on the safe
 /// side).
 pub(super) fn caps(config: &LeaseConfig) -> (u64, u64) {
-    let seconds = |d: Duration| d.as_millis().div_ceil(1000).min(i64::MAX as u128) as u64;
-    let reach = seconds(config.max_lead).saturating_add(seconds(config.fence_after()));
-    (reach.min(i64::MAX as u64), seconds(config.max_skew))
+    let reach = whole_seconds(config.max_lead).saturating_add(whole_seconds(config.fence_after()));
+    (reach.min(i64::MAX as u64), whole_seconds(config.max_skew))
+}
+
+/// A duration in whole seconds, rounded up, at most the largest `bigint`:
+/// how every margin goes into the statements.
+pub(super) fn whole_seconds(d: Duration) -> u64 {
+    d.as_millis().div_ceil(1000).min(i64::MAX as u128) as u64
 }
 
 /// The first row of the last statement's answer.
