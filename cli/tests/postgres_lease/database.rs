@@ -100,6 +100,22 @@ fn psql_session(
     (ids, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Runs the SQL file `path` on `url` with `psql`, in one transaction,
+/// stopping at the first error; panics with its error text if it fails.
+fn psql_file(url: &str, path: &std::path::Path) {
+    let out = Command::new("psql")
+        .arg(url)
+        .args(["-X", "-q", "-1", "-v", "ON_ERROR_STOP=1", "-f"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `n` writers, each running [`psql_session`] against `url` again and
 /// again until `stop` (a failed run, a server down, is tried again after
 /// 100 ms), into `written`.
@@ -316,17 +332,7 @@ fn without_its_lock_the_counter_repeats_values() {
         );
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), broken).unwrap();
-    let out = Command::new("psql")
-        .arg(&url)
-        .args(["-X", "-q", "-1", "-v", "ON_ERROR_STOP=1", "-f"])
-        .arg(file.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    psql_file(&url, file.path());
     pg.psql(NOTES);
     let stop = Arc::new(AtomicBool::new(false));
     let written = Arc::new(Mutex::new(Written::default()));
@@ -447,17 +453,7 @@ fn a_restored_dump_repeats_no_id() {
     tally.add(since, "after the dump");
     pg.psql("CREATE DATABASE restored");
     let restored = url.replace("/postgres?", "/restored?");
-    let out = Command::new("psql")
-        .arg(&restored)
-        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"])
-        .arg(dump.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    psql_file(&restored, dump.path());
     let (again, err) = psql_session(&restored, 2, 5, 100, 0);
     assert!(err.is_empty(), "{err}");
     assert!(
