@@ -143,8 +143,33 @@ pub(crate) fn usage_error(e: clap::Error, args: &[OsString]) -> ExitCode {
     } else {
         clap_reason(&e.render().to_string())
     };
+    let reason = cut_long_arguments(reason, args);
     say!("idutil: usage error: {reason} (see '{command} --help')");
     ExitCode::from(2)
+}
+
+/// The longest argument a usage error quotes whole; a longer one is cut to
+/// its first [`IdError::MAX_INPUT`](idutil::IdError::MAX_INPUT) characters
+/// and its length, as a rejected ID read from standard input is, so junk on
+/// the command line never comes back to the terminal or a log whole.
+const MAX_QUOTED: usize = 64;
+
+/// `reason` with every argument longer than [`MAX_QUOTED`] bytes that it
+/// quotes cut short.
+fn cut_long_arguments(mut reason: String, args: &[OsString]) -> String {
+    for arg in args {
+        let arg = arg.to_string_lossy();
+        if arg.len() <= MAX_QUOTED || !reason.contains(arg.as_ref()) {
+            continue;
+        }
+        let keep = arg
+            .char_indices()
+            .nth(idutil::IdError::MAX_INPUT)
+            .map_or(arg.len(), |(i, _)| i);
+        let cut = format!("{}... ({} bytes)", &arg[..keep], arg.len());
+        reason = reason.replace(arg.as_ref(), &cut);
+    }
+    reason
 }
 
 /// clap's message and tips on one line. clap renders paragraphs: the error

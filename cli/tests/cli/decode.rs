@@ -176,3 +176,27 @@ fn next_json_piped_into_decode_and_seconds_are_unix_seconds() {
         text(&out.stderr)
     );
 }
+
+/// Junk on the command line is quoted cut short, as on standard input: a
+/// 10,000-digit argument (or unknown flag) never comes back whole.
+#[test]
+fn a_huge_argument_is_cut_short_in_the_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let digits = "9".repeat(10_000);
+    for args in [
+        vec!["decode", digits.as_str()],
+        vec!["decode", "1452736581206048", digits.as_str()],
+    ] {
+        let out = run(idutil(dir.path()).args(&args));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.len() < 300, "{} bytes: {stderr}", stderr.len());
+        assert!(stderr.contains("... (10000 bytes)"), "{stderr}");
+        assert!(stderr.starts_with("idutil: usage error: "), "{stderr}");
+    }
+    let flag = format!("--{}", "x".repeat(10_000));
+    let out = run(idutil(dir.path()).args(["decode", flag.as_str()]));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.len() < 300, "{} bytes: {stderr}", stderr.len());
+}
