@@ -139,6 +139,29 @@
 //! shard range to the largest fleet plus the instances that may be dead
 //! but still leased.
 //!
+//! # Many processes on one host
+//!
+//! Each process that opens a leased generator leases a shard of its own
+//! and renews it, also when processes share a state directory (which then
+//! keeps a state file for each of their shards). Threads of one process
+//! share its one generator, and so its one lease. A fleet of *N* hosts
+//! running *M* leased processes each holds *N* × *M* leases: it needs that
+//! many shards, plus those of holders that may be dead but still leased
+//! (see the TTL trade-off above), and it costs the store *N* × *M*
+//! renewals every [`LeaseConfig::renew_every`]. BENCHMARKS.md measures
+//! what a renewal costs a PostgreSQL server.
+//!
+//! Processes of a host do not share one leased shard and one renewal,
+//! although they share a host-name shard: a shared lease would need the
+//! renewing process to hand the renewal to another before it exits,
+//! within the fence, and every process to stop issuing when the renewer
+//! stops without one, across unrelated processes (a web server, its
+//! workers, a cron job). One lease per process keeps each fence in the
+//! process that issues under it. Where a host runs many short-lived
+//! processes, lease from a long-lived one and hand IDs out from it, or
+//! give the host a numbered name and use the host-name shard, which its
+//! processes share ([*Processes sharing a shard*](crate::state#processes-sharing-a-shard)).
+//!
 //! # When the store fails
 //!
 //! - Unreachable or too busy at open: with PostgreSQL, opening tries again

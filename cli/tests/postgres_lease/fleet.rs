@@ -22,14 +22,26 @@ pub(crate) fn lease_child(
     count: Option<usize>,
     skew: Option<(&harness::Faketime, &str)>,
 ) -> ChildProc {
-    let dir = state_dir().keep();
+    lease_child_in(&state_dir().keep(), url, ttl_ms, shards, count, skew)
+}
+
+/// [`lease_child`] with the state directory `dir`: children given the same
+/// one are processes of one host.
+fn lease_child_in(
+    dir: &std::path::Path,
+    url: &str,
+    ttl_ms: u64,
+    shards: (u32, u32),
+    count: Option<usize>,
+    skew: Option<(&harness::Faketime, &str)>,
+) -> ChildProc {
     let mut envs = vec![
         (
             "IDUTIL_CHILD_LEASE",
             format!("{url} {ttl_ms} {} {}", shards.0, shards.1),
         ),
         ("IDUTIL_STATE_DIR", dir.display().to_string()),
-        ("IDUTIL_ID_SPACE", harness::space_for(&dir)),
+        ("IDUTIL_ID_SPACE", harness::space_for(dir)),
         ("IDUTIL_LAYOUT", WIDE.to_string()),
     ];
     if let Some(count) = count {
@@ -205,4 +217,53 @@ fn over_a_hundred_concurrent_holders_each_get_their_own_shard() {
         .parse()
         .unwrap();
     assert_eq!(leased, 0, "every lease is given back at close");
+}
+
+/// The processes of one host that share a state directory each lease a
+/// shard of their own, as the lease docs say (*Many processes on one
+/// host*): six children at once with one state directory hold six rows,
+/// six shards, and their IDs never repeat; the directory keeps a state
+/// file for each shard.
+#[test]
+fn the_processes_of_one_host_lease_a_shard_each() {
+    let Some(pg) = server() else { return };
+    let url = pg.tcp_url();
+    let host = state_dir();
+    let mut children: Vec<ChildProc> = (0..6)
+        .map(|_| lease_child_in(host.path(), &url, 3000, (0, 1023), None, None))
+        .collect();
+    let mut shards = HashSet::new();
+    for (i, c) in children.iter_mut().enumerate() {
+        let line = c.next().expect("the child reports its lease");
+        let shard: u32 = line
+            .strip_prefix("leased ")
+            .unwrap_or_else(|| panic!("child {i}: {line}"))
+            .parse()
+            .unwrap();
+        assert!(
+            shards.insert(shard),
+            "shard {shard} leased twice on one host"
+        );
+    }
+    let held = || -> u64 {
+        pg.psql("SELECT count(*) FROM idutil_lease WHERE holder IS NOT NULL")
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(held(), 6, "one lease for each process");
+    let mut all = Tally::new();
+    for (i, c) in children.iter_mut().enumerate() {
+        let (ids, other) = read_ids(c, 300);
+        assert!(other.is_empty(), "child {i}: {other:?}");
+        all.add(ids, &format!("process {i}"));
+    }
+    for mut c in children {
+        kill(&mut c);
+    }
+    for shard in shards {
+        assert!(
+            host.path().join(format!("shard-{shard}.state")).exists(),
+            "no state file for shard {shard}"
+        );
+    }
 }
