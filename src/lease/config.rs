@@ -200,6 +200,18 @@ impl LeaseConfig {
         self.max_lead
     }
 
+    /// This configuration with its lead cap lowered to `max_lead` (whole
+    /// seconds), if that is lower: the cap a generator asked for
+    /// ([`Builder::max_lead`](crate::Builder::max_lead)) is the one in
+    /// force, and the lease records and counts the holder's reach from it.
+    pub(crate) fn capped(&self, max_lead: Option<u64>) -> LeaseConfig {
+        let mut config = self.clone();
+        if let Some(cap) = max_lead {
+            config.max_lead = config.max_lead.min(Duration::from_secs(cap));
+        }
+        config
+    }
+
     /// The PostgreSQL schema of the lease table (default `public`, or the
     /// URL's `schema=` option), whatever the connection's `search_path`:
     /// see [the table](crate::lease::postgres#the-table). It must exist;
@@ -367,6 +379,14 @@ mod tests {
         assert_eq!(c.fence_after(), Duration::from_secs(9));
         assert!(c.op_timeout() < c.margin());
         assert!(c.renew_every() < c.fence_after());
+    }
+
+    #[test]
+    fn the_generator_s_lower_cap_is_the_one_in_force() {
+        let c = LeaseConfig::new("postgres://app@localhost/app");
+        assert_eq!(c.capped(Some(1)).get_max_lead(), Duration::from_secs(1));
+        assert_eq!(c.capped(Some(60)).get_max_lead(), DEFAULT_MAX_LEAD);
+        assert_eq!(c.capped(None).get_max_lead(), DEFAULT_MAX_LEAD);
     }
 
     #[test]
