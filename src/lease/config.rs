@@ -182,8 +182,13 @@ impl LeaseConfig {
     /// past the store's clock, after every ID a holder can have issued (see
     /// [`lease::postgres`](crate::lease::postgres), *Restores and rewound
     /// histories*, and [`lease::redis`](crate::lease::redis), *Restarts,
-    /// restores and failovers*). Give every holder of an ID space the same
-    /// cap.
+    /// restores and failovers*). The lead counted is the cap in force: the
+    /// generator's own ([`Builder::max_lead`](crate::Builder::max_lead))
+    /// where it is lower. Give every holder of an ID space the same cap:
+    /// the new holder's first ID then waits the fence plus twice the skew
+    /// limit plus two seconds whatever the cap (20 s with the defaults),
+    /// and a holder capped lower than another the store names waits the
+    /// difference too.
     ///
     /// What it costs: a burst may run this far ahead of the clock at full
     /// speed (31 s are about 2 million IDs of the default layout's shard),
