@@ -33,11 +33,12 @@ struct Measured {
     opened: Duration,
     /// Until its first ID.
     first_id: Duration,
-    /// How far past the promoted server's clock at the promotion the
-    /// shard's mark was raised, and the reach on record in the history's
-    /// space row.
-    raised_ahead: i64,
-    recorded_reach: String,
+    /// How far past the promoted server's clock at the promotion the new
+    /// holder's first reservation reaches (the raised mark, a second, and
+    /// the generator's window, 5 s by default), and the largest reach the
+    /// history's space row recorded.
+    reserved_ahead: i64,
+    largest_reach: String,
 }
 
 /// Split brain, as in `standbys.rs`: a primary with a synchronous standby;
@@ -99,7 +100,7 @@ fn promote_and_time(setup: Setup) -> Option<Measured> {
         .psql("SELECT high_water FROM idutil_lease WHERE shard = 2")
         .parse()
         .unwrap();
-    let recorded_reach = standby.psql("SELECT max_lead FROM idutil_lease_history WHERE shard = -1");
+    let largest_reach = standby.psql("SELECT max_lead FROM idutil_lease_history WHERE shard = -1");
 
     let driver_b = Driver::start(b.clone(), stop.clone());
     wait_until("B issues", Duration::from_secs(20), || {
@@ -120,8 +121,8 @@ fn promote_and_time(setup: Setup) -> Option<Measured> {
     Some(Measured {
         opened,
         first_id,
-        raised_ahead: mark - clock_at_promotion,
-        recorded_reach,
+        reserved_ahead: mark - clock_at_promotion,
+        largest_reach,
     })
 }
 
@@ -129,8 +130,8 @@ fn promote_and_time(setup: Setup) -> Option<Measured> {
 fn report(what: &str, m: &Measured) {
     println!(
         "{what}: open returned {:.1?} after the promotion, first ID {:.1?} after it; \
-         mark raised {} s past the promotion; reach on record {} s",
-        m.opened, m.first_id, m.raised_ahead, m.recorded_reach
+         first reservation {} s past the promotion; largest reach recorded {} s",
+        m.opened, m.first_id, m.reserved_ahead, m.largest_reach
     );
 }
 
