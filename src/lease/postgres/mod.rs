@@ -144,7 +144,10 @@
 //! holders capped at 1 s as for the default caps). A holder capped lower
 //! than a holder the rows name waits the difference too (capped at 1 s
 //! beside holders with the default caps: about 48 s): give every holder
-//! of an ID space the same cap. To shorten the wait, shorten the TTL (the fence is three quarters of it) and the skew
+//! of an ID space the same cap in force. That is also what covers a
+//! holder that leased after the point a store lost its last writes (an
+//! asynchronous standby, a point-in-time recovery): it is on no record,
+//! and the leasing holder's own reach stands for it. To shorten the wait, shorten the TTL (the fence is three quarters of it) and the skew
 //! limit: a TTL of 2 s and a skew limit of 1 s wait 6 s at most. A lower
 //! lead cap shortens the jump, not the wait. A holder that must wait for
 //! an old holder's lease to expire (the shard it asks for by number, or
