@@ -22,11 +22,11 @@
 //! reservation and its clock plus its lead cap (`publish_limit`), while its
 //! fence is down. Holders share the fleet's lead cap, but one that leased
 //! before the backup may have had a larger one
-//! ([`LeasedShard::earlier_lead`]). Its clock is the store's plus an offset within the skew
-//! limit. The invariant: no second (and so no ID) is issued by two
-//! holders. Time runs in steps of a quarter second; the TTL, the renewal
-//! period, the fence, the skew limit and the lead cap are the code's
-//! defaults ([`Timing::code`]).
+//! ([`LeasedShard::earlier_lead`]). Its clock is the store's plus an
+//! offset within the skew limit. The invariant: no second (and so no ID)
+//! is issued by two holders. Time runs in steps of a quarter second; the
+//! TTL, the renewal period, the fence, the skew limit and the lead cap are
+//! the code's defaults ([`Timing::code`]).
 
 use idutil::lease::{LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_TTL};
 
