@@ -22,10 +22,11 @@
 //! the holders that may still be issuing past the rows' marks: the holders
 //! the rows name. Each acquisition records its holder's reach in the
 //! shard's history row, in the statement that takes the row. A holder
-//! whose row was taken over or given back stopped issuing before that, and
-//! every mark it raised was committed before it issued past it, so before
-//! that statement: a history that has the statement has its marks, in the
-//! row. That holds where the rows and the history went back together (a
+//! whose row was taken over or given back can raise no mark after that
+//! statement (every raise is conditioned on its epoch and token), and it
+//! issues nothing past a mark before the mark is committed: a history that
+//! has the statement has every mark the holder issued under, in the row.
+//! That holds where the rows and the history went back together (a
 //! promoted standby, a point-in-time recovery: the lease table's OID and
 //! file node as recorded). Where the table is another one (a dump
 //! restored, a rewrite) its rows may be older than the history, and the
