@@ -34,6 +34,10 @@ pub(crate) struct Request<'a> {
     /// How long a generator sharing its shard waits for another that holds
     /// a lock.
     pub(crate) member_wait: std::time::Duration,
+    /// The generator's own lead cap (whole seconds), if it has one: with a
+    /// lease, the smaller of it and the lease's is the cap in force.
+    #[cfg_attr(not(lease), expect(dead_code))]
+    pub(crate) max_lead: Option<u64>,
 }
 
 /// Takes the shard (from the settings, `IDUTIL_SHARD`, the host name, or a
@@ -75,6 +79,11 @@ fn open_leased(req: &Request<'_>, config: &LeaseConfig) -> Result<(Durable, u32,
     }
     let dir = state::state_dir(req.state_dir)?;
     let id_space = host_lock::resolve_id_space(req.id_space)?;
+    // A holder can lead no further than its generator's cap: the history
+    // check's raise counts from the reach it records (lease::postgres,
+    // *Restores and rewound histories*).
+    #[cfg(lease)]
+    let config = &config.capped(req.max_lead);
     let mut skip = Vec::new();
     loop {
         let lease = Lease::acquire(config, req.layout, req.shard, &skip, req.time)?;

@@ -206,7 +206,8 @@ impl<C: Clock> Builder<C> {
     ///
     /// A leased generator's lead is capped by its lease too, at 30 s by
     /// default (`LeaseConfig::max_lead`):
-    /// the smaller cap applies.
+    /// the smaller cap applies, and the lease counts the jump after a
+    /// restore or a failover from it.
     pub fn max_lead(mut self, max_lead: Duration) -> Self {
         self.max_lead = Some(whole_seconds(max_lead));
         self

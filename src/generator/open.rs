@@ -50,6 +50,7 @@ pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
         time: &*b.time,
         ephemeral,
         member_wait: b.member_wait,
+        max_lead: b.max_lead,
     })?;
     start(b, recipe, layout, durable, shard, source)
 }

@@ -182,8 +182,13 @@ impl LeaseConfig {
     /// past the store's clock, after every ID a holder can have issued (see
     /// [`lease::postgres`](crate::lease::postgres), *Restores and rewound
     /// histories*, and [`lease::redis`](crate::lease::redis), *Restarts,
-    /// restores and failovers*). Give every holder of an ID space the same
-    /// cap.
+    /// restores and failovers*). The lead counted is the cap in force: the
+    /// generator's own ([`Builder::max_lead`](crate::Builder::max_lead))
+    /// where it is lower. Give every holder of an ID space the same cap:
+    /// the new holder's first ID then waits the fence plus twice the skew
+    /// limit plus two seconds whatever the cap (20 s with the defaults),
+    /// and a holder capped lower than another the store names waits the
+    /// difference too.
     ///
     /// What it costs: a burst may run this far ahead of the clock at full
     /// speed (31 s are about 2 million IDs of the default layout's shard),
@@ -198,6 +203,18 @@ impl LeaseConfig {
     /// The cap set by [`max_lead`](LeaseConfig::max_lead).
     pub fn get_max_lead(&self) -> Duration {
         self.max_lead
+    }
+
+    /// This configuration with its lead cap lowered to `max_lead` (whole
+    /// seconds), if that is lower: the cap a generator asked for
+    /// ([`Builder::max_lead`](crate::Builder::max_lead)) is the one in
+    /// force, and the lease records and counts the holder's reach from it.
+    pub(crate) fn capped(&self, max_lead: Option<u64>) -> LeaseConfig {
+        let mut config = self.clone();
+        if let Some(cap) = max_lead {
+            config.max_lead = config.max_lead.min(Duration::from_secs(cap));
+        }
+        config
     }
 
     /// The PostgreSQL schema of the lease table (default `public`, or the
@@ -367,6 +384,14 @@ mod tests {
         assert_eq!(c.fence_after(), Duration::from_secs(9));
         assert!(c.op_timeout() < c.margin());
         assert!(c.renew_every() < c.fence_after());
+    }
+
+    #[test]
+    fn the_generator_s_lower_cap_is_the_one_in_force() {
+        let c = LeaseConfig::new("postgres://app@localhost/app");
+        assert_eq!(c.capped(Some(1)).get_max_lead(), Duration::from_secs(1));
+        assert_eq!(c.capped(Some(60)).get_max_lead(), DEFAULT_MAX_LEAD);
+        assert_eq!(c.capped(None).get_max_lead(), DEFAULT_MAX_LEAD);
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod fleet;
 mod marks;
 mod outages;
 mod poolers;
+mod promotion;
 mod replication;
 mod rows;
 mod settings;

@@ -12,12 +12,29 @@
 //! standby a new timeline, and a shard whose row lost its mark still has
 //! its history row. Any of these is a history the rows may have forgotten:
 //! the holder that finds it raises every row of the ID space (or the one
-//! row) to the store's clock plus the largest reach a holder of the space
-//! recorded (its lead cap plus its fence), plus twice the skew limit (the
-//! holders' clocks against the old server's, the old server's against
-//! this one's), plus one second, past every ID any holder can have issued
-//! or can still issue before it learns of the change, and records the new
-//! identity.
+//! row) to the store's clock plus the reach in force (a holder's reach is
+//! its lead cap plus its fence), plus twice the skew limit (the holders'
+//! clocks against the old server's, the old server's against this one's),
+//! plus one second, past every ID any holder can have issued or can still
+//! issue before it learns of the change, and records the new identity.
+//!
+//! The reach in force is the largest of the leasing holder's and those of
+//! the holders that may still be issuing past the rows' marks: the holders
+//! the rows name. Each acquisition records its holder's reach in the
+//! shard's history row, in the statement that takes the row. A holder
+//! whose row was taken over or given back can raise no mark after that
+//! statement (every raise is conditioned on its epoch and token), and it
+//! issues nothing past a mark before the mark is committed: a history that
+//! has the statement has every mark the holder issued under, in the row.
+//! That holds where the rows and the history went back together (a
+//! promoted standby, a point-in-time recovery: the lease table's OID and
+//! file node as recorded). Where the table is another one (a dump
+//! restored, a rewrite) its rows may be older than the history, and the
+//! largest reach the space ever recorded counts, as it does for the
+//! database's own row and for a row with no reach recorded. A holder that
+//! leased after the point the store went back to is on no record: the
+//! leasing holder's own reach covers it when the ID space's holders share
+//! one cap.
 //!
 //! Nothing is raised by a server whose clock is further from the holder's
 //! than the skew limit: the check refuses first ([`LeaseError::ClockSkew`]).
@@ -57,10 +74,12 @@ pub(super) struct Forgotten {
 /// issue, its *reach* (the lead cap plus the fence: a holder that has not
 /// yet learned of a restore goes on issuing, its clock and so its cap
 /// moving, until its fence), and the skew limit, in whole seconds rounded
-/// up, as the statements add them. The history records the largest reach
-/// of the space's holders (its `max_lead` column, which an older idutil
-/// filled with the lead cap alone: reading a reach there errs on the safe
-/// side).
+/// up, as the statements add them. The history records, in its
+/// `max_lead` column, the largest reach of the space's holders in the
+/// space's row (an older idutil filled it with the lead cap alone: reading
+/// a reach there errs on the safe side), and the reach of the holder that
+/// last took a shard in the shard's row. The lead cap is the one in force:
+/// the generator's own where it is lower (`durable::open`).
 pub(super) fn caps(config: &LeaseConfig) -> (u64, u64) {
     let reach = whole_seconds(config.max_lead).saturating_add(whole_seconds(config.fence_after()));
     (reach.min(i64::MAX as u64), whole_seconds(config.max_skew))

@@ -107,16 +107,54 @@
 //! A holder that finds any of these treats the history as unknown: it
 //! raises every row of the ID space (or the one row) past every ID a
 //! holder can have issued, or can still issue before it learns of the
-//! change: to the server's clock plus the largest *reach* a holder of the
-//! space recorded (its lead cap, [`LeaseConfig::max_lead`], 30 s by
-//! default, plus its fence, three quarters of its TTL rounded up to whole
-//! seconds: 8 s by default), plus twice [`LeaseConfig::max_skew`] (a
-//! holder's clock against the server it leased from, and that server's
-//! against this one: 10 s by default), plus one second. It logs why,
-//! records the new identity, and leases. The cost is a jump of that many
-//! seconds (49 s by default) in the shard's IDs and a wait before the
-//! first ID until the clock is within the lead cap of it (19 s by
-//! default), never a re-issued ID. `VACUUM FULL` or `CLUSTER` of the lease table
+//! change: to the server's clock plus the *reach* in force, plus twice
+//! [`LeaseConfig::max_skew`] (a holder's clock against the server it
+//! leased from, and that server's against this one: 10 s by default),
+//! plus one second. A holder's reach is its lead cap (the smaller of
+//! [`LeaseConfig::max_lead`], 30 s by default, and the generator's own,
+//! [`Builder::max_lead`](crate::Builder::max_lead) or the command's
+//! `--max-lead`) plus its fence (three quarters of its TTL), each rounded
+//! up to whole seconds: 38 s with the defaults. The reach in force is the
+//! largest of the leasing holder's own and those the history recorded for
+//! the holders the rows name: each shard's history row keeps the reach of
+//! the holder that last took the shard, and a holder whose row was taken
+//! over or given back since has its marks in the row, so its reach no
+//! longer counts. The database's own row, and a row with no reach
+//! recorded, count the largest reach the ID space ever recorded, as does
+//! every row when the lease table is another one than the history
+//! recorded (a dump restored, a rewrite), whose rows may be older than the
+//! history. (An earlier idutil records no reach per shard: a row it takes
+//! over from this one's holder still shows that holder's reach, so while
+//! both run in one ID space, give them one cap.) It logs why, records the
+//! new identity, and leases.
+//!
+//! The cost is a jump of that many seconds in the shard's IDs (49 s with
+//! the defaults) and a wait before the first ID until the clock is within
+//! the holder's lead cap of it, never a re-issued ID. From a promotion (or
+//! any of the changes above) to a new holder's first ID, at most (in
+//! whole seconds, each term rounded up):
+//!
+//! ```text
+//! reach in force + 2 × max_skew + 2 s − the holder's lead cap
+//! = fence + 2 × max_skew + 2 s                (when every holder has one cap)
+//! ```
+//!
+//! 20 s with the defaults, with or without a lower cap (BENCHMARKS.md,
+//! *Promotion to the first ID*: 19.4 s measured after a split brain, for
+//! holders capped at 1 s as for the default caps). A holder capped lower
+//! than a holder the rows name waits the difference too (capped at 1 s
+//! beside holders with the default caps: about 48 s): give every holder
+//! of an ID space the same cap in force. That is also what covers a
+//! holder that leased after the point a store lost its last writes (an
+//! asynchronous standby, a point-in-time recovery): it is on no record,
+//! and the leasing holder's own reach stands for it. To shorten the wait, shorten the TTL (the fence is three quarters of it) and the skew
+//! limit: a TTL of 2 s and a skew limit of 1 s wait 6 s at most. A lower
+//! lead cap shortens the jump, not the wait. A holder that must wait for
+//! an old holder's lease to expire (the shard it asks for by number, or
+//! every shard held) waits for that too, at the same time: up to one TTL.
+//! A holder that finds the history unknown in the shard's row alone (the
+//! row was deleted and created again) raises it past the largest reach the
+//! ID space ever recorded. `VACUUM FULL` or `CLUSTER` of the lease table
 //! gives it a new file node too, and costs the same once; so does the
 //! first lease of an ID space that an earlier idutil used (marks, but no
 //! history yet).
@@ -231,8 +269,8 @@
 //! histories*](#restores-and-rewound-histories)): a dump restored (new
 //! OIDs), another cluster, a point-in-time recovery or a promoted standby
 //! (a new timeline) raises every row of the ID space, the database's
-//! counter with them, past the server's clock plus the largest reach
-//! recorded plus twice the skew limit plus one second, and records the new
+//! counter with them, past the server's clock plus the reach in force
+//! plus twice the skew limit plus one second, and records the new
 //! identity; the calls then wait until the counter is within the lead
 //! cap. Installing a second ID space under the same name (or another
 //! shard for the same one) is refused.

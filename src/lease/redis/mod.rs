@@ -137,9 +137,11 @@
 //! an older `high_water`) while nobody holds the shard. A holder holding
 //! the shard finds a lowered mark at its next renewal, as after any loss;
 //! between runs, nothing in Redis is left to tell. The bound rests on the
-//! holders' lead caps: give every holder of an ID space the same
-//! [`LeaseConfig::max_lead`] (the record keeps the largest, but a copy put
-//! back keeps the one of its time).
+//! holders' lead caps: give every holder of an ID space the same cap in
+//! force, [`LeaseConfig::max_lead`] or a generator's own
+//! ([`Builder::max_lead`](crate::Builder::max_lead)) where it is lower (the
+//! record keeps the largest, but a copy put back keeps the one of its
+//! time).
 //!
 //! # TLS
 //!

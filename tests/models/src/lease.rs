@@ -11,19 +11,22 @@
 //! holder resumes after the mark (`Record::resume_at`). Around them: a
 //! crash, a holder cut off from the store (a renewal that does not come),
 //! a failover to a synchronous standby that has every acknowledged write,
-//! and the table restored from an earlier backup; after either, the first
-//! acquisition's history check raises the mark to the store's clock plus
-//! the lead cap plus the skew limit plus one second (`postgres/history.rs`,
-//! `sql::history::space`).
+//! and the table restored from an earlier backup (with the history's
+//! record of the shard, as a point-in-time recovery takes both back); after
+//! either, the first acquisition's history check raises the mark to the
+//! store's clock plus the reach in force plus twice the skew limit plus one
+//! second (`postgres/history.rs`, `sql::history::space`).
 //!
 //! Each holder issues as much as the generator lets it, as soon as it may
 //! (the worst case): every second from its cursor up to the lower of its
-//! reservation and its clock plus the lead cap (`publish_limit`), while its
-//! fence is down. Its clock is the store's plus an offset within the skew
-//! limit. The invariant: no second (and so no ID) is issued by two
-//! holders. Time runs in steps of a quarter second; the TTL, the renewal
-//! period, the fence, the skew limit and the lead cap are the code's
-//! defaults ([`Timing::code`]).
+//! reservation and its clock plus its lead cap (`publish_limit`), while its
+//! fence is down. Holders share the fleet's lead cap, but one that leased
+//! before the backup may have had a larger one
+//! ([`LeasedShard::earlier_lead`]). Its clock is the store's plus an
+//! offset within the skew limit. The invariant: no second (and so no ID)
+//! is issued by two holders. Time runs in steps of a quarter second; the
+//! TTL, the renewal period, the fence, the skew limit and the lead cap are
+//! the code's defaults ([`Timing::code`]).
 
 use idutil::lease::{LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_TTL};
 
@@ -95,11 +98,17 @@ pub enum Floor {
     /// plus the lead cap plus the skew limit plus one second. A holder
     /// that has not learned of the restore goes on past it.
     WithoutFence,
-    /// The code's (`postgres::history`'s `caps` and `sql::history`'s
-    /// `past`): the store's clock plus the reach (the lead cap plus the
-    /// fence, three quarters of the TTL rounded up: how long a holder that
-    /// has not learned of the restore may go on issuing) plus twice the
-    /// skew limit plus one second.
+    /// Known wrong: the code's sum, but with the reach of the holder that
+    /// leases (its own lead cap) alone. A holder the row names, with a
+    /// larger cap, that has not learned of the restore issued past it.
+    OwnReach,
+    /// The code's (`postgres::history`'s `caps`, `sql::history`'s `past`
+    /// and `space_statement`): the store's clock plus the reach in force
+    /// (the larger of the leasing holder's and that recorded for the
+    /// holder the row names; a reach is the lead cap plus the fence, three
+    /// quarters of the TTL rounded up: how long a holder that has not
+    /// learned of the restore may go on issuing) plus twice the skew limit
+    /// plus one second.
     Code,
 }
 
@@ -122,6 +131,9 @@ pub struct Row {
     pub expires_at: u32,
     /// The high-water second.
     pub high_water: u32,
+    /// The reach (seconds) the history recorded for the holder the row
+    /// names, when it leased.
+    pub reach: u32,
 }
 
 /// A holder: a generator with a lease, from acquisition on.
@@ -129,6 +141,8 @@ pub struct Row {
 pub struct Holder {
     pub running: bool,
     pub epoch: u8,
+    /// Its lead cap, in seconds.
+    pub max_lead: u32,
     /// The identity of the server and table it leased from.
     pub generation: u8,
     /// Its clock's offset from the store's, in milliseconds.
@@ -172,7 +186,7 @@ pub struct State {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     Wait,
-    Acquire { offset: i32 },
+    Acquire { offset: i32, lead: u32 },
     Raise(usize, u32),
     Renew(usize),
     Crash(usize),
@@ -193,6 +207,10 @@ pub struct LeasedShard {
     /// The offsets a new holder's clock may have from the store's
     /// (milliseconds): behind by the skew limit, right, ahead by it.
     pub offsets: Vec<i32>,
+    /// A lead cap (seconds) other than the fleet's ([`Timing::max_lead`])
+    /// that a holder leasing before the backup is taken may have: a
+    /// holder of an earlier configuration, on record in the history.
+    pub earlier_lead: Option<u32>,
 }
 
 impl LeasedShard {
@@ -208,7 +226,14 @@ impl LeasedShard {
                 let skew = Timing::code().max_skew as i32;
                 vec![-skew, 0, skew]
             },
+            earlier_lead: None,
         }
+    }
+
+    /// A holder's reach, as the history records it (`caps`): its lead cap
+    /// plus the fence in whole seconds, rounded up.
+    fn reach(&self, lead: u32) -> u32 {
+        lead + self.timing.fence_after.div_ceil(1000)
     }
 
     fn host_second(&self, now: u32, offset: i32) -> u32 {
@@ -229,28 +254,31 @@ impl LeasedShard {
         s.holders[i].running = false;
     }
 
-    /// The history check's floor at store time `now`.
-    fn floor(&self, now: u32) -> Option<u32> {
+    /// The history check's floor at store time `now`, for a holder with
+    /// lead cap `lead` leasing `row`.
+    fn floor(&self, now: u32, lead: u32, row: &Row) -> Option<u32> {
         let t = &self.timing;
         let skew = t.max_skew.div_ceil(1000);
+        let own = self.reach(lead);
         match self.rules.floor {
             Floor::None => None,
-            Floor::WithoutFence => Some(now / 1000 + t.max_lead + skew + 1),
+            Floor::WithoutFence => Some(now / 1000 + lead + skew + 1),
+            Floor::OwnReach => Some(now / 1000 + own + 2 * skew + 1),
             Floor::Code => {
-                let reach = t.max_lead + t.fence_after.div_ceil(1000);
-                Some(now / 1000 + reach + 2 * skew + 1)
+                let named = if row.holder.is_some() { row.reach } else { 0 };
+                Some(now / 1000 + own.max(named) + 2 * skew + 1)
             }
         }
     }
 
-    fn acquire(&self, s: &State, offset: i32) -> Option<State> {
+    fn acquire(&self, s: &State, offset: i32, lead: u32) -> Option<State> {
         if s.newcomers == 0 || (s.row.holder.is_some() && s.row.expires_at > s.now) {
             return None;
         }
         let mut n = s.clone();
         n.newcomers -= 1;
         if n.forgotten {
-            if let Some(floor) = self.floor(n.now) {
+            if let Some(floor) = self.floor(n.now, lead, &n.row) {
                 n.row.high_water = n.row.high_water.max(floor);
             }
             n.forgotten = false;
@@ -258,11 +286,13 @@ impl LeasedShard {
         let i = n.holders.len();
         n.row.epoch += 1;
         n.row.holder = Some(i as u8);
+        n.row.reach = self.reach(lead);
         n.row.expires_at = n.now + self.timing.ttl;
         let host = self.host_second(n.now, offset);
         n.holders.push(Holder {
             running: true,
             epoch: n.row.epoch,
+            max_lead: lead,
             generation: n.generation,
             offset,
             last_ok: n.now,
@@ -296,7 +326,7 @@ impl LeasedShard {
         // `tick`: the cursor up to the clock; `publish_limit`: at most the
         // reservation and the clock plus the lead cap.
         let from = h.cursor.max(host);
-        let to = h.reserved.min(host + self.timing.max_lead);
+        let to = h.reserved.min(host + h.max_lead);
         if from > to {
             return;
         }
@@ -374,6 +404,7 @@ impl Model for LeasedShard {
                 holder: None,
                 expires_at: 0,
                 high_water: 0,
+                reach: 0,
             },
             forgotten: false,
             backup: None,
@@ -414,9 +445,12 @@ impl LeasedShard {
             n.now += TICK;
             out.push((Action::Wait, n));
         }
-        for &offset in &self.offsets {
-            if let Some(n) = self.acquire(s, offset) {
-                out.push((Action::Acquire { offset }, n));
+        let earlier = self.earlier_lead.filter(|_| s.backup.is_none());
+        for lead in std::iter::once(self.timing.max_lead).chain(earlier) {
+            for &offset in &self.offsets {
+                if let Some(n) = self.acquire(s, offset, lead) {
+                    out.push((Action::Acquire { offset, lead }, n));
+                }
             }
         }
         for i in 0..s.holders.len() {

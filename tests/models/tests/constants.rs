@@ -81,6 +81,33 @@ fn the_lease_model_s_rules_are_the_code_s() {
         history,
         "LEAST(floor(GREATEST({now}, 0))::numeric + {reach} + 2 * {skew} + 1, {BIGINT_MAX})::bigint",
     );
+    // `Floor::Code`'s reach in force: the holder the row names (its
+    // shard's reach, recorded when it took the row), at least the leaser's.
+    has(
+        "postgres/sql/history.rs",
+        history,
+        "GREATEST({max_lead}, CASE",
+    );
+    has(
+        "postgres/sql/history.rs",
+        history,
+        "ELSE COALESCE(h.max_lead, r.was_cap) END)",
+    );
+    has(
+        "postgres/sql/history.rs",
+        history,
+        "WHERE l.space = {space} AND l.holder IS NOT NULL)",
+    );
+    has(
+        "postgres/sql/history.rs",
+        history,
+        "let mark = past(\"clock\", \"reach\", skew);",
+    );
+    has(
+        "postgres/sql/mod.rs",
+        sql,
+        "ON CONFLICT (space, shard) DO UPDATE SET max_lead = EXCLUDED.max_lead)",
+    );
     let caps = include_str!("../../../src/lease/postgres/history.rs");
     has(
         "postgres/history.rs",

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use idutil_models::explore::{depth, explore, Outcome};
-use idutil_models::lease::{Floor, LeasedShard, Rules};
+use idutil_models::lease::{Floor, LeasedShard, Rules, Timing};
 
 /// Explores `rules` for `seconds` of the store's time.
 fn run(rules: Rules, seconds: u32) -> Outcome<LeasedShard> {
@@ -112,6 +112,70 @@ fn holders_that_check_the_history_repeat_nothing() {
     let out = explore(&shard, 100_000);
     eprintln!("{} states in {:.1?}", out.states, started.elapsed());
     if let Some(cex) = out.violation {
+        panic!("{}\n{}", cex.why, cex.steps());
+    }
+}
+
+/// The shard with a short TTL (2 s), clocks that agree (the skew terms are
+/// the default timing's tests' subject), a fleet lead cap of 1 s, a window
+/// of 8 s (one raise reserves past a lead), and a holder
+/// of an earlier configuration that may have leased with a lead cap of 8 s
+/// before the backup: a larger reach on record, as
+/// a holder with the default caps leaves it. Small numbers, so that the
+/// explored time covers a raise and the wait after it. Holders check the
+/// history themselves, as in the test above, so that what is found is the
+/// raise's doing, not the known gap of a revived holder.
+fn mixed_caps(floor: Floor, seconds: u32) -> LeasedShard {
+    let rules = Rules {
+        floor,
+        holder_checks_history: true,
+        ..Rules::CODE
+    };
+    let mut shard = LeasedShard::new(rules, seconds * 1000);
+    shard.timing = Timing {
+        ttl: 2_000,
+        renew_every: 666,
+        fence_after: 1_500,
+        max_skew: 0,
+        max_lead: 1,
+        window: 8,
+    };
+    shard.offsets = vec![0];
+    shard.earlier_lead = Some(8);
+    shard.failovers = 0;
+    shard.crashes = 0;
+    shard
+}
+
+fn explore_mixed(floor: Floor, seconds: u32) -> Outcome<LeasedShard> {
+    let started = Instant::now();
+    let out = explore(&mixed_caps(floor, seconds), 100_000);
+    eprintln!(
+        "{floor:?}, mixed caps, {seconds} s: {} states to depth {} in {:.1?}",
+        out.states,
+        out.depth,
+        started.elapsed()
+    );
+    out
+}
+
+#[test]
+fn a_raise_counting_only_the_leasing_holder_s_reach_is_caught() {
+    // A holder with a larger cap than the one leasing after the restore,
+    // named by the restored row, had issued past the leaser's own reach.
+    let cex = explore_mixed(Floor::OwnReach, 7)
+        .violation
+        .expect("a counterexample");
+    eprintln!("{}\n{}", cex.why, cex.steps());
+}
+
+#[test]
+fn the_reach_of_the_holder_the_row_names_covers_a_larger_earlier_cap() {
+    // The code's rule: the larger of the leaser's reach and the one on
+    // record for the holder the row names. A holder whose row was taken
+    // over before the backup has its marks in the row, so its reach no
+    // longer counts.
+    if let Some(cex) = explore_mixed(Floor::Code, depth(7, 8) as u32).violation {
         panic!("{}\n{}", cex.why, cex.steps());
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::super::conn::literal;
 use super::super::target::Target;
+use super::database::HOLDER_PREFIX;
 use super::lock_timeout;
 
 /// The advisory lock taken while the history table is created, and (as
@@ -79,10 +80,10 @@ pub(in super::super) fn past(now: &str, reach: &str, skew: u64) -> String {
 /// compares the server's identity (`system`, `timeline`, read before) and
 /// the lease table's OID and file node with what the space's history
 /// recorded; where they differ (or the space has marks but no history),
-/// raises every row of the space past the server's clock plus the largest
-/// reach recorded (at least `max_lead`, this holder's) plus twice `skew`
-/// plus one second;
-/// records the identity where it is new. The last statement returns the
+/// raises every row of the space past the server's clock plus the reach
+/// in force (at least `max_lead`, this holder's; see [`space_statement`])
+/// plus twice `skew` plus one second; records the identity where it is
+/// new, and the largest reach. The last statement returns the
 /// recorded identity (system, timeline, OID, node), the current one,
 /// whether a history was recorded, whether it was forgotten, and the
 /// second the rows were raised to.
@@ -115,6 +116,17 @@ pub(in super::super) fn space(
 /// SQL expressions (`system`: `text`, `timeline`: `bigint`), literals for a
 /// holder, variables for the database's own check (see
 /// [`database`](super::super::database)); run under [`space_lock`].
+///
+/// The reach in force: with the lease table's OID and file node as
+/// recorded (a promoted standby, a point-in-time recovery: the rows and
+/// the history went back together), the largest reach recorded for the
+/// holders the rows name (each shard's history row keeps the reach of the
+/// holder that last took it; the database's own row, or a row with none
+/// recorded, counts the largest reach the space recorded). A holder whose
+/// row was since taken over or given back has its marks in the row: its
+/// reach no longer counts. With another table (a dump restored, a
+/// rewrite), whose rows may be older than the history, the largest reach
+/// the space ever recorded.
 pub(in super::super) fn space_statement(
     target: &Target,
     space: &str,
@@ -123,7 +135,7 @@ pub(in super::super) fn space_statement(
 ) -> String {
     let (table, history) = (target.table(), target.history_table());
     let space = literal(space);
-    let mark = past("clock", "cap", skew);
+    let mark = past("clock", "reach", skew);
     format!(
         "WITH now_is AS ( \
                  SELECT {system}::text AS sys, {timeline}::bigint AS timeline, \
@@ -144,7 +156,15 @@ pub(in super::super) fn space_statement(
                          OR COALESCE(r.was_rel <> r.rel, false) \
                          OR COALESCE(r.was_node <> r.node, false) \
                      ELSE r.marked END AS forgotten, \
-                     GREATEST(COALESCE(r.was_cap, 0), {max_lead}) AS cap \
+                     GREATEST(COALESCE(r.was_cap, 0), {max_lead}) AS cap, \
+                     GREATEST({max_lead}, CASE \
+                         WHEN COALESCE(r.was_rel = r.rel AND r.was_node = r.node, false) \
+                         THEN (SELECT max(CASE WHEN l.holder LIKE {database} THEN r.was_cap \
+                                 ELSE COALESCE(h.max_lead, r.was_cap) END) \
+                             FROM {table} AS l LEFT JOIN {history} AS h \
+                                 ON h.space = l.space AND h.shard = l.shard \
+                             WHERE l.space = {space} AND l.holder IS NOT NULL) \
+                         ELSE r.was_cap END) AS reach \
                  FROM read AS r), \
              f AS (SELECT v.*, {mark} AS mark FROM verdict AS v), \
              raised AS (UPDATE {table} AS t SET high_water = f.mark, last_second = NULL, \
@@ -168,6 +188,7 @@ pub(in super::super) fn space_statement(
              SELECT was_sys, was_timeline, was_rel, was_node, sys, timeline, rel, node, \
                  recorded, forgotten, mark FROM f",
         table_text = literal(&table),
+        database = literal(&format!("{HOLDER_PREFIX}%")),
     )
 }
 

@@ -90,9 +90,12 @@ pub(super) fn table_statements(target: &Target) -> Vec<String> {
 /// again) is raised past the server's clock plus the largest reach
 /// recorded (at least this holder's) plus twice the skew limit plus one
 /// second, as [`history::space`] raises a forgotten ID space; and the
-/// shard is recorded in the history. A raise counts from the server's
-/// clock, so the row is raised only if that clock is within `max_skew` of
-/// `host`, this host's clock (Unix seconds) as the statement was sent.
+/// shard is recorded in the history with this holder's reach, the reach of
+/// the holder the row now names (the holder it named before was taken
+/// over, with every mark it raised in the row). A raise counts from the
+/// server's clock, so the row is raised only if that clock is within
+/// `max_skew` of `host`, this host's clock (Unix seconds) as the statement
+/// was sent.
 /// Returns [`GRANTED`]'s columns, then whether the row was so raised, and
 /// whether it should have been but the clocks were too far apart (the
 /// holder then judges the server's clock on the answer, and raises the row
@@ -139,8 +142,9 @@ pub(super) fn acquire(
                WHERE space = {space} AND shard IN (-1, free.shard)) AS k \
          WHERE t.space = {space} AND t.shard = free.shard \
          RETURNING {GRANTED}, {forgot} AND {clock_ok}, {forgot} AND NOT {clock_ok}), \
-         recorded AS (INSERT INTO {history_table} (space, shard) \
-             SELECT {space}, shard FROM taken ON CONFLICT DO NOTHING) \
+         recorded AS (INSERT INTO {history_table} (space, shard, max_lead) \
+             SELECT {space}, shard, {reach} FROM taken \
+             ON CONFLICT (space, shard) DO UPDATE SET max_lead = EXCLUDED.max_lead) \
          SELECT * FROM taken",
         token = literal(ask.token),
         ttl = ask.config.ttl.as_secs_f64(),
