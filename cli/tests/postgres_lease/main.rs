@@ -32,6 +32,7 @@ mod marks;
 mod outages;
 mod poolers;
 mod replication;
+mod restores;
 mod rows;
 mod settings;
 mod standbys;

@@ -50,6 +50,9 @@ use crate::lease::LeaseConfig;
 /// concerned was raised to.
 pub(super) struct Forgotten {
     pub(super) why: String,
+    /// Which marks were raised: "every shard's mark is", "their marks
+    /// are", "its mark is".
+    pub(super) raised: &'static str,
     pub(super) floor: i64,
 }
 
@@ -117,7 +120,8 @@ pub(super) fn check_space(
             return Err(Stop::Refused(e));
         }
     }
-    if !flag(&cell(&exists, 0)) {
+    // A table of an older idutil lacks the column of each row's writer.
+    if !flag(&cell(&exists, 0)) || !flag(&cell(&exists, 3)) {
         create_table(conn, target, timeout)
             .map_err(|f| Stop::Step("create the lease table in", f))?;
     }
@@ -166,8 +170,17 @@ pub(super) fn check_space(
         oid: read(6, "table_oid")?,
         node: read(7, "table_node")?,
     };
+    let floor = read(10, "the raised mark")?.unwrap_or(0);
+    let strangers = read(11, "rows not written by the lease")?.unwrap_or(0);
     if !flag(&cell(&row, 9)) {
-        return Ok(None);
+        return Ok((strangers > 0).then(|| Forgotten {
+            why: format!(
+                "{strangers} of its rows were not written by the lease (restored from a dump, \
+                 changed by hand, or written before idutil recorded each row's writer)"
+            ),
+            raised: "their marks are",
+            floor,
+        }));
     }
     let why = if flag(&cell(&row, 8)) {
         recorded
@@ -178,8 +191,11 @@ pub(super) fn check_space(
          or its history was dropped)"
             .to_string()
     };
-    let floor = read(10, "the raised mark")?.unwrap_or(0);
-    Ok(Some(Forgotten { why, floor }))
+    Ok(Some(Forgotten {
+        why,
+        raised: "every shard's mark is",
+        floor,
+    }))
 }
 
 /// After a shard is leased whose row had no mark although its history
@@ -207,6 +223,7 @@ pub(super) fn check_shard(
             Ok((raised > 0).then(|| Forgotten {
                 why: "its row had a mark once and has none now (deleted and created again)"
                     .to_string(),
+                raised: "its mark is",
                 floor,
             }))
         });

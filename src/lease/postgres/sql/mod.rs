@@ -30,6 +30,39 @@ pub(super) const LOCK_KEY: i64 = 0x6964_7574;
 const GRANTED: &str = "t.shard, t.epoch, t.high_water, t.last_second, t.last_sequence, t.seen, \
      t.layout, extract(epoch FROM clock_timestamp())::float8";
 
+/// The column that says which transaction wrote a row: every write of the
+/// lease sets it (see [`history`](super::history), *Rows the lease did not
+/// write*).
+pub(super) const WRITTEN_BY: &str = "written_by";
+
+/// What every write of the lease stores in [`WRITTEN_BY`]: the writing
+/// transaction's ID, with its epoch (64 bits), which is what the row's
+/// `xmin` holds in its low 32 bits, as the statement runs in no
+/// subtransaction.
+pub(super) const WRITER: &str = "txid_current()";
+
+/// The shards of the ID space `space` (a literal) whose rows were written
+/// by something other than the lease: no recorded writer (a table of an
+/// older idutil, or a row restored from one), a writer that is not the
+/// transaction that wrote the row's version (`xmin`, compared modulo
+/// 2^32: a restore, or an `UPDATE` by hand), a writer this server has not
+/// reached yet (the row comes from another cluster), or a version written
+/// by the same transaction as rows of the space that recorded another
+/// writer, or none (a restore that ran under the transaction ID one row
+/// recorded). A query of one column, `shard`.
+pub(super) fn strangers(table: &str, space: &str) -> String {
+    format!(
+        "SELECT r.shard FROM (SELECT t.shard, t.{WRITTEN_BY} AS w, t.xmin::text::bigint AS x, \
+                 min(t.{WRITTEN_BY}) OVER p AS lo, max(t.{WRITTEN_BY}) OVER p AS hi, \
+                 count(*) OVER p AS n, count(t.{WRITTEN_BY}) OVER p AS nw \
+             FROM {table} AS t WHERE t.space = {space} \
+             WINDOW p AS (PARTITION BY t.xmin::text::bigint)) AS r \
+         WHERE r.w IS NULL OR r.w % 4294967296 <> r.x \
+             OR r.w >= txid_snapshot_xmax(txid_current_snapshot()) \
+             OR r.lo <> r.hi OR r.n <> r.nw"
+    )
+}
+
 /// `SELECT set_config('lock_timeout', ...)` for this transaction.
 pub(super) fn lock_timeout(timeout: Duration) -> String {
     format!(
@@ -69,8 +102,12 @@ pub(super) fn table_statements(target: &Target) -> Vec<String> {
                  last_second bigint, \
                  last_sequence bigint, \
                  seen bigint, \
+                 {WRITTEN_BY} bigint, \
                  PRIMARY KEY (space, shard))"
         ),
+        // A table of an older idutil gets the column (its rows, NULL in
+        // it, are raised once by the history check).
+        format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {WRITTEN_BY} bigint"),
         format!("CREATE INDEX IF NOT EXISTS {index} ON {table} (space, expires_at)"),
     ]
 }
@@ -133,7 +170,8 @@ pub(super) fn acquire(
              expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8), \
              high_water = CASE WHEN {forgot} AND {clock_ok} THEN {mark} ELSE t.high_water END, \
              seen = CASE WHEN {forgot} AND {clock_ok} \
-                 THEN extract(epoch FROM clock_timestamp())::bigint ELSE t.seen END \
+                 THEN extract(epoch FROM clock_timestamp())::bigint ELSE t.seen END, \
+             {WRITTEN_BY} = {WRITER} \
          FROM free, \
              LATERAL (SELECT count(*) AS known, max(max_lead) AS cap FROM {history_table} \
                WHERE space = {space} AND shard IN (-1, free.shard)) AS k \
@@ -172,7 +210,8 @@ pub(super) fn reclaim(ask: &Ask<'_>, target: &Target, layout: &str) -> String {
     let skip: Vec<String> = ask.skip.iter().map(u32::to_string).collect();
     format!(
         "UPDATE {table} AS t \
-         SET expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8) \
+         SET expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8), \
+             {WRITTEN_BY} = {WRITER} \
          WHERE t.space = {space} AND t.shard = (SELECT shard FROM {table} \
              WHERE space = {space} AND layout = {layout} AND holder = {token} \
                AND shard BETWEEN {first} AND {last} \
@@ -217,7 +256,8 @@ impl Key<'_> {
 /// Renews the lease: returns high_water, layout and the server's clock.
 pub(super) fn renew(table: &str, key: &Key<'_>, ttl: Duration) -> String {
     format!(
-        "UPDATE {table} SET expires_at = clock_timestamp() + make_interval(secs => {}::float8) \
+        "UPDATE {table} SET expires_at = clock_timestamp() + make_interval(secs => {}::float8), \
+             {WRITTEN_BY} = {WRITER} \
          WHERE {} \
          RETURNING high_water, layout, extract(epoch FROM clock_timestamp())::float8",
         ttl.as_secs_f64(),
@@ -230,7 +270,7 @@ pub(super) fn raise(table: &str, key: &Key<'_>, high_water: i64, seen: i64, know
     format!(
         "UPDATE {table} SET high_water = GREATEST(COALESCE(high_water, 0), {high_water}), \
              seen = CASE WHEN {seen} > 0 THEN GREATEST(COALESCE(seen, 0), {seen}) ELSE seen END, \
-             last_second = NULL, last_sequence = NULL \
+             last_second = NULL, last_sequence = NULL, {WRITTEN_BY} = {WRITER} \
          WHERE {} AND COALESCE(high_water, 0) >= {known}",
         key.held()
     )
@@ -245,12 +285,13 @@ pub(super) fn finish(table: &str, key: &Key<'_>, last: Option<(i64, i64)>, seen:
                  last_second = {sec}, last_sequence = {seq}, \
                  seen = CASE WHEN {seen} > 0 THEN GREATEST(COALESCE(seen, 0), {seen}) \
                         ELSE seen END, \
-                 holder = NULL, expires_at = '-infinity' \
+                 holder = NULL, expires_at = '-infinity', {WRITTEN_BY} = {WRITER} \
              WHERE {}",
             key.held()
         ),
         None => format!(
-            "UPDATE {table} SET holder = NULL, expires_at = '-infinity' WHERE {}",
+            "UPDATE {table} SET holder = NULL, expires_at = '-infinity', \
+                 {WRITTEN_BY} = {WRITER} WHERE {}",
             key.held()
         ),
     }
@@ -291,8 +332,8 @@ pub(super) fn prepare_space(
         format!("SELECT pg_advisory_xact_lock({}, hashtext({space}))", LOCK_KEY as i32),
         other.clone(),
         format!(
-            "INSERT INTO {table} (space, shard, layout) \
-             SELECT {space}, s, {layout_text} FROM generate_series({first}::bigint, {last}::bigint) AS s \
+            "INSERT INTO {table} (space, shard, layout, {WRITTEN_BY}) \
+             SELECT {space}, s, {layout_text}, {WRITER} FROM generate_series({first}::bigint, {last}::bigint) AS s \
              WHERE NOT EXISTS ({other}) \
              ON CONFLICT DO NOTHING"
         ),
@@ -330,10 +371,11 @@ pub(super) fn restore(
     seen: i64,
 ) -> String {
     format!(
-        "INSERT INTO {table} AS t (space, shard, layout, high_water, seen) \
+        "INSERT INTO {table} AS t (space, shard, layout, high_water, seen, {WRITTEN_BY}) \
          VALUES ({space}, {shard}, {layout}, {high_water}, \
-             COALESCE(NULLIF({seen}, 0), extract(epoch FROM clock_timestamp())::bigint)) \
+             COALESCE(NULLIF({seen}, 0), extract(epoch FROM clock_timestamp())::bigint), {WRITER}) \
          ON CONFLICT (space, shard) DO UPDATE SET \
+             {WRITTEN_BY} = EXCLUDED.{WRITTEN_BY}, \
              high_water = GREATEST(COALESCE(t.high_water, 0), EXCLUDED.high_water), \
              last_second = CASE WHEN COALESCE(t.high_water, 0) < EXCLUDED.high_water \
                  THEN NULL ELSE t.last_second END, \
