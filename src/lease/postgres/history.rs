@@ -19,6 +19,64 @@
 //! or can still issue before it learns of the change, and records the new
 //! identity.
 //!
+//! # Rows the lease did not write
+//!
+//! None of the above changes when the tables are reloaded in place (their
+//! rows deleted, then `pg_restore --data-only`, the history table with
+//! them or kept), nor when a dump goes into a fresh cluster whose tables
+//! get the old OIDs and file nodes (the same order of creation after
+//! `initdb`), on timeline 1, for a role that may not run
+//! `pg_control_system()` (as managed services grant). So every write of
+//! the lease also records in the row the ID of the transaction that wrote
+//! it (`written_by`, `txid_current()`, 64 bits with its epoch), and the
+//! check of the ID space raises, as above, each row of the space that does
+//! not vouch for itself ([`sql::strangers`]):
+//!
+//! - no recorded writer: a table of an earlier idutil (the column is
+//!   added, `NULL`, the first time a holder finds it missing), or a row
+//!   restored from one. Each such row is raised once, so the first lease
+//!   of each of its shards after the upgrade waits as after a restore;
+//! - a recorded writer that is not the row's `xmin` (compared modulo
+//!   2^32): the row was written by another transaction, a `COPY` or
+//!   `INSERT` of a restore, or an `UPDATE` by hand;
+//! - a recorded writer this server has not reached yet (at or past its
+//!   snapshot's `xmax`): the row comes from a cluster that had run more
+//!   transactions;
+//! - a row whose `xmin` is shared by rows of the space that recorded
+//!   another writer (or none): one transaction wrote them all, and the
+//!   lease's writes record the same writer for every row they write. This
+//!   catches a restore into a fresh cluster whose transaction happens to
+//!   have the ID one row recorded.
+//!
+//! The rows that vouch for themselves do so through what keeps `xmin`:
+//! `VACUUM FREEZE` (since PostgreSQL 9.4 freezing marks the row and keeps
+//! its `xmin`), `VACUUM FULL` and `CLUSTER` (they copy rows with their
+//! `xmin`; the new file node is the history's business), `pg_upgrade`
+//! (it keeps the transaction counter and its epoch) and a promoted
+//! physical standby (the same rows, byte for byte). A row frozen by a
+//! PostgreSQL before 9.4 shows `xmin` 2: raised once. The database's
+//! functions write in subtransactions (a block with `EXCEPTION`, a
+//! caller's savepoint) whose IDs are not `txid_current()`'s: they record
+//! the row's own `xmin` after writing it.
+//!
+//! A row the holders refuse anyway (columns that cannot go together) is
+//! not raised: it stays refused, and named, until it is mended by hand,
+//! which makes it a row to raise. A raise records the new writer, so a
+//! hand edit costs one raise of its row, never a refusal.
+//!
+//! What is not told apart: a restore whose transaction has, modulo 2^32,
+//! the ID that every restored row of the space recorded, which needs all
+//! of them last written by one transaction (their creation, or a raise of
+//! the whole space) and the restore run in another cluster at that very
+//! ID (in the same cluster the restore's ID is newer, and equal modulo
+//! 2^32 only some four billion transactions later); a restore of a
+//! physical backup, which keeps `xmin` as it keeps the system identifier,
+//! the timeline and the OIDs; an edit that writes `written_by` itself; and
+//! a restore under a live holder, whose renewals do not look at the writer
+//! (the rows are raised at the next lease of the space, not before). While
+//! holders of an earlier idutil write the table beside newer ones, each
+//! newer holder's lease raises the rows they wrote since.
+//!
 //! Nothing is raised by a server whose clock is further from the holder's
 //! than the skew limit: the check refuses first ([`LeaseError::ClockSkew`]).
 //!
