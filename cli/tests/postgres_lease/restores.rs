@@ -226,3 +226,106 @@ fn the_lease_table_reloaded_beside_its_history_issues_nothing_twice() {
     let repeats = repeats_after_restore(&pg, wide(), Restore::Reload { history: false });
     assert_eq!(repeats, 0, "IDs issued twice after the reload");
 }
+
+/// The marks of shards `shards` of `pg`'s table, in order.
+fn marks(pg: &Postgres, shards: &str) -> Vec<i64> {
+    pg.psql(&format!(
+        "SELECT high_water FROM idutil_lease WHERE shard IN ({shards}) ORDER BY shard"
+    ))
+    .lines()
+    .map(|l| l.parse().unwrap())
+    .collect()
+}
+
+/// Four holders of shards 0..=3 (10 shard bits) that issue and close.
+fn four_closed(pg: &Postgres) -> LeaseConfig {
+    let config = LeaseConfig::new(pg.tcp_url())
+        .ttl(Duration::from_secs(1))
+        .max_skew(Duration::from_secs(1))
+        .shards(0..=3);
+    let hosts: Vec<_> = (0..4).map(|_| state_dir()).collect();
+    let holders: Vec<_> = hosts
+        .iter()
+        .map(|h| leased(h, config.clone()).layout(wide()).open().unwrap())
+        .collect();
+    for g in holders {
+        g.next_ids(100).unwrap();
+        g.close().unwrap();
+    }
+    config
+}
+
+/// Freezing keeps who wrote each row (`VACUUM FREEZE` keeps `xmin`): the
+/// next lease raises no row. `VACUUM FULL` and `CLUSTER` under live
+/// holders keep it too (their new file node is the history's business):
+/// the holders go on, and every row still vouches for itself.
+#[test]
+fn freezing_and_rewriting_the_table_keep_who_wrote_its_rows() {
+    let Some(pg) = server() else { return };
+    let config = four_closed(&pg);
+    let before = marks(&pg, "1, 2, 3");
+    pg.psql("VACUUM (FREEZE) idutil_lease");
+    let host = state_dir();
+    let g = leased(&host, config.clone().shards(0..=0))
+        .layout(wide())
+        .open()
+        .unwrap();
+    assert_eq!(marks(&pg, "1, 2, 3"), before, "a frozen row was raised");
+    let others: Vec<_> = (0..3).map(|_| state_dir()).collect();
+    let mut holders: Vec<_> = others
+        .iter()
+        .map(|h| leased(h, config.clone()).layout(wide()).open().unwrap())
+        .collect();
+    holders.push(g);
+    pg.psql("VACUUM FULL idutil_lease");
+    pg.psql("CLUSTER idutil_lease USING idutil_lease_pkey");
+    pg.psql("VACUUM (FREEZE) idutil_lease");
+    // Past a TTL: every holder renewed through it.
+    thread::sleep(Duration::from_secs(2));
+    let mut all = Tally::new();
+    for (i, g) in holders.iter().enumerate() {
+        all.add(g.next_ids(100).unwrap().map(u64::from), &format!("{i}"));
+    }
+    assert_eq!(
+        pg.psql(
+            "SELECT count(*) FROM idutil_lease \
+             WHERE written_by IS NULL OR written_by % 4294967296 <> xmin::text::bigint"
+        ),
+        "0"
+    );
+}
+
+/// Rows that look written by the lease and are not: one transaction wrote
+/// two rows and recorded itself as the writer of one (as a restore into a
+/// fresh cluster does whose transaction has the ID one row recorded), and
+/// a row records a writer 2^32 transactions ahead of this server (its
+/// `xmin` modulo 2^32, from a cluster that ran more transactions). Each
+/// lowered by 100 s, each raised back at the next lease.
+#[test]
+fn rows_that_only_look_written_by_the_lease_are_raised() {
+    let Some(pg) = server() else { return };
+    let config = four_closed(&pg);
+    let before = marks(&pg, "0, 1, 2");
+    pg.psql(
+        "UPDATE idutil_lease SET high_water = high_water - 100, last_second = NULL, \
+             last_sequence = NULL, \
+             written_by = CASE WHEN shard = 0 THEN txid_current() ELSE written_by END \
+         WHERE shard IN (0, 1)",
+    );
+    pg.psql(
+        "UPDATE idutil_lease SET high_water = high_water - 100, last_second = NULL, \
+             last_sequence = NULL, written_by = txid_current() + 4294967296 \
+         WHERE shard = 2",
+    );
+    let host = state_dir();
+    drop(
+        leased(&host, config.shards(3..=3))
+            .layout(wide())
+            .open()
+            .unwrap(),
+    );
+    let after = marks(&pg, "0, 1, 2");
+    for (shard, (was, is)) in before.iter().zip(&after).enumerate() {
+        assert!(is >= was, "shard {shard}: its mark {is} is below {was}");
+    }
+}
