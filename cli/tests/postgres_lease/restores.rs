@@ -329,3 +329,32 @@ fn rows_that_only_look_written_by_the_lease_are_raised() {
         assert!(is >= was, "shard {shard}: its mark {is} is below {was}");
     }
 }
+
+/// A table of an earlier idutil, without the column of each row's writer:
+/// the next lease adds it and raises each row once, as a restore would;
+/// the lease after raises nothing.
+#[test]
+fn a_table_of_an_earlier_idutil_gets_the_column_and_each_row_is_raised_once() {
+    let Some(pg) = server() else { return };
+    let config = four_closed(&pg);
+    pg.psql("ALTER TABLE idutil_lease DROP COLUMN written_by");
+    let before = marks(&pg, "0, 1, 2");
+    let lease = |shard: u32| {
+        let host = state_dir();
+        let g = leased(&host, config.clone().shards(shard..=shard))
+            .layout(wide())
+            .open()
+            .unwrap();
+        g.close().unwrap();
+    };
+    lease(3);
+    let raised = marks(&pg, "0, 1, 2");
+    for (shard, (was, is)) in before.iter().zip(&raised).enumerate() {
+        assert!(
+            is > was,
+            "shard {shard}: its mark {is} was not raised from {was}"
+        );
+    }
+    lease(3);
+    assert_eq!(marks(&pg, "0, 1, 2"), raised, "raised a second time");
+}
