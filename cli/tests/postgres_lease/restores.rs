@@ -331,14 +331,34 @@ fn rows_that_only_look_written_by_the_lease_are_raised() {
 }
 
 /// A table of an earlier idutil, without the column of each row's writer:
-/// the next lease adds it and raises each row once, as a restore would;
-/// the lease after raises nothing.
+/// a role that may not add it is refused, told how to add it; the table's
+/// owner adds it at its next lease and raises each row once, as a restore
+/// would; the lease after raises nothing.
 #[test]
 fn a_table_of_an_earlier_idutil_gets_the_column_and_each_row_is_raised_once() {
     let Some(pg) = server() else { return };
     let config = four_closed(&pg);
     pg.psql("ALTER TABLE idutil_lease DROP COLUMN written_by");
     let before = marks(&pg, "0, 1, 2");
+    // A role that may write the rows but not add the column is told how.
+    pg.psql(
+        "CREATE ROLE worker LOGIN; \
+         GRANT SELECT, INSERT, UPDATE ON idutil_lease, idutil_lease_history TO worker",
+    );
+    let worker = LeaseConfig::new(format!(
+        "postgres://worker@127.0.0.1:{}/postgres?sslmode=disable",
+        pg.port()
+    ))
+    .shards(3..=3);
+    let err = leased(&state_dir(), worker)
+        .layout(wide())
+        .open()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ALTER TABLE idutil_lease ADD COLUMN written_by bigint"),
+        "{err}"
+    );
     let lease = |shard: u32| {
         let host = state_dir();
         let g = leased(&host, config.clone().shards(shard..=shard))

@@ -178,10 +178,18 @@ pub(super) fn check_space(
             return Err(Stop::Refused(e));
         }
     }
-    // A table of an older idutil lacks the column of each row's writer.
-    if !flag(&cell(&exists, 0)) || !flag(&cell(&exists, 3)) {
+    if !flag(&cell(&exists, 0)) {
         create_table(conn, target, timeout)
             .map_err(|f| Stop::Step("create the lease table in", f))?;
+    } else if !flag(&cell(&exists, 3)) {
+        // A table of an earlier idutil.
+        sql::add_writer_column(conn, target, timeout).map_err(|f| {
+            Stop::Step(
+                "add the column written_by to the lease table (as its owner: ALTER TABLE \
+                 idutil_lease ADD COLUMN written_by bigint) in",
+                f,
+            )
+        })?;
     }
     if !flag(&cell(&exists, 1)) {
         create_history(conn, target, timeout)?;

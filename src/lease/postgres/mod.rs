@@ -442,7 +442,10 @@
 //! `idutil_lease_history` beside it (and `CREATE` on their schema for the
 //! first holder, or create them with a migration: see [the
 //! table](#the-table) for the lease table's columns); `idutil lease check`
-//! says what a role lacks. Services of one fleet whose roles differ share
+//! says what a role lacks. A table created by an earlier idutil lacks the
+//! column `written_by`: the first holder whose role owns the table adds
+//! it; a role that only writes the rows is refused until the owner runs
+//! `ALTER TABLE idutil_lease ADD COLUMN written_by bigint`. Services of one fleet whose roles differ share
 //! one table as long as they name the same schema: the default `public`
 //! does, whatever their search paths. Fleets that must not share an ID
 //! space use different [`LeaseConfig::prefix`]es (or schemas).

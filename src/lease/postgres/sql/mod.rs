@@ -105,11 +105,33 @@ pub(super) fn table_statements(target: &Target) -> Vec<String> {
                  {WRITTEN_BY} bigint, \
                  PRIMARY KEY (space, shard))"
         ),
-        // A table of an older idutil gets the column (its rows, NULL in
-        // it, are raised once by the history check).
-        format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {WRITTEN_BY} bigint"),
+        writer_column(target),
         format!("CREATE INDEX IF NOT EXISTS {index} ON {table} (space, expires_at)"),
     ]
+}
+
+/// Adds [`WRITTEN_BY`] to a table of an earlier idutil, which lacks it:
+/// its rows, `NULL` in it, are raised once by the history check.
+fn writer_column(target: &Target) -> String {
+    format!(
+        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {WRITTEN_BY} bigint",
+        target.table()
+    )
+}
+
+/// Adds [`WRITTEN_BY`] to a table of an earlier idutil, under the lock
+/// the table is created under. Only its owner may.
+pub(super) fn add_writer_column(
+    conn: &mut Conn,
+    target: &Target,
+    timeout: Duration,
+) -> std::result::Result<(), Failure> {
+    let statements = [
+        lock_timeout(timeout),
+        format!("SELECT pg_advisory_xact_lock({LOCK_KEY})"),
+        writer_column(target),
+    ];
+    conn.write(target, timeout, &statements).map(drop)
 }
 
 /// Takes the first free shard of the ask's range, and checks it against
@@ -256,8 +278,8 @@ impl Key<'_> {
 /// Renews the lease: returns high_water, layout and the server's clock.
 pub(super) fn renew(table: &str, key: &Key<'_>, ttl: Duration) -> String {
     format!(
-        "UPDATE {table} SET expires_at = clock_timestamp() + make_interval(secs => {}::float8), \
-             {WRITTEN_BY} = {WRITER} \
+        "UPDATE {table} SET {WRITTEN_BY} = {WRITER}, \
+             expires_at = clock_timestamp() + make_interval(secs => {}::float8) \
          WHERE {} \
          RETURNING high_water, layout, extract(epoch FROM clock_timestamp())::float8",
         ttl.as_secs_f64(),
@@ -268,9 +290,10 @@ pub(super) fn renew(table: &str, key: &Key<'_>, ttl: Duration) -> String {
 /// Raises the mark, if the row's is still at least `known`.
 pub(super) fn raise(table: &str, key: &Key<'_>, high_water: i64, seen: i64, known: i64) -> String {
     format!(
-        "UPDATE {table} SET high_water = GREATEST(COALESCE(high_water, 0), {high_water}), \
+        "UPDATE {table} SET {WRITTEN_BY} = {WRITER}, \
+             high_water = GREATEST(COALESCE(high_water, 0), {high_water}), \
              seen = CASE WHEN {seen} > 0 THEN GREATEST(COALESCE(seen, 0), {seen}) ELSE seen END, \
-             last_second = NULL, last_sequence = NULL, {WRITTEN_BY} = {WRITER} \
+             last_second = NULL, last_sequence = NULL \
          WHERE {} AND COALESCE(high_water, 0) >= {known}",
         key.held()
     )
@@ -281,17 +304,18 @@ pub(super) fn raise(table: &str, key: &Key<'_>, high_water: i64, seen: i64, know
 pub(super) fn finish(table: &str, key: &Key<'_>, last: Option<(i64, i64)>, seen: i64) -> String {
     match last {
         Some((sec, seq)) => format!(
-            "UPDATE {table} SET high_water = GREATEST(COALESCE(high_water, 0), {sec}), \
+            "UPDATE {table} SET {WRITTEN_BY} = {WRITER}, \
+                 high_water = GREATEST(COALESCE(high_water, 0), {sec}), \
                  last_second = {sec}, last_sequence = {seq}, \
                  seen = CASE WHEN {seen} > 0 THEN GREATEST(COALESCE(seen, 0), {seen}) \
                         ELSE seen END, \
-                 holder = NULL, expires_at = '-infinity', {WRITTEN_BY} = {WRITER} \
+                 holder = NULL, expires_at = '-infinity' \
              WHERE {}",
             key.held()
         ),
         None => format!(
-            "UPDATE {table} SET holder = NULL, expires_at = '-infinity', \
-                 {WRITTEN_BY} = {WRITER} WHERE {}",
+            "UPDATE {table} SET {WRITTEN_BY} = {WRITER}, holder = NULL, \
+                 expires_at = '-infinity' WHERE {}",
             key.held()
         ),
     }
