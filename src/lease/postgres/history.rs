@@ -108,8 +108,9 @@ use crate::lease::LeaseConfig;
 /// concerned was raised to.
 pub(super) struct Forgotten {
     pub(super) why: String,
-    /// Which marks were raised: "every shard's mark is", "their marks
-    /// are", "its mark is".
+    /// Which marks were raised, as the warning words it: every shard's,
+    /// the rows the lease did not write (a garbled one is left as it is),
+    /// or the one row's.
     pub(super) raised: &'static str,
     pub(super) floor: i64,
 }
@@ -244,7 +245,7 @@ pub(super) fn check_space(
                 "{strangers} of its rows were not written by the lease (restored from a dump, \
                  changed by hand, or written before idutil recorded each row's writer)"
             ),
-            raised: "their marks are",
+            raised: "their marks (a garbled row's excepted) are",
             floor,
         }));
     }
