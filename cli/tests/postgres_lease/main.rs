@@ -33,6 +33,7 @@ mod outages;
 mod poolers;
 mod promotion;
 mod replication;
+mod restores;
 mod rows;
 mod settings;
 mod standbys;

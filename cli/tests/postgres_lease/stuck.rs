@@ -25,15 +25,8 @@ fn stuck_rows_are_named_and_released_without_lowering_the_mark() {
     let last = u64::from(g.next_ids(1000).unwrap().last().unwrap());
     drop(g);
     pg.psql("UPDATE idutil_lease SET expires_at = 'infinity', holder = 'ghost'");
-    let mark: u64 = pg
-        .psql("SELECT high_water FROM idutil_lease WHERE shard = 0")
-        .parse()
-        .unwrap();
-    let epoch: i64 = pg
-        .psql("SELECT epoch FROM idutil_lease WHERE shard = 0")
-        .parse()
-        .unwrap();
 
+    // Rows edited by hand: the open raises them before it finds none free.
     let err = leased(&host, config.clone()).open().unwrap_err();
     match &err {
         Error::Lease(LeaseError::NoFreeShard { stuck, .. }) => {
@@ -49,6 +42,14 @@ fn stuck_rows_are_named_and_released_without_lowering_the_mark() {
         "{text}"
     );
 
+    let mark: u64 = pg
+        .psql("SELECT high_water FROM idutil_lease WHERE shard = 0")
+        .parse()
+        .unwrap();
+    let epoch: i64 = pg
+        .psql("SELECT epoch FROM idutil_lease WHERE shard = 0")
+        .parse()
+        .unwrap();
     let dir = state_dir();
     let release = |shard: Option<u32>| {
         let mut cmd = idutil(shard.unwrap_or(0), dir.path());

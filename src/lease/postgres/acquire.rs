@@ -84,11 +84,12 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
     })?;
     if let Some(forgotten) = forgotten {
         log::warn!(
-            "ID space {:?} in {}: {}; every shard's mark is raised to {}, past every ID a \
-             holder can have issued before",
+            "ID space {:?} in {}: {}; {} raised to {}, past every ID a holder can have \
+             issued before",
             config.prefix,
             target.table(),
             forgotten.why,
+            forgotten.raised,
             forgotten.floor
         );
     }

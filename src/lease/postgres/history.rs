@@ -36,6 +36,65 @@
 //! leasing holder's own reach covers it when the ID space's holders share
 //! one cap.
 //!
+//! # Rows the lease did not write
+//!
+//! None of the above changes when the tables are reloaded in place (their
+//! rows deleted, then `pg_restore --data-only`, the history table with
+//! them or kept), nor when a dump goes into a fresh cluster whose tables
+//! get the old OIDs and file nodes (the same order of creation after
+//! `initdb`), on timeline 1, for a role that may not run
+//! `pg_control_system()` (as managed services grant). So every write of
+//! the lease also records in the row the ID of the transaction that wrote
+//! it (`written_by`, `txid_current()`, 64 bits with its epoch), and the
+//! check of the ID space raises, as above, each row of the space that does
+//! not vouch for itself ([`sql::strangers`]):
+//!
+//! - no recorded writer: a row restored from a dump of an earlier
+//!   idutil's table. The first holder that finds the column missing (a
+//!   table of an earlier idutil) adds it and, in the same transaction,
+//!   records itself as the writer of every row: the upgrade trusts the
+//!   rows as the earlier idutil did, and costs no raise;
+//! - a recorded writer that is not the row's `xmin` (compared modulo
+//!   2^32): the row was written by another transaction, a `COPY` or
+//!   `INSERT` of a restore, or an `UPDATE` by hand;
+//! - a recorded writer this server has not reached yet (at or past its
+//!   snapshot's `xmax`): the row comes from a cluster that had run more
+//!   transactions;
+//! - a row whose `xmin` is shared by rows of the space that recorded
+//!   another writer (or none): one transaction wrote them all, and the
+//!   lease's writes record the same writer for every row they write. This
+//!   catches a restore into a fresh cluster whose transaction happens to
+//!   have the ID one row recorded.
+//!
+//! The rows that vouch for themselves do so through what keeps `xmin`:
+//! `VACUUM FREEZE` (since PostgreSQL 9.4 freezing marks the row and keeps
+//! its `xmin`), `VACUUM FULL` and `CLUSTER` (they copy rows with their
+//! `xmin`; the new file node is the history's business), `pg_upgrade`
+//! (it keeps the transaction counter and its epoch) and a promoted
+//! physical standby (the same rows, byte for byte). A row frozen by a
+//! PostgreSQL before 9.4 shows `xmin` 2: raised once. The database's
+//! functions write in subtransactions (a block with `EXCEPTION`, a
+//! caller's savepoint) whose IDs are not `txid_current()`'s: they record
+//! the row's own `xmin` after writing it.
+//!
+//! A row the holders refuse anyway (columns that cannot go together) is
+//! not raised: it stays refused, and named, until it is mended by hand,
+//! which makes it a row to raise. A raise records the new writer, so a
+//! hand edit costs one raise of its row, never a refusal.
+//!
+//! What is not told apart: a restore whose transaction has, modulo 2^32,
+//! the ID that every restored row of the space recorded, which needs all
+//! of them last written by one transaction (their creation, or a raise of
+//! the whole space) and the restore run in another cluster at that very
+//! ID (in the same cluster the restore's ID is newer, and equal modulo
+//! 2^32 only some four billion transactions later); a restore of a
+//! physical backup, which keeps `xmin` as it keeps the system identifier,
+//! the timeline and the OIDs; an edit that writes `written_by` itself; and
+//! a restore under a live holder, whose renewals do not look at the writer
+//! (the rows are raised at the next lease of the space, not before). While
+//! holders of an earlier idutil write the table beside newer ones, each
+//! newer holder's lease raises the rows they wrote since.
+//!
 //! Nothing is raised by a server whose clock is further from the holder's
 //! than the skew limit: the check refuses first ([`LeaseError::ClockSkew`]).
 //!
@@ -67,6 +126,10 @@ use crate::lease::LeaseConfig;
 /// concerned was raised to.
 pub(super) struct Forgotten {
     pub(super) why: String,
+    /// Which marks were raised, as the warning words it: every shard's,
+    /// the rows the lease did not write (a garbled one is left as it is),
+    /// or the one row's.
+    pub(super) raised: &'static str,
     pub(super) floor: i64,
 }
 
@@ -139,6 +202,15 @@ pub(super) fn check_space(
     if !flag(&cell(&exists, 0)) {
         create_table(conn, target, timeout)
             .map_err(|f| Stop::Step("create the lease table in", f))?;
+    } else if !flag(&cell(&exists, 3)) {
+        // A table of an earlier idutil.
+        sql::add_writer_column(conn, target, timeout).map_err(|f| {
+            Stop::Step(
+                "add the column written_by to the lease table (as its owner: ALTER TABLE \
+                 idutil_lease ADD COLUMN written_by bigint) in",
+                f,
+            )
+        })?;
     }
     if !flag(&cell(&exists, 1)) {
         create_history(conn, target, timeout)?;
@@ -185,8 +257,17 @@ pub(super) fn check_space(
         oid: read(6, "table_oid")?,
         node: read(7, "table_node")?,
     };
+    let floor = read(10, "the raised mark")?.unwrap_or(0);
+    let strangers = read(11, "rows not written by the lease")?.unwrap_or(0);
     if !flag(&cell(&row, 9)) {
-        return Ok(None);
+        return Ok((strangers > 0).then(|| Forgotten {
+            why: format!(
+                "{strangers} of its rows were not written by the lease (restored from a dump, \
+                 changed by hand, or written before idutil recorded each row's writer)"
+            ),
+            raised: "their marks (a garbled row's excepted) are",
+            floor,
+        }));
     }
     let why = if flag(&cell(&row, 8)) {
         recorded
@@ -197,8 +278,11 @@ pub(super) fn check_space(
          or its history was dropped)"
             .to_string()
     };
-    let floor = read(10, "the raised mark")?.unwrap_or(0);
-    Ok(Some(Forgotten { why, floor }))
+    Ok(Some(Forgotten {
+        why,
+        raised: "every shard's mark is",
+        floor,
+    }))
 }
 
 /// After a shard is leased whose row had no mark although its history
@@ -226,6 +310,7 @@ pub(super) fn check_shard(
             Ok((raised > 0).then(|| Forgotten {
                 why: "its row had a mark once and has none now (deleted and created again)"
                     .to_string(),
+                raised: "its mark is",
                 floor,
             }))
         });

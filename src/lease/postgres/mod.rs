@@ -35,6 +35,7 @@
 //! | `high_water` | no ID on the shard has a later Unix second; only ever raised; `NULL`: never used |
 //! | `last_second`, `last_sequence` | the exact last ID after a clean close, until the next holder reserves |
 //! | `seen` | the highest wall-clock second a holder saw |
+//! | `written_by` | the transaction that wrote the row, as every write of the lease records it (`txid_current()`): a row it does not match was not written by the lease, and is raised ([below](#restores-and-rewound-histories)) |
 //!
 //! The rows of an ID space are created together, the first time a holder
 //! finds none in its range (under an advisory lock, so two layouts cannot
@@ -159,6 +160,33 @@
 //! first lease of an ID space that an earlier idutil used (marks, but no
 //! history yet).
 //!
+//! Some restores keep all of that: the tables emptied with `DELETE` and
+//! reloaded with `pg_restore --data-only` (the history with them, or
+//! kept), or a dump restored into a fresh cluster, whose tables get the
+//! OIDs and file nodes the first cluster gave (the same order of creation
+//! after `initdb`), on timeline 1, for a role that may not run
+//! `pg_control_system()`, as managed services grant. What they cannot keep
+//! is who wrote the rows: every write of the lease records its
+//! transaction's ID in the row (`written_by`), and a row whose version was
+//! written by another transaction (its `xmin`), by one this server has not
+//! reached, or together with rows that recorded another writer, was
+//! written by a restore or by hand. The same check raises each such row
+//! the same way, and records it as the lease's. `VACUUM FREEZE`, `VACUUM
+//! FULL`, `CLUSTER`, `pg_upgrade` and a promoted standby keep who wrote a
+//! row. A table of an earlier idutil gets the column from the first
+//! holder that finds it missing, which records itself as the writer of
+//! every row in the same transaction (the upgrade trusts the rows as the
+//! earlier idutil did, and raises none); while holders of an earlier
+//! idutil still write the table, the rows they wrote are raised at each
+//! newer holder's lease.
+//! Not told apart: a restore in another cluster whose transaction has, by
+//! chance, the ID (modulo 2^32) that every restored row of the space
+//! recorded (all of them last written by one transaction: their creation,
+//! or a raise of the whole space); a restore of a physical backup, which
+//! keeps the rows' `xmin`; an edit that writes `written_by` itself; and,
+//! until the next lease of the space, a restore under a live holder, whose
+//! renewals do not look at the writer.
+//!
 //! The raise counts from the server's clock, so a server whose clock is
 //! further from the holder's than [`LeaseConfig::max_skew`] raises
 //! nothing: the holder is refused first
@@ -271,7 +299,9 @@
 //! (a new timeline) raises every row of the ID space, the database's
 //! counter with them, past the server's clock plus the reach in force
 //! plus twice the skew limit plus one second, and records the new
-//! identity; the calls then wait until the counter is within the lead
+//! identity (a row the lease did not write, reloaded in place or edited
+//! by hand, is raised alone); the calls then wait until the counter is
+//! within the lead
 //! cap. Installing a second ID space under the same name (or another
 //! shard for the same one) is refused.
 //!
@@ -288,8 +318,8 @@
 //!
 //! **Limits.** A counter set back by hand (or restored apart from the
 //! rest), and a restore of a physical backup that keeps the system
-//! identifier, the timeline and the OIDs, are not told apart, for the
-//! database as for a holder.
+//! identifier, the timeline, the OIDs and the rows' writers, are not told
+//! apart, for the database as for a holder.
 //!
 //! **Without a lease** (one application on one database, its shard from
 //! its host name): install the function with a shard the application never
@@ -440,9 +470,12 @@
 //! and jumps past what the fleet can have issued since, at the next lease
 //! (see [*Restores and rewound histories*](#restores-and-rewound-histories)):
 //! a dump restored comes back as a new table, a base backup on a new
-//! timeline or in another cluster. What it cannot tell apart is a mark
-//! lowered in place in a row no holder holds: never write old `high_water`
-//! values into the live table by hand. A logical dump (`pg_dump`) of the
+//! timeline or in another cluster, and rows reloaded in place or into a
+//! fresh cluster were written by the restore, not by the lease. A mark
+//! lowered by hand in a row no holder holds is raised back past what the
+//! fleet can have issued; one that also writes `written_by` is not told
+//! apart: never write old `high_water` values into the live table by
+//! hand. A logical dump (`pg_dump`) of the
 //! table is consistent; copying its rows by hand while holders run is not.
 //!
 //! ## Roles and schemas
@@ -451,7 +484,10 @@
 //! `idutil_lease_history` beside it (and `CREATE` on their schema for the
 //! first holder, or create them with a migration: see [the
 //! table](#the-table) for the lease table's columns); `idutil lease check`
-//! says what a role lacks. Services of one fleet whose roles differ share
+//! says what a role lacks. A table created by an earlier idutil lacks the
+//! column `written_by`: the first holder whose role owns the table adds
+//! it; a role that only writes the rows is refused until the owner runs
+//! `ALTER TABLE idutil_lease ADD COLUMN written_by bigint`. Services of one fleet whose roles differ share
 //! one table as long as they name the same schema: the default `public`
 //! does, whatever their search paths. Fleets that must not share an ID
 //! space use different [`LeaseConfig::prefix`]es (or schemas).

@@ -5,8 +5,26 @@
 use super::super::conn::literal;
 use super::super::target::{quote, Target};
 use super::super::EPOCH_MAX;
-use super::history;
+use super::{history, strangers, WRITTEN_BY};
 use crate::layout::Layout;
+
+/// What the database's writes of the lease table record as the row's
+/// writer at first, replaced by [`stamp`] before the transaction ends.
+const PENDING: &str = "-1";
+
+/// Records the writer of the rows of the ID space `space` (a literal) the
+/// statements before wrote with [`PENDING`]. PL/pgSQL may run them in a
+/// subtransaction (a block with `EXCEPTION`, a caller's savepoint), whose
+/// ID, the rows' `xmin`, is not `txid_current()`'s: the statement reads the
+/// `xmin` of the version written, which its own write keeps (the same
+/// subtransaction). Its 32 bits, with the top-level transaction's epoch.
+fn stamp(table: &str, space: &str) -> String {
+    format!(
+        "UPDATE {table} AS t SET {WRITTEN_BY} = \
+             ((pg_catalog.txid_current() >> 32) << 32) | t.xmin::text::bigint \
+         WHERE t.space = {space} AND t.{WRITTEN_BY} = {PENDING}"
+    )
+}
 
 /// The install script, with `@NAME@` holes.
 const INSTALL: &str = include_str!("database.sql");
@@ -115,7 +133,7 @@ pub(in super::super) fn install(
         + pg_catalog.current_setting('max_wal_senders')::bigint + 1)";
     // The last counter value within the lead cap of the clock's second.
     let lead_span = ((limits.max_lead + 1) << sequence_bits) - 1;
-    let holes: [(&str, String); 39] = [
+    let holes: [(&str, String); 42] = [
         ("@LOCK_CLASS@", LOCK_KEY.to_string()),
         ("@LOCK_OBJ@", names.key.to_string()),
         ("@STARTED_LIT@", names.object("started")),
@@ -123,8 +141,17 @@ pub(in super::super) fn install(
         ("@TABLES@", tables),
         (
             "@SPACE_CHECK@",
-            history::space_statement(target, space, ("v_sys", "v_tl"), (reach, limits.max_skew)),
+            history::space_statement(
+                target,
+                space,
+                ("v_sys", "v_tl"),
+                (reach, limits.max_skew),
+                PENDING,
+            ),
         ),
+        ("@STRANGERS@", strangers(&target.table(), &literal(space))),
+        ("@STAMP@", stamp(&target.table(), &literal(space))),
+        ("@PENDING@", PENDING.to_string()),
         ("@SPACE_SHOWN@", format!("{space:?}")),
         ("@LAYOUT_SHOWN@", format!("{fingerprint:?}")),
         ("@SCHEMA_SHOWN@", format!("{:?}", target.schema())),
@@ -206,12 +233,14 @@ pub(in super::super) fn uninstall(
          \x20           last_sequence = CASE WHEN c.is_called\n\
          \x20               THEN c.last_value & {mask} ELSE t.last_sequence END,\n\
          \x20           seen = CASE WHEN v_seen > 0 THEN GREATEST(COALESCE(t.seen, 0), {epoch} + v_seen)\n\
-         \x20               ELSE t.seen END\n\
+         \x20               ELSE t.seen END,\n\
+         \x20           {WRITTEN_BY} = {PENDING}\n\
          \x20       WHERE t.space = {space} AND t.holder = {holder};\n\
          \x20   END IF;\n\
          \x20   UPDATE {table} AS t SET holder = NULL, expires_at = '-infinity',\n\
-         \x20           epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int\n\
+         \x20           epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, {WRITTEN_BY} = {PENDING}\n\
          \x20       WHERE t.space = {space} AND t.holder = {holder};\n\
+         \x20   {stamp};\n\
          \x20   DROP FUNCTION IF EXISTS {fn_}_next_id(), {fn_}_catch_up(), {fn_}_advance(boolean),\n\
          \x20       {fn_}_check_space(), {fn_}_id_of(bigint), {fn_}_time(bigint),\n\
          \x20       {fn_}_min_at(timestamptz), {fn_}_max_at(timestamptz);\n\
@@ -220,5 +249,6 @@ pub(in super::super) fn uninstall(
          $idutil$;\n",
         shown = names.holder.trim_start_matches(HOLDER_PREFIX),
         lock = names.lock(),
+        stamp = stamp(&table, &space),
     )
 }

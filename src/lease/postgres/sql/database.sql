@@ -33,7 +33,8 @@ BEGIN
             USING HINT = 'give this one another name (idutil lease sql --name), or uninstall '
                 'that one first (idutil lease sql --uninstall)';
     END IF;
-    INSERT INTO @TABLE@ (space, shard, layout) VALUES (@SPACE@, @SHARD@, @LAYOUT@)
+    INSERT INTO @TABLE@ (space, shard, layout, written_by)
+        VALUES (@SPACE@, @SHARD@, @LAYOUT@, @PENDING@)
         ON CONFLICT DO NOTHING;
     SELECT t.holder, t.expires_at, t.expires_at > pg_catalog.clock_timestamp() AS live
         INTO r FROM @TABLE@ AS t WHERE t.space = @SPACE@ AND t.shard = @SHARD@ FOR UPDATE;
@@ -44,8 +45,11 @@ BEGIN
                 'again once its lease has expired';
     END IF;
     UPDATE @TABLE@ AS t SET holder = @HOLDER@, expires_at = 'infinity',
-            epoch = t.epoch + (t.epoch < @EPOCH_MAX@)::int
+            epoch = t.epoch + (t.epoch < @EPOCH_MAX@)::int, written_by = @PENDING@
         WHERE t.space = @SPACE@ AND t.shard = @SHARD@ AND t.holder IS DISTINCT FROM @HOLDER@;
+    -- Each write of the lease records its writer: a row that did not is
+    -- raised by the history check.
+    @STAMP@;
 END
 $idutil$;
 
@@ -112,13 +116,15 @@ BEGIN
           AND (h.table_node IS NULL
                OR h.table_node = pg_catalog.pg_relation_filenode(
                    pg_catalog.to_regclass(@TABLE_TEXT@))::bigint)
-          AND h.max_lead >= @REACH@;
+          AND h.max_lead >= @REACH@
+          AND NOT EXISTS (@STRANGERS@);
     IF FOUND THEN
         RETURN;
     END IF;
     PERFORM pg_catalog.pg_advisory_xact_lock(@HISTORY_LOCK@, pg_catalog.hashtext(@SPACE@));
     @SPACE_CHECK@
         INTO v_result;
+    @STAMP@;
 END
 $idutil$;
 
@@ -168,9 +174,10 @@ BEGIN
         INTO r FROM @TABLE@ AS t WHERE t.space = @SPACE@ AND t.shard = @SHARD@;
     IF NOT FOUND THEN
         -- The row was deleted: the shard is still this database's.
-        INSERT INTO @TABLE@ AS t (space, shard, layout, holder, expires_at)
-            VALUES (@SPACE@, @SHARD@, @LAYOUT@, @HOLDER@, 'infinity')
+        INSERT INTO @TABLE@ AS t (space, shard, layout, holder, expires_at, written_by)
+            VALUES (@SPACE@, @SHARD@, @LAYOUT@, @HOLDER@, 'infinity', @PENDING@)
             ON CONFLICT DO NOTHING;
+        @STAMP@;
     ELSIF r.holder IS DISTINCT FROM @HOLDER@ THEN
         IF r.holder IS NOT NULL AND r.live THEN
             RAISE EXCEPTION 'idutil: shard % of ID space % is leased by %, not by %',
@@ -180,8 +187,9 @@ BEGIN
         END IF;
         -- Freed (by hand, or a row restored from before the install): taken back.
         UPDATE @TABLE@ AS t SET holder = @HOLDER@, expires_at = 'infinity',
-                epoch = t.epoch + (t.epoch < @EPOCH_MAX@)::int
+                epoch = t.epoch + (t.epoch < @EPOCH_MAX@)::int, written_by = @PENDING@
             WHERE t.space = @SPACE@ AND t.shard = @SHARD@;
+        @STAMP@;
     END IF;
     SELECT f.last_value INTO v_fence FROM @FN@_fence AS f;
     SELECT c.last_value INTO v FROM @FN@_counter AS c;

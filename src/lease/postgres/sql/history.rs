@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::super::conn::literal;
 use super::super::target::Target;
 use super::database::HOLDER_PREFIX;
-use super::lock_timeout;
+use super::{lock_timeout, strangers, WRITER, WRITTEN_BY};
 
 /// The advisory lock taken while the history table is created, and (as
 /// the first key, with the ID space's hash) while an ID space is checked.
@@ -18,14 +18,18 @@ pub(in super::super) const LOCK_KEY: i64 = 0x6964_7568;
 const BIGINT_MAX: &str = "9223372036854775807";
 
 /// Whether the lease table and the history table exist, in that order,
-/// and the server's clock (seconds since 1970), which must agree with the
-/// holder's before anything is raised by it.
+/// the server's clock (seconds since 1970), which must agree with the
+/// holder's before anything is raised by it, and whether the lease table
+/// has the column of each row's writer (an older idutil's has not).
 pub(in super::super) fn tables(target: &Target) -> String {
+    let table = literal(&target.table());
     format!(
-        "SELECT to_regclass({}) IS NOT NULL, to_regclass({}) IS NOT NULL, \
-         extract(epoch FROM clock_timestamp())::float8",
-        literal(&target.table()),
-        literal(&target.history_table())
+        "SELECT to_regclass({table}) IS NOT NULL, to_regclass({}) IS NOT NULL, \
+         extract(epoch FROM clock_timestamp())::float8, \
+         EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass({table}) \
+             AND attname = {} AND NOT attisdropped)",
+        literal(&target.history_table()),
+        literal(WRITTEN_BY)
     )
 }
 
@@ -82,11 +86,12 @@ pub(in super::super) fn past(now: &str, reach: &str, skew: u64) -> String {
 /// recorded; where they differ (or the space has marks but no history),
 /// raises every row of the space past the server's clock plus the reach
 /// in force (at least `max_lead`, this holder's; see [`space_statement`])
-/// plus twice `skew` plus one second; records the identity where it is
-/// new, and the largest reach. The last statement returns the
-/// recorded identity (system, timeline, OID, node), the current one,
-/// whether a history was recorded, whether it was forgotten, and the
-/// second the rows were raised to.
+/// plus twice `skew` plus one second, and raises so every row the lease
+/// did not write ([`strangers`]); records the identity where it is new,
+/// and the largest reach. The last statement returns the recorded
+/// identity (system, timeline, OID, node), the current one, whether a
+/// history was recorded, whether it was forgotten, the second the rows
+/// were raised to, and how many rows the lease did not write.
 pub(in super::super) fn space(
     target: &Target,
     space: &str,
@@ -108,6 +113,7 @@ pub(in super::super) fn space(
             space,
             (&or_null(system, true), &or_null(timeline, false)),
             caps,
+            WRITER,
         ),
     ]
 }
@@ -125,23 +131,38 @@ pub(in super::super) fn space(
 /// recorded, counts the largest reach the space recorded). A holder whose
 /// row was since taken over or given back has its marks in the row: its
 /// reach no longer counts. With another table (a dump restored, a
-/// rewrite), whose rows may be older than the history, the largest reach
-/// the space ever recorded.
+/// rewrite), or with rows the lease did not write ([`strangers`]: a
+/// reload keeps the OID and file node), whose rows may be older than the
+/// history, the largest reach the space ever recorded.
+///
+/// `writer` is what the rows it raises record as their writer
+/// ([`WRITER`], or a placeholder the database's check replaces after).
 pub(in super::super) fn space_statement(
     target: &Target,
     space: &str,
     (system, timeline): (&str, &str),
     (max_lead, skew): (u64, u64),
+    writer: &str,
 ) -> String {
     let (table, history) = (target.table(), target.history_table());
     let space = literal(space);
     let mark = past("clock", "reach", skew);
+    let strangers = strangers(&table, &space);
+    // A row the lease did not write is raised unless the holders refuse
+    // it anyway (columns that cannot go together): it stays refused, and
+    // named, until it is mended, by hand, which makes it one to raise.
+    let up = "((f.forgotten AND COALESCE(t.high_water, 0) < f.mark) \
+        OR ((t.high_water IS NOT NULL \
+                OR (t.last_second IS NULL AND t.last_sequence IS NULL AND t.seen IS NULL)) \
+            AND COALESCE(t.high_water, 0) >= 0 \
+            AND (t.last_second IS NULL) = (t.last_sequence IS NULL)))";
     format!(
         "WITH now_is AS ( \
                  SELECT {system}::text AS sys, {timeline}::bigint AS timeline, \
                      to_regclass({table_text})::oid::bigint AS rel, \
                      pg_relation_filenode(to_regclass({table_text}))::bigint AS node, \
                      extract(epoch FROM clock_timestamp())::float8 AS clock), \
+             strange AS MATERIALIZED ({strangers}), \
              stored AS (SELECT system_identifier, timeline, table_oid, table_node, max_lead \
                  FROM {history} WHERE space = {space} AND shard = -1), \
              read AS (SELECT n.*, s.system_identifier AS was_sys, s.timeline AS was_timeline, \
@@ -159,6 +180,7 @@ pub(in super::super) fn space_statement(
                      GREATEST(COALESCE(r.was_cap, 0), {max_lead}) AS cap, \
                      GREATEST({max_lead}, CASE \
                          WHEN COALESCE(r.was_rel = r.rel AND r.was_node = r.node, false) \
+                             AND NOT EXISTS (SELECT 1 FROM strange) \
                          THEN (SELECT max(CASE WHEN l.holder LIKE {database} THEN r.was_cap \
                                  ELSE COALESCE(h.max_lead, r.was_cap) END) \
                              FROM {table} AS l LEFT JOIN {history} AS h \
@@ -166,12 +188,20 @@ pub(in super::super) fn space_statement(
                              WHERE l.space = {space} AND l.holder IS NOT NULL) \
                          ELSE r.was_cap END) AS reach \
                  FROM read AS r), \
-             f AS (SELECT v.*, {mark} AS mark FROM verdict AS v), \
-             raised AS (UPDATE {table} AS t SET high_water = f.mark, last_second = NULL, \
-                     last_sequence = NULL, \
-                     seen = COALESCE(t.seen, extract(epoch FROM clock_timestamp())::bigint) \
-                 FROM f WHERE f.forgotten AND t.space = {space} \
-                     AND COALESCE(t.high_water, 0) < f.mark \
+             f AS (SELECT v.*, {mark} AS mark, (SELECT count(*) FROM strange) AS strangers \
+                 FROM verdict AS v), \
+             raised AS (UPDATE {table} AS t \
+                     SET high_water = CASE WHEN {up} \
+                         THEN GREATEST(COALESCE(t.high_water, 0), f.mark) ELSE t.high_water END, \
+                     last_second = CASE WHEN {up} THEN NULL ELSE t.last_second END, \
+                     last_sequence = CASE WHEN {up} THEN NULL ELSE t.last_sequence END, \
+                     seen = CASE WHEN {up} \
+                         THEN COALESCE(t.seen, extract(epoch FROM clock_timestamp())::bigint) \
+                         ELSE t.seen END, \
+                     {WRITTEN_BY} = {writer} \
+                 FROM f WHERE t.space = {space} \
+                     AND ((f.forgotten AND COALESCE(t.high_water, 0) < f.mark) \
+                         OR t.shard IN (SELECT shard FROM strange)) \
                  RETURNING 1), \
              kept AS (INSERT INTO {history} AS h \
                      (space, shard, system_identifier, timeline, table_oid, table_node, max_lead) \
@@ -186,7 +216,7 @@ pub(in super::super) fn space_statement(
                      max_lead = GREATEST(h.max_lead, EXCLUDED.max_lead) \
                  RETURNING 1) \
              SELECT was_sys, was_timeline, was_rel, was_node, sys, timeline, rel, node, \
-                 recorded, forgotten, mark FROM f",
+                 recorded, forgotten, mark, strangers FROM f",
         table_text = literal(&table),
         database = literal(&format!("{HOLDER_PREFIX}%")),
     )
@@ -222,7 +252,8 @@ pub(in super::super) fn shard(
          raised AS (UPDATE {table} AS t \
              SET high_water = GREATEST(COALESCE(t.high_water, 0), f.mark), \
                  last_second = NULL, last_sequence = NULL, \
-                 seen = COALESCE(t.seen, extract(epoch FROM clock_timestamp())::bigint) \
+                 seen = COALESCE(t.seen, extract(epoch FROM clock_timestamp())::bigint), \
+                 {WRITTEN_BY} = {WRITER} \
              FROM f WHERE {raise} AND f.known_rows >= 2 \
                  AND t.space = {space} AND t.shard = {shard} \
              RETURNING 1) \

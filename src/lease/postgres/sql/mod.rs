@@ -30,6 +30,39 @@ pub(super) const LOCK_KEY: i64 = 0x6964_7574;
 const GRANTED: &str = "t.shard, t.epoch, t.high_water, t.last_second, t.last_sequence, t.seen, \
      t.layout, extract(epoch FROM clock_timestamp())::float8";
 
+/// The column that says which transaction wrote a row: every write of the
+/// lease sets it (see [`history`](super::history), *Rows the lease did not
+/// write*).
+pub(super) const WRITTEN_BY: &str = "written_by";
+
+/// What every write of the lease stores in [`WRITTEN_BY`]: the writing
+/// transaction's ID, with its epoch (64 bits), which is what the row's
+/// `xmin` holds in its low 32 bits, as the statement runs in no
+/// subtransaction.
+pub(super) const WRITER: &str = "txid_current()";
+
+/// The shards of the ID space `space` (a literal) whose rows were written
+/// by something other than the lease: no recorded writer (a table of an
+/// older idutil, or a row restored from one), a writer that is not the
+/// transaction that wrote the row's version (`xmin`, compared modulo
+/// 2^32: a restore, or an `UPDATE` by hand), a writer this server has not
+/// reached yet (the row comes from another cluster), or a version written
+/// by the same transaction as rows of the space that recorded another
+/// writer, or none (a restore that ran under the transaction ID one row
+/// recorded). A query of one column, `shard`.
+pub(super) fn strangers(table: &str, space: &str) -> String {
+    format!(
+        "SELECT r.shard FROM (SELECT t.shard, t.{WRITTEN_BY} AS w, t.xmin::text::bigint AS x, \
+                 min(t.{WRITTEN_BY}) OVER p AS lo, max(t.{WRITTEN_BY}) OVER p AS hi, \
+                 count(*) OVER p AS n, count(t.{WRITTEN_BY}) OVER p AS nw \
+             FROM {table} AS t WHERE t.space = {space} \
+             WINDOW p AS (PARTITION BY t.xmin::text::bigint)) AS r \
+         WHERE r.w IS NULL OR r.w % 4294967296 <> r.x \
+             OR r.w >= txid_snapshot_xmax(txid_current_snapshot()) \
+             OR r.lo <> r.hi OR r.n <> r.nw"
+    )
+}
+
 /// `SELECT set_config('lock_timeout', ...)` for this transaction.
 pub(super) fn lock_timeout(timeout: Duration) -> String {
     format!(
@@ -69,10 +102,44 @@ pub(super) fn table_statements(target: &Target) -> Vec<String> {
                  last_second bigint, \
                  last_sequence bigint, \
                  seen bigint, \
+                 {WRITTEN_BY} bigint, \
                  PRIMARY KEY (space, shard))"
         ),
+        writer_column(target),
         format!("CREATE INDEX IF NOT EXISTS {index} ON {table} (space, expires_at)"),
     ]
+}
+
+/// Adds [`WRITTEN_BY`] to a table of an earlier idutil, which lacks it;
+/// rows restored later from a dump that lacks it are `NULL` in it, and
+/// raised by the history check.
+fn writer_column(target: &Target) -> String {
+    format!(
+        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {WRITTEN_BY} bigint",
+        target.table()
+    )
+}
+
+/// Adds [`WRITTEN_BY`] to a table of an earlier idutil, under the lock
+/// the table is created under. Only its owner may.
+pub(super) fn add_writer_column(
+    conn: &mut Conn,
+    target: &Target,
+    timeout: Duration,
+) -> std::result::Result<(), Failure> {
+    let statements = [
+        lock_timeout(timeout),
+        format!("SELECT pg_advisory_xact_lock({LOCK_KEY})"),
+        writer_column(target),
+        // The rows as the earlier idutil left them, trusted as it trusted
+        // them: written by this transaction. (A holder that added the
+        // column a moment before under the same lock stamped them already.)
+        format!(
+            "UPDATE {} SET {WRITTEN_BY} = {WRITER} WHERE {WRITTEN_BY} IS NULL",
+            target.table()
+        ),
+    ];
+    conn.write(target, timeout, &statements).map(drop)
 }
 
 /// Takes the first free shard of the ask's range, and checks it against
@@ -136,7 +203,8 @@ pub(super) fn acquire(
              expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8), \
              high_water = CASE WHEN {forgot} AND {clock_ok} THEN {mark} ELSE t.high_water END, \
              seen = CASE WHEN {forgot} AND {clock_ok} \
-                 THEN extract(epoch FROM clock_timestamp())::bigint ELSE t.seen END \
+                 THEN extract(epoch FROM clock_timestamp())::bigint ELSE t.seen END, \
+             {WRITTEN_BY} = {WRITER} \
          FROM free, \
              LATERAL (SELECT count(*) AS known, max(max_lead) AS cap FROM {history_table} \
                WHERE space = {space} AND shard IN (-1, free.shard)) AS k \
@@ -176,7 +244,8 @@ pub(super) fn reclaim(ask: &Ask<'_>, target: &Target, layout: &str) -> String {
     let skip: Vec<String> = ask.skip.iter().map(u32::to_string).collect();
     format!(
         "UPDATE {table} AS t \
-         SET expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8) \
+         SET expires_at = clock_timestamp() + make_interval(secs => {ttl}::float8), \
+             {WRITTEN_BY} = {WRITER} \
          WHERE t.space = {space} AND t.shard = (SELECT shard FROM {table} \
              WHERE space = {space} AND layout = {layout} AND holder = {token} \
                AND shard BETWEEN {first} AND {last} \
@@ -221,7 +290,8 @@ impl Key<'_> {
 /// Renews the lease: returns high_water, layout and the server's clock.
 pub(super) fn renew(table: &str, key: &Key<'_>, ttl: Duration) -> String {
     format!(
-        "UPDATE {table} SET expires_at = clock_timestamp() + make_interval(secs => {}::float8) \
+        "UPDATE {table} SET {WRITTEN_BY} = {WRITER}, \
+             expires_at = clock_timestamp() + make_interval(secs => {}::float8) \
          WHERE {} \
          RETURNING high_water, layout, extract(epoch FROM clock_timestamp())::float8",
         ttl.as_secs_f64(),
@@ -232,7 +302,8 @@ pub(super) fn renew(table: &str, key: &Key<'_>, ttl: Duration) -> String {
 /// Raises the mark, if the row's is still at least `known`.
 pub(super) fn raise(table: &str, key: &Key<'_>, high_water: i64, seen: i64, known: i64) -> String {
     format!(
-        "UPDATE {table} SET high_water = GREATEST(COALESCE(high_water, 0), {high_water}), \
+        "UPDATE {table} SET {WRITTEN_BY} = {WRITER}, \
+             high_water = GREATEST(COALESCE(high_water, 0), {high_water}), \
              seen = CASE WHEN {seen} > 0 THEN GREATEST(COALESCE(seen, 0), {seen}) ELSE seen END, \
              last_second = NULL, last_sequence = NULL \
          WHERE {} AND COALESCE(high_water, 0) >= {known}",
@@ -245,7 +316,8 @@ pub(super) fn raise(table: &str, key: &Key<'_>, high_water: i64, seen: i64, know
 pub(super) fn finish(table: &str, key: &Key<'_>, last: Option<(i64, i64)>, seen: i64) -> String {
     match last {
         Some((sec, seq)) => format!(
-            "UPDATE {table} SET high_water = GREATEST(COALESCE(high_water, 0), {sec}), \
+            "UPDATE {table} SET {WRITTEN_BY} = {WRITER}, \
+                 high_water = GREATEST(COALESCE(high_water, 0), {sec}), \
                  last_second = {sec}, last_sequence = {seq}, \
                  seen = CASE WHEN {seen} > 0 THEN GREATEST(COALESCE(seen, 0), {seen}) \
                         ELSE seen END, \
@@ -254,7 +326,8 @@ pub(super) fn finish(table: &str, key: &Key<'_>, last: Option<(i64, i64)>, seen:
             key.held()
         ),
         None => format!(
-            "UPDATE {table} SET holder = NULL, expires_at = '-infinity' WHERE {}",
+            "UPDATE {table} SET {WRITTEN_BY} = {WRITER}, holder = NULL, \
+                 expires_at = '-infinity' WHERE {}",
             key.held()
         ),
     }
@@ -295,8 +368,8 @@ pub(super) fn prepare_space(
         format!("SELECT pg_advisory_xact_lock({}, hashtext({space}))", LOCK_KEY as i32),
         other.clone(),
         format!(
-            "INSERT INTO {table} (space, shard, layout) \
-             SELECT {space}, s, {layout_text} FROM generate_series({first}::bigint, {last}::bigint) AS s \
+            "INSERT INTO {table} (space, shard, layout, {WRITTEN_BY}) \
+             SELECT {space}, s, {layout_text}, {WRITER} FROM generate_series({first}::bigint, {last}::bigint) AS s \
              WHERE NOT EXISTS ({other}) \
              ON CONFLICT DO NOTHING"
         ),
@@ -334,10 +407,11 @@ pub(super) fn restore(
     seen: i64,
 ) -> String {
     format!(
-        "INSERT INTO {table} AS t (space, shard, layout, high_water, seen) \
+        "INSERT INTO {table} AS t (space, shard, layout, high_water, seen, {WRITTEN_BY}) \
          VALUES ({space}, {shard}, {layout}, {high_water}, \
-             COALESCE(NULLIF({seen}, 0), extract(epoch FROM clock_timestamp())::bigint)) \
+             COALESCE(NULLIF({seen}, 0), extract(epoch FROM clock_timestamp())::bigint), {WRITER}) \
          ON CONFLICT (space, shard) DO UPDATE SET \
+             {WRITTEN_BY} = EXCLUDED.{WRITTEN_BY}, \
              high_water = GREATEST(COALESCE(t.high_water, 0), EXCLUDED.high_water), \
              last_second = CASE WHEN COALESCE(t.high_water, 0) < EXCLUDED.high_water \
                  THEN NULL ELSE t.last_second END, \

@@ -3,6 +3,7 @@
 
 use super::super::conn::literal;
 use super::super::EPOCH_MAX;
+use super::{WRITER, WRITTEN_BY};
 
 /// A lease that expires further ahead than this never expires by itself
 /// as far as a fleet is concerned: no TTL is that long.
@@ -35,7 +36,7 @@ pub(in super::super) fn release(table: &str, space: &str, shard: u32) -> String 
                  AND NOT COALESCE(holder LIKE {database}, false) AS free_it \
              FROM {table} WHERE space = {space} AND shard = {shard} FOR UPDATE), \
          freed AS (UPDATE {table} AS t SET holder = NULL, expires_at = '-infinity', \
-                 epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int \
+                 epoch = t.epoch + (t.epoch < {EPOCH_MAX})::int, {WRITTEN_BY} = {WRITER} \
              FROM old WHERE t.space = {space} AND t.shard = {shard} AND old.free_it \
              RETURNING 1) \
          SELECT old.holder, old.expires_at::text, old.free_it, \

@@ -1,0 +1,394 @@
+//! Lease tables restored from a dump whose marks are below what the
+//! holders went on to issue, in the ways the server's identity cannot
+//! tell: into a fresh cluster whose tables get the OIDs and file nodes of
+//! the old ones (a role that may not read the system identifier, as
+//! managed services grant), and reloaded on the same server into the
+//! tables emptied with `DELETE`, the history table restored or kept. The
+//! restored rows were written by the restore, not by the lease, which is
+//! what gives them away. Each restore happens while no holder is alive.
+
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use idutil::lease::LeaseConfig;
+use idutil::Layout;
+use idutil_harness::postgres::Postgres;
+use idutil_harness::state_dir;
+
+use crate::{leased, open_when_free, server, Tally, WIDE};
+
+/// The application's role: it owns the lease tables and may not run
+/// `pg_control_system()`.
+const ROLE: &str = "app";
+
+/// Each holder's lead cap: its burst reaches this far past the clock,
+/// past the reservation window of one second, so the mark a holder has
+/// recorded when the dump is taken lies inside the burst it issues after.
+const LEAD: u64 = 4;
+
+/// Makes the application's role on `pg`, without `pg_control_system()`.
+fn app_role(pg: &Postgres) {
+    pg.psql(&format!(
+        "CREATE ROLE {ROLE} LOGIN; GRANT CREATE ON SCHEMA public TO {ROLE}; \
+         REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC"
+    ));
+    assert_eq!(
+        pg.psql(&format!(
+            "SELECT has_function_privilege('{ROLE}', 'pg_control_system()', 'EXECUTE')"
+        )),
+        "f"
+    );
+}
+
+/// One of `pg`'s client programs (`pg_dump`, `pg_restore`) as its
+/// superuser; panics if it fails.
+fn client(pg: &Postgres, program: &str, args: &[&str]) {
+    let out = Command::new(pg.program(program))
+        .arg("-h")
+        .arg(pg.socket_dir())
+        .args(["-p", &pg.port().to_string(), "-U", "postgres"])
+        .args(["-d", "postgres"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// How the dump of both lease tables comes back.
+enum Restore<'a> {
+    /// Into `pg_restore`'s tables on another, fresh cluster.
+    Fresh(&'a Postgres),
+    /// Into the same tables emptied with `DELETE`, by `pg_restore
+    /// --data-only`: both, or the lease table alone (the history kept).
+    Reload { history: bool },
+}
+
+/// Four holders of shards 0..=3 of `layout` on `pg`, as [`ROLE`], issue a
+/// little; both lease tables are dumped; each holder bursts to its lead
+/// cap (well past its row's mark in the dump) and closes; the dump is
+/// restored as `restore` says; four holders on other hosts burst to their
+/// lead cap. Returns how many of their IDs the first four issued.
+fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) -> usize {
+    let per_second = 1u64 << layout.sequence_bits();
+    let dumps = tempfile::tempdir().unwrap();
+    let dump = dumps.path().join("lease.dump");
+    let config = |pg: &Postgres| {
+        LeaseConfig::new(format!(
+            "postgres://{ROLE}@127.0.0.1:{}/postgres?sslmode=disable",
+            pg.port()
+        ))
+        .ttl(Duration::from_secs(1))
+        .max_lead(Duration::from_secs(LEAD))
+        .max_skew(Duration::from_secs(1))
+        .shards(0..=3)
+    };
+    let mut all = Tally::new();
+    let old_hosts: Vec<_> = (0..4).map(|_| state_dir()).collect();
+    let old: Vec<_> = old_hosts
+        .iter()
+        .map(|h| {
+            leased(h, config(pg))
+                .layout(layout)
+                .window(Duration::from_secs(1))
+                .open()
+                .unwrap()
+        })
+        .collect();
+    for (i, g) in old.iter().enumerate() {
+        all.add(g.next_ids(100).unwrap().map(u64::from), &format!("old {i}"));
+    }
+    client(
+        pg,
+        "pg_dump",
+        &[
+            "-Fc",
+            "-t",
+            "idutil_lease",
+            "-t",
+            "idutil_lease_history",
+            "-f",
+            dump.to_str().unwrap(),
+        ],
+    );
+    let bursts = burst(&old, per_second * LEAD);
+    for (i, (g, ids)) in old.into_iter().zip(bursts).enumerate() {
+        all.add(ids, &format!("old {i}"));
+        g.close().unwrap();
+    }
+    let dump = dump.to_str().unwrap();
+    let into = match restore {
+        Restore::Fresh(fresh) => {
+            client(fresh, "pg_restore", &[dump]);
+            fresh
+        }
+        Restore::Reload { history } => {
+            pg.psql("DELETE FROM idutil_lease");
+            let mut args = vec!["--data-only"];
+            if history {
+                pg.psql("DELETE FROM idutil_lease_history");
+            } else {
+                args.extend(["-t", "idutil_lease"]);
+            }
+            args.push(dump);
+            client(pg, "pg_restore", &args);
+            pg
+        }
+    };
+    let new_hosts: Vec<_> = (0..4).map(|_| state_dir()).collect();
+    let new: Vec<_> = new_hosts
+        .iter()
+        .map(|h| {
+            open_when_free(
+                &leased(h, config(into)).layout(layout),
+                Duration::from_secs(10),
+            )
+        })
+        .collect();
+    let bursts = burst(&new, per_second * LEAD);
+    bursts
+        .into_iter()
+        .enumerate()
+        .map(|(i, ids)| all.count_duplicates(ids, &format!("new {i}")))
+        .sum()
+}
+
+/// 1,024 shards of 2,048 IDs a second.
+fn wide() -> Layout {
+    WIDE.parse().unwrap()
+}
+
+/// Each of `holders` issues `n` IDs at once, all at the same time.
+fn burst(holders: &[idutil::Generator], n: u64) -> Vec<Vec<u64>> {
+    thread::scope(|s| {
+        let each: Vec<_> = holders
+            .iter()
+            .map(|g| s.spawn(move || g.next_ids(n).unwrap().map(u64::from).collect()))
+            .collect();
+        each.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// A fresh cluster for a restore, with the application's role made as on
+/// the first, so the restored tables get the OIDs the first cluster gave.
+fn fresh_pair() -> Option<(Postgres, Postgres)> {
+    let pg = server()?;
+    let fresh = server()?;
+    app_role(&pg);
+    app_role(&fresh);
+    Some((pg, fresh))
+}
+
+/// The server's identity and the tables' cannot tell the fresh cluster
+/// from the first: the same OID and file node, timeline 1, and no system
+/// identifier for the role. (Before the rows recorded their writer, the
+/// next holders re-issued 16,784 of the first holders' IDs here.)
+#[test]
+fn a_dump_restored_into_a_fresh_cluster_issues_nothing_twice() {
+    let Some((pg, fresh)) = fresh_pair() else {
+        return;
+    };
+    let repeats = repeats_after_restore(&pg, wide(), Restore::Fresh(&fresh));
+    assert_eq!(repeats, 0, "IDs issued twice after the restore");
+}
+
+/// The same in the default layout, 32 shards of 65,536 IDs a second.
+/// (524,688 re-issued before.)
+#[test]
+fn a_dump_restored_into_a_fresh_cluster_issues_nothing_twice_in_the_default_layout() {
+    let Some((pg, fresh)) = fresh_pair() else {
+        return;
+    };
+    let repeats = repeats_after_restore(&pg, Layout::DEFAULT, Restore::Fresh(&fresh));
+    assert_eq!(repeats, 0, "IDs issued twice after the restore");
+}
+
+/// Both tables emptied with `DELETE` and reloaded from the dump: the same
+/// tables, files and server. (16,784 re-issued before.)
+#[test]
+fn both_tables_reloaded_in_place_issue_nothing_twice() {
+    let Some(pg) = server() else { return };
+    app_role(&pg);
+    let repeats = repeats_after_restore(&pg, wide(), Restore::Reload { history: true });
+    assert_eq!(repeats, 0, "IDs issued twice after the reload");
+}
+
+/// The lease table alone reloaded in place, its history kept: the history
+/// knows each shard had a mark, not how high. (16,784 re-issued before.)
+#[test]
+fn the_lease_table_reloaded_beside_its_history_issues_nothing_twice() {
+    let Some(pg) = server() else { return };
+    app_role(&pg);
+    let repeats = repeats_after_restore(&pg, wide(), Restore::Reload { history: false });
+    assert_eq!(repeats, 0, "IDs issued twice after the reload");
+}
+
+/// The marks of shards `shards` of `pg`'s table, in order.
+fn marks(pg: &Postgres, shards: &str) -> Vec<i64> {
+    pg.psql(&format!(
+        "SELECT high_water FROM idutil_lease WHERE shard IN ({shards}) ORDER BY shard"
+    ))
+    .lines()
+    .map(|l| l.parse().unwrap())
+    .collect()
+}
+
+/// Four holders of shards 0..=3 (10 shard bits) that issue and close.
+fn four_closed(pg: &Postgres) -> LeaseConfig {
+    let config = LeaseConfig::new(pg.tcp_url())
+        .ttl(Duration::from_secs(1))
+        .max_skew(Duration::from_secs(1))
+        .shards(0..=3);
+    let hosts: Vec<_> = (0..4).map(|_| state_dir()).collect();
+    let holders: Vec<_> = hosts
+        .iter()
+        .map(|h| leased(h, config.clone()).layout(wide()).open().unwrap())
+        .collect();
+    for g in holders {
+        g.next_ids(100).unwrap();
+        g.close().unwrap();
+    }
+    config
+}
+
+/// Freezing keeps who wrote each row (`VACUUM FREEZE` keeps `xmin`): the
+/// next lease raises no row. `VACUUM FULL` and `CLUSTER` under live
+/// holders keep it too (their new file node is the history's business):
+/// the holders go on, and every row still vouches for itself.
+#[test]
+fn freezing_and_rewriting_the_table_keep_who_wrote_its_rows() {
+    let Some(pg) = server() else { return };
+    let config = four_closed(&pg);
+    let before = marks(&pg, "1, 2, 3");
+    pg.psql("VACUUM (FREEZE) idutil_lease");
+    let host = state_dir();
+    let g = leased(&host, config.clone().shards(0..=0))
+        .layout(wide())
+        .open()
+        .unwrap();
+    assert_eq!(marks(&pg, "1, 2, 3"), before, "a frozen row was raised");
+    let others: Vec<_> = (0..3).map(|_| state_dir()).collect();
+    let mut holders: Vec<_> = others
+        .iter()
+        .map(|h| leased(h, config.clone()).layout(wide()).open().unwrap())
+        .collect();
+    holders.push(g);
+    pg.psql("VACUUM FULL idutil_lease");
+    pg.psql("CLUSTER idutil_lease USING idutil_lease_pkey");
+    pg.psql("VACUUM (FREEZE) idutil_lease");
+    // Past a TTL: every holder renewed through it.
+    thread::sleep(Duration::from_secs(2));
+    let mut all = Tally::new();
+    for (i, g) in holders.iter().enumerate() {
+        all.add(g.next_ids(100).unwrap().map(u64::from), &format!("{i}"));
+    }
+    assert_eq!(
+        pg.psql(
+            "SELECT count(*) FROM idutil_lease \
+             WHERE written_by IS NULL OR written_by % 4294967296 <> xmin::text::bigint"
+        ),
+        "0"
+    );
+}
+
+/// Rows that look written by the lease and are not: one transaction wrote
+/// two rows and recorded itself as the writer of one (as a restore into a
+/// fresh cluster does whose transaction has the ID one row recorded), and
+/// a row records a writer 2^32 transactions ahead of this server (its
+/// `xmin` modulo 2^32, from a cluster that ran more transactions). Each
+/// lowered by 100 s, each raised back at the next lease.
+#[test]
+fn rows_that_only_look_written_by_the_lease_are_raised() {
+    let Some(pg) = server() else { return };
+    let config = four_closed(&pg);
+    let before = marks(&pg, "0, 1, 2");
+    pg.psql(
+        "UPDATE idutil_lease SET high_water = high_water - 100, last_second = NULL, \
+             last_sequence = NULL, \
+             written_by = CASE WHEN shard = 0 THEN txid_current() ELSE written_by END \
+         WHERE shard IN (0, 1)",
+    );
+    pg.psql(
+        "UPDATE idutil_lease SET high_water = high_water - 100, last_second = NULL, \
+             last_sequence = NULL, written_by = txid_current() + 4294967296 \
+         WHERE shard = 2",
+    );
+    let host = state_dir();
+    drop(
+        leased(&host, config.shards(3..=3))
+            .layout(wide())
+            .open()
+            .unwrap(),
+    );
+    let after = marks(&pg, "0, 1, 2");
+    for (shard, (was, is)) in before.iter().zip(&after).enumerate() {
+        assert!(is >= was, "shard {shard}: its mark {is} is below {was}");
+    }
+}
+
+/// A table of an earlier idutil, without the column of each row's writer:
+/// a role that may not add it is refused, told how to add it; the table's
+/// owner adds it at its next lease and records itself as every row's
+/// writer, raising none (the upgrade trusts the rows as the earlier idutil
+/// did); a row that later comes back without a writer, as from a dump of
+/// the earlier table, is raised at the next lease, and only it.
+#[test]
+fn a_table_of_an_earlier_idutil_gets_the_column_without_a_raise() {
+    let Some(pg) = server() else { return };
+    let config = four_closed(&pg);
+    pg.psql("ALTER TABLE idutil_lease DROP COLUMN written_by");
+    let before = marks(&pg, "0, 1, 2");
+    // A role that may write the rows but not add the column is told how.
+    pg.psql(
+        "CREATE ROLE worker LOGIN; \
+         GRANT SELECT, INSERT, UPDATE ON idutil_lease, idutil_lease_history TO worker",
+    );
+    let worker = LeaseConfig::new(format!(
+        "postgres://worker@127.0.0.1:{}/postgres?sslmode=disable",
+        pg.port()
+    ))
+    .shards(3..=3);
+    let err = leased(&state_dir(), worker)
+        .layout(wide())
+        .open()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ALTER TABLE idutil_lease ADD COLUMN written_by bigint"),
+        "{err}"
+    );
+    let lease = |shard: u32| {
+        let host = state_dir();
+        let g = leased(&host, config.clone().shards(shard..=shard))
+            .layout(wide())
+            .open()
+            .unwrap();
+        g.close().unwrap();
+    };
+    lease(3);
+    assert_eq!(marks(&pg, "0, 1, 2"), before, "the upgrade raised a row");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM idutil_lease WHERE written_by IS NULL"),
+        "0",
+        "a row was left without a writer"
+    );
+    lease(3);
+    assert_eq!(marks(&pg, "0, 1, 2"), before, "a later lease raised a row");
+    // Shard 1's row as a dump of the earlier table would bring it back.
+    pg.psql("UPDATE idutil_lease SET written_by = NULL WHERE shard = 1");
+    lease(3);
+    let after = marks(&pg, "0, 1, 2");
+    assert!(
+        after[1] > before[1],
+        "the row without a writer was not raised"
+    );
+    assert_eq!(
+        (after[0], after[2]),
+        (before[0], before[2]),
+        "another row was raised"
+    );
+}
