@@ -398,7 +398,8 @@ fn rows_that_only_look_written_by_the_lease_are_raised() {
 /// owner adds it at its next lease and records itself as every row's
 /// writer, raising none (the upgrade trusts the rows as the earlier idutil
 /// did); a row that later comes back without a writer, as from a dump of
-/// the earlier table, is raised at the next lease, and only it.
+/// the earlier table, raises the ID space's rows at the next lease (a
+/// restore may have given another row, by chance, the ID it recorded).
 #[test]
 fn a_table_of_an_earlier_idutil_gets_the_column_without_a_raise() {
     let Some(pg) = server() else { return };
@@ -446,12 +447,7 @@ fn a_table_of_an_earlier_idutil_gets_the_column_without_a_raise() {
     lease(3);
     let after = marks(&pg, "0, 1, 2");
     assert!(
-        after[1] > before[1],
-        "the row without a writer was not raised"
-    );
-    assert_eq!(
-        (after[0], after[2]),
-        (before[0], before[2]),
-        "another row was raised"
+        after.iter().zip(&before).all(|(a, b)| a > b),
+        "the rows were not raised: {before:?} -> {after:?}"
     );
 }

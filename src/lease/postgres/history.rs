@@ -46,8 +46,10 @@
 //! `pg_control_system()` (as managed services grant). So every write of
 //! the lease also records in the row the ID of the transaction that wrote
 //! it (`written_by`, `txid_current()`, 64 bits with its epoch), and the
-//! check of the ID space raises, as above, each row of the space that does
-//! not vouch for itself ([`sql::strangers`]):
+//! check of the ID space raises, as above, every row of the space when
+//! one of them does not vouch for itself ([`sql::strangers`]; one row
+//! restored by a transaction of its own may happen to vouch for itself,
+//! the others give the restore away):
 //!
 //! - no recorded writer: a row restored from a dump of an earlier
 //!   idutil's table. The first holder that finds the column missing (a
@@ -80,7 +82,7 @@
 //! A row the holders refuse anyway (columns that cannot go together) is
 //! not raised: it stays refused, and named, until it is mended by hand,
 //! which makes it a row to raise. A raise records the new writer, so a
-//! hand edit costs one raise of its row, never a refusal.
+//! hand edit costs one raise of the space's rows, never a refusal.
 //!
 //! What is not told apart: a restore whose transaction has, modulo 2^32,
 //! the ID that every restored row of the space recorded, which needs all
@@ -265,7 +267,7 @@ pub(super) fn check_space(
                 "{strangers} of its rows were not written by the lease (restored from a dump, \
                  changed by hand, or written before idutil recorded each row's writer)"
             ),
-            raised: "their marks (a garbled row's excepted) are",
+            raised: "every shard's mark (a garbled row's excepted) is",
             floor,
         }));
     }

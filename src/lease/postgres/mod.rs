@@ -170,8 +170,11 @@
 //! transaction's ID in the row (`written_by`), and a row whose version was
 //! written by another transaction (its `xmin`), by one this server has not
 //! reached, or together with rows that recorded another writer, was
-//! written by a restore or by hand. The same check raises each such row
-//! the same way, and records it as the lease's. `VACUUM FREEZE`, `VACUUM
+//! written by a restore or by hand. The same check then raises every row
+//! of the ID space the same way (a restore that wrote each row in a
+//! transaction of its own, `pg_dump --inserts`, may by chance have given
+//! one row the ID it recorded: the others give the restore away), and
+//! records them as the lease's. `VACUUM FREEZE`, `VACUUM
 //! FULL`, `CLUSTER`, `pg_upgrade` and a promoted standby keep who wrote a
 //! row. A table of an earlier idutil gets the column from the first
 //! holder that finds it missing, which records itself as the writer of
@@ -300,7 +303,7 @@
 //! counter with them, past the server's clock plus the reach in force
 //! plus twice the skew limit plus one second, and records the new
 //! identity (a row the lease did not write, reloaded in place or edited
-//! by hand, is raised alone); the calls then wait until the counter is
+//! by hand, raises them all too); the calls then wait until the counter is
 //! within the lead
 //! cap. Installing a second ID space under the same name (or another
 //! shard for the same one) is refused.

@@ -135,6 +135,13 @@ pub(in super::super) fn space(
 /// reload keeps the OID and file node), whose rows may be older than the
 /// history, the largest reach the space ever recorded.
 ///
+/// Rows the lease did not write raise every row of the space, not only
+/// themselves: a restore that wrote each row in a transaction of its own
+/// (`pg_dump --inserts`) can give one row, by chance, the transaction ID
+/// it recorded, and that row then vouches for itself; the others do not,
+/// and give the restore away. (A row the holders refuse anyway is raised
+/// only where the history was forgotten.)
+///
 /// `writer` is what the rows it raises record as their writer
 /// ([`WRITER`], or a placeholder the database's check replaces after).
 pub(in super::super) fn space_statement(
@@ -188,7 +195,8 @@ pub(in super::super) fn space_statement(
                              WHERE l.space = {space} AND l.holder IS NOT NULL) \
                          ELSE r.was_cap END) AS reach \
                  FROM read AS r), \
-             f AS (SELECT v.*, {mark} AS mark, (SELECT count(*) FROM strange) AS strangers \
+             f AS (SELECT v.*, {mark} AS mark, (SELECT count(*) FROM strange) AS strangers, \
+                     v.forgotten OR EXISTS (SELECT 1 FROM strange) AS suspect \
                  FROM verdict AS v), \
              raised AS (UPDATE {table} AS t \
                      SET high_water = CASE WHEN {up} \
@@ -200,7 +208,7 @@ pub(in super::super) fn space_statement(
                          ELSE t.seen END, \
                      {WRITTEN_BY} = {writer} \
                  FROM f WHERE t.space = {space} \
-                     AND ((f.forgotten AND COALESCE(t.high_water, 0) < f.mark) \
+                     AND ((f.suspect AND COALESCE(t.high_water, 0) < f.mark) \
                          OR t.shard IN (SELECT shard FROM strange)) \
                  RETURNING 1), \
              kept AS (INSERT INTO {history} AS h \
