@@ -95,7 +95,9 @@
 //! a restore under a live holder, whose renewals do not look at the writer
 //! (the rows are raised at the next lease of the space, not before). While
 //! holders of an earlier idutil write the table beside newer ones, each
-//! newer holder's lease raises the rows they wrote since.
+//! newer holder's lease after they wrote raises every row of the space
+//! (a new holder then waits for its lead cap before its first ID): finish
+//! the upgrade before leasing many new holders.
 //!
 //! Nothing is raised by a server whose clock is further from the holder's
 //! than the skew limit: the check refuses first ([`LeaseError::ClockSkew`]).

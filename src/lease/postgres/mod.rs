@@ -180,8 +180,8 @@
 //! holder that finds it missing, which records itself as the writer of
 //! every row in the same transaction (the upgrade trusts the rows as the
 //! earlier idutil did, and raises none); while holders of an earlier
-//! idutil still write the table, the rows they wrote are raised at each
-//! newer holder's lease.
+//! idutil still write the table, each newer holder's lease after they
+//! wrote raises every row of the ID space.
 //! Not told apart: a restore in another cluster whose transaction has, by
 //! chance, the ID (modulo 2^32) that every restored row of the space
 //! recorded (all of them last written by one transaction: their creation,
