@@ -75,6 +75,13 @@ enum Restore<'a> {
         probe: &'a Postgres,
         fresh: &'a Postgres,
     },
+    /// As an earlier idutil's dump (the tables without `written_by`:
+    /// restored into `scratch`, the column dropped, dumped again) into
+    /// `pg_restore`'s tables on `fresh`, another fresh cluster.
+    Earlier {
+        scratch: &'a Postgres,
+        fresh: &'a Postgres,
+    },
 }
 
 /// Four holders of shards 0..=3 of `layout` on `pg`, as [`ROLE`], issue a
@@ -168,6 +175,27 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
                 "t",
                 "shard {shard}'s INSERT did not get the ID its row recorded"
             );
+            fresh
+        }
+        Restore::Earlier { scratch, fresh } => {
+            client(scratch, "pg_restore", &[dump]);
+            scratch.psql("ALTER TABLE idutil_lease DROP COLUMN written_by");
+            let earlier = dumps.path().join("earlier.dump");
+            let earlier = earlier.to_str().unwrap();
+            client(
+                scratch,
+                "pg_dump",
+                &[
+                    "-Fc",
+                    "-t",
+                    "idutil_lease",
+                    "-t",
+                    "idutil_lease_history",
+                    "-f",
+                    earlier,
+                ],
+            );
+            client(fresh, "pg_restore", &[earlier]);
             fresh
         }
     };
@@ -264,6 +292,32 @@ fn a_dump_of_inserts_with_one_row_at_its_recorded_writer_issues_nothing_twice() 
         wide(),
         Restore::Aligned {
             probe: &probe,
+            fresh: &fresh,
+        },
+    );
+    assert_eq!(repeats, 0, "IDs issued twice after the restore");
+}
+
+/// A dump of an earlier idutil's tables (no `written_by`), taken while the
+/// marks were low, restored into a fresh cluster after the holders went
+/// past them (as a backup from before an upgrade is restored after it):
+/// the first holder finds the column missing and records itself as the
+/// writer of every row, as for a table upgraded in place, and nothing is
+/// raised. The fresh cluster cannot be told from the first by the
+/// server's identity or the tables' either, so the next holders re-issue
+/// what the first ones issued after the dump.
+#[test]
+fn a_dump_of_an_earlier_idutil_restored_into_a_fresh_cluster_issues_nothing_twice() {
+    let Some((pg, fresh)) = fresh_pair() else {
+        return;
+    };
+    let Some(scratch) = server() else { return };
+    app_role(&scratch);
+    let repeats = repeats_after_restore(
+        &pg,
+        wide(),
+        Restore::Earlier {
+            scratch: &scratch,
             fresh: &fresh,
         },
     );
