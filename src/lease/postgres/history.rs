@@ -52,10 +52,11 @@
 //! the others give the restore away):
 //!
 //! - no recorded writer: a row restored from a dump of an earlier
-//!   idutil's table. The first holder that finds the column missing (a
-//!   table of an earlier idutil) adds it and, in the same transaction,
-//!   records itself as the writer of every row: the upgrade trusts the
-//!   rows as the earlier idutil did, and costs no raise;
+//!   idutil's table, or a table of an earlier idutil, whose column the
+//!   first holder that finds it missing adds: the upgrade costs one raise
+//!   of the space, since a table upgraded in place cannot be told from
+//!   an earlier idutil's dump restored into a fresh cluster (the same
+//!   OIDs and file nodes) after the holders went past its marks;
 //! - a recorded writer that is not the row's `xmin` (compared modulo
 //!   2^32): the row was written by another transaction, a `COPY` or
 //!   `INSERT` of a restore, or an `UPDATE` by hand;

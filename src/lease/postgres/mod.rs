@@ -177,9 +177,9 @@
 //! records them as the lease's. `VACUUM FREEZE`, `VACUUM
 //! FULL`, `CLUSTER`, `pg_upgrade` and a promoted standby keep who wrote a
 //! row. A table of an earlier idutil gets the column from the first
-//! holder that finds it missing, which records itself as the writer of
-//! every row in the same transaction (the upgrade trusts the rows as the
-//! earlier idutil did, and raises none); while holders of an earlier
+//! holder that finds it missing, and its rows, which name no writer, are
+//! raised once (a table upgraded in place cannot be told from an earlier
+//! idutil's dump restored into a fresh cluster); while holders of an earlier
 //! idutil still write the table, each newer holder's lease after they
 //! wrote raises every row of the ID space.
 //! Not told apart: a restore in another cluster whose transaction has, by

@@ -127,17 +127,14 @@ pub(super) fn add_writer_column(
     target: &Target,
     timeout: Duration,
 ) -> std::result::Result<(), Failure> {
+    // The rows are left without a writer, and the history check raises
+    // them: a table upgraded in place cannot be told from an earlier
+    // idutil's dump restored into a fresh cluster (the same OIDs and file
+    // nodes), whose marks may be below what the holders issued since.
     let statements = [
         lock_timeout(timeout),
         format!("SELECT pg_advisory_xact_lock({LOCK_KEY})"),
         writer_column(target),
-        // The rows as the earlier idutil left them, trusted as it trusted
-        // them: written by this transaction. (A holder that added the
-        // column a moment before under the same lock stamped them already.)
-        format!(
-            "UPDATE {} SET {WRITTEN_BY} = {WRITER} WHERE {WRITTEN_BY} IS NULL",
-            target.table()
-        ),
     ];
     conn.write(target, timeout, &statements).map(drop)
 }
