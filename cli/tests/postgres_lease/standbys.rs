@@ -311,3 +311,55 @@ fn failover_to_an_asynchronous_standby_issues_nothing_twice() {
     );
     all.add(b_ids, "B");
 }
+
+/// Mixed lead caps across the promotion of an asynchronous standby: B
+/// (the default cap) takes shard 1 and gives it back, which the standby
+/// hears (the ID space's history and the shard's record B's reach); the
+/// standby's replication is cut; B2 (the default cap too) takes shard 1
+/// on the primary alone and bursts about 30 seconds ahead; the primary
+/// dies and the standby is promoted. C, capped at 1 s, finds the new
+/// timeline and raises the rows by the reach in force: its own, since
+/// the standby's row names no holder, not B's recorded reach nor the
+/// largest the space recorded (as before the raise counted the reach in
+/// force). C then re-issues B2's IDs: all 100,000 of them when measured.
+/// The lease docs ask for one cap in force across an ID space for this
+/// (a holder on no record is covered by the leasing holder's own reach),
+/// so this is the price of the shorter jump, not a broken promise; it is
+/// kept, ignored, to show what mixed caps cost after an asynchronous
+/// failover.
+#[test]
+#[ignore = "mixed caps across an asynchronous failover: documented as uncovered"]
+fn mixed_caps_across_an_asynchronous_failover_issue_nothing_twice() {
+    let Some(mut primary) = server() else { return };
+    let link = Proxy::start(primary.port());
+    let standby = primary.standby(Some(link.port()));
+    let ttl = Duration::from_secs(2);
+    let config = |url: String| LeaseConfig::new(url).ttl(ttl).shards(1..=1);
+    let mut all = Tally::new();
+    let host_b = state_dir();
+    let b = leased(&host_b, config(primary.tcp_url())).open().unwrap();
+    all.add(b.next_ids(1000).unwrap().map(u64::from), "B");
+    b.close().unwrap();
+    wait_until(
+        "the standby hears B's close",
+        Duration::from_secs(10),
+        || {
+            standby.psql("SELECT count(*) FROM idutil_lease WHERE shard = 1 AND holder IS NULL")
+                == "1"
+        },
+    );
+    link.cut();
+    let host_b2 = state_dir();
+    let b2 = leased(&host_b2, config(primary.tcp_url())).open().unwrap();
+    all.add(b2.next_ids(1_900_000).unwrap().map(u64::from), "B2");
+    primary.kill_immediate();
+    standby.promote();
+    thread::sleep(ttl);
+    let host_c = state_dir();
+    let c = open_when_free(
+        &leased(&host_c, config(standby.tcp_url())).max_lead(Duration::from_secs(1)),
+        Duration::from_secs(30),
+    );
+    let repeats = all.count_duplicates(c.next_ids(100_000).unwrap().map(u64::from), "C");
+    assert_eq!(repeats, 0, "C re-issued B2's IDs");
+}
