@@ -21,8 +21,9 @@ struct Setup {
     /// The holders' own cap (`Builder::max_lead`, the command's
     /// `--max-lead`); `None`: the lease's cap alone (30 s by default).
     max_lead: Option<Duration>,
-    /// A holder with the default caps opened in the ID space (on another
-    /// shard) and closed before the others: its reach is on record.
+    /// A holder with the default caps opened in the ID space (on the shard
+    /// the others then lease) and closed before them: its reach is on
+    /// record for the ID space, and for the shard until A takes it.
     earlier_default_holder: bool,
 }
 
@@ -63,7 +64,7 @@ fn promote_and_time(setup: Setup) -> Option<Measured> {
     };
     if setup.earlier_default_holder {
         let host = state_dir();
-        let g = leased(&host, LeaseConfig::new(primary.tcp_url()).shards(3..=3))
+        let g = leased(&host, LeaseConfig::new(primary.tcp_url()).shards(2..=2))
             .open()
             .unwrap();
         g.next_id().unwrap();
@@ -152,8 +153,8 @@ fn whole_seconds(d: Duration) -> u64 {
 
 /// Split brain with capped holders (1 s), a short TTL (2 s) and skew limit
 /// (1 s), after a holder with the default caps used the ID space and gave
-/// its shard back: the new holder's first ID comes within what its own
-/// caps require (6 s past the check here: a reach of 1 s + 2 s, twice the
+/// its shard back, which a capped holder then took: the new holder's first
+/// ID comes within what its own caps require (6 s past the check here: a reach of 1 s + 2 s, twice the
 /// skew limit, one second, and one for the clock's second, less its 1 s
 /// lead), not what the earlier holder's reach (30 s + 8 s) or the lease's
 /// default cap (30 s) would cost, and no ID repeats.

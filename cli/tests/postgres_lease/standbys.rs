@@ -318,17 +318,11 @@ fn failover_to_an_asynchronous_standby_issues_nothing_twice() {
 /// standby's replication is cut; B2 (the default cap too) takes shard 1
 /// on the primary alone and bursts about 30 seconds ahead; the primary
 /// dies and the standby is promoted. C, capped at 1 s, finds the new
-/// timeline and raises the rows by the reach in force: its own, since
-/// the standby's row names no holder, not B's recorded reach nor the
-/// largest the space recorded (as before the raise counted the reach in
-/// force). C then re-issues B2's IDs: all 100,000 of them when measured.
-/// The lease docs ask for one cap in force across an ID space for this
-/// (a holder on no record is covered by the leasing holder's own reach),
-/// so this is the price of the shorter jump, not a broken promise; it is
-/// kept, ignored, to show what mixed caps cost after an asynchronous
-/// failover.
+/// timeline and raises the rows by the reach in force, which counts the
+/// reach recorded for shard 1's last holder, B, although the row names no
+/// holder: B2, on no record, is covered by it. (Counting only the holders
+/// the rows name, C re-issued all 100,000 of B2's IDs.)
 #[test]
-#[ignore = "mixed caps across an asynchronous failover: documented as uncovered"]
 fn mixed_caps_across_an_asynchronous_failover_issue_nothing_twice() {
     let Some(mut primary) = server() else { return };
     let link = Proxy::start(primary.port());

@@ -19,22 +19,23 @@
 //! issue before it learns of the change, and records the new identity.
 //!
 //! The reach in force is the largest of the leasing holder's and those of
-//! the holders that may still be issuing past the rows' marks: the holders
-//! the rows name. Each acquisition records its holder's reach in the
-//! shard's history row, in the statement that takes the row. A holder
-//! whose row was taken over or given back can raise no mark after that
-//! statement (every raise is conditioned on its epoch and token), and it
-//! issues nothing past a mark before the mark is committed: a history that
-//! has the statement has every mark the holder issued under, in the row.
-//! That holds where the rows and the history went back together (a
-//! promoted standby, a point-in-time recovery: the lease table's OID and
-//! file node as recorded). Where the table is another one (a dump
+//! the holders that last took the rows. Each acquisition records its
+//! holder's reach in the shard's history row, in the statement that takes
+//! the row, so a shard's history row names the reach of its last holder
+//! as far as the store remembers. Every row with a holder or a mark
+//! counts, the rows given back too: a store that lost its last writes (an
+//! asynchronous standby promoted, a point-in-time recovery) may have lost
+//! a takeover, and a holder that leased the shard after the point the
+//! store went back to is on no record; the shard's last recorded holder
+//! stands for it, and so does the leasing holder's own reach. That holds
+//! where the rows and the history went back together (the lease table's
+//! OID and file node as recorded). Where the table is another one (a dump
 //! restored, a rewrite) its rows may be older than the history, and the
 //! largest reach the space ever recorded counts, as it does for the
-//! database's own row and for a row with no reach recorded. A holder that
-//! leased after the point the store went back to is on no record: the
-//! leasing holder's own reach covers it when the ID space's holders share
-//! one cap.
+//! database's own row and for a row with no reach recorded. What no rule
+//! of the history can see: a holder on no record whose cap is larger than
+//! that of the shard's last recorded holder and the leasing holder's
+//! (give the holders of an ID space one cap in force).
 //!
 //! # Rows the lease did not write
 //!

@@ -117,10 +117,11 @@
 //! `--max-lead`) plus its fence (three quarters of its TTL), each rounded
 //! up to whole seconds: 38 s with the defaults. The reach in force is the
 //! largest of the leasing holder's own and those the history recorded for
-//! the holders the rows name: each shard's history row keeps the reach of
-//! the holder that last took the shard, and a holder whose row was taken
-//! over or given back since has its marks in the row, so its reach no
-//! longer counts. The database's own row, and a row with no reach
+//! the holders that last took the rows: each shard's history row keeps
+//! the reach of the holder that last took the shard, and every row with a
+//! holder or a mark counts (a store that lost its last writes may have
+//! lost a takeover by a holder on no record, for which the shard's last
+//! recorded holder stands). The database's own row, and a row with no reach
 //! recorded, count the largest reach the ID space ever recorded, as does
 //! every row when the lease table is another one than the history
 //! recorded (a dump restored, a rewrite), whose rows may be older than the
@@ -143,12 +144,16 @@
 //! 20 s with the defaults, with or without a lower cap (BENCHMARKS.md,
 //! *Promotion to the first ID*: 19.4 s measured after a split brain, for
 //! holders capped at 1 s as for the default caps). A holder capped lower
-//! than a holder the rows name waits the difference too (capped at 1 s
-//! beside holders with the default caps: about 48 s): give every holder
-//! of an ID space the same cap in force. That is also what covers a
-//! holder that leased after the point a store lost its last writes (an
-//! asynchronous standby, a point-in-time recovery): it is on no record,
-//! and the leasing holder's own reach stands for it. To shorten the wait, shorten the TTL (the fence is three quarters of it) and the skew
+//! than the last recorded holder of some shard waits the difference too
+//! (capped at 1 s after a holder with the default caps last held a shard:
+//! about 48 s, until a holder with the lower cap leases that shard):
+//! give every holder of an ID space the same cap in force. That is also
+//! what covers a holder that leased after the point a store lost its last
+//! writes (an asynchronous standby, a point-in-time recovery) with a cap
+//! larger than any recorded: it is on no record.
+//!
+//! To shorten the wait, shorten the TTL (the fence is three quarters of
+//! it) and the skew
 //! limit: a TTL of 2 s and a skew limit of 1 s wait 6 s at most. A lower
 //! lead cap shortens the jump, not the wait. A holder that must wait for
 //! an old holder's lease to expire (the shard it asks for by number, or

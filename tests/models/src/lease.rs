@@ -105,10 +105,10 @@ pub enum Floor {
     /// The code's (`postgres::history`'s `caps`, `sql::history`'s `past`
     /// and `space_statement`): the store's clock plus the reach in force
     /// (the larger of the leasing holder's and that recorded for the
-    /// holder the row names; a reach is the lead cap plus the fence, three
-    /// quarters of the TTL rounded up: how long a holder that has not
-    /// learned of the restore may go on issuing) plus twice the skew limit
-    /// plus one second.
+    /// holder that last took the row, held or given back; a reach is the
+    /// lead cap plus the fence, three quarters of the TTL rounded up: how
+    /// long a holder that has not learned of the restore may go on
+    /// issuing) plus twice the skew limit plus one second.
     Code,
 }
 
@@ -264,10 +264,7 @@ impl LeasedShard {
             Floor::None => None,
             Floor::WithoutFence => Some(now / 1000 + lead + skew + 1),
             Floor::OwnReach => Some(now / 1000 + own + 2 * skew + 1),
-            Floor::Code => {
-                let named = if row.holder.is_some() { row.reach } else { 0 };
-                Some(now / 1000 + own.max(named) + 2 * skew + 1)
-            }
+            Floor::Code => Some(now / 1000 + own.max(row.reach) + 2 * skew + 1),
         }
     }
 

@@ -81,8 +81,9 @@ fn the_lease_model_s_rules_are_the_code_s() {
         history,
         "LEAST(floor(GREATEST({now}, 0))::numeric + {reach} + 2 * {skew} + 1, {BIGINT_MAX})::bigint",
     );
-    // `Floor::Code`'s reach in force: the holder the row names (its
-    // shard's reach, recorded when it took the row), at least the leaser's.
+    // `Floor::Code`'s reach in force: the holder that last took the row
+    // (its shard's reach, recorded when it took the row, whether it holds
+    // the row still or gave it back), at least the leaser's.
     has(
         "postgres/sql/history.rs",
         history,
@@ -96,7 +97,7 @@ fn the_lease_model_s_rules_are_the_code_s() {
     has(
         "postgres/sql/history.rs",
         history,
-        "WHERE l.space = {space} AND l.holder IS NOT NULL)",
+        "AND (l.holder IS NOT NULL OR l.high_water IS NOT NULL)) \\",
     );
     has(
         "postgres/sql/history.rs",

@@ -126,11 +126,12 @@ pub(in super::super) fn space(
 /// The reach in force: with the lease table's OID and file node as
 /// recorded (a promoted standby, a point-in-time recovery: the rows and
 /// the history went back together), the largest reach recorded for the
-/// holders the rows name (each shard's history row keeps the reach of the
-/// holder that last took it; the database's own row, or a row with none
-/// recorded, counts the largest reach the space recorded). A holder whose
-/// row was since taken over or given back has its marks in the row: its
-/// reach no longer counts. With another table (a dump restored, a
+/// holders that last took the rows (each shard's history row keeps the
+/// reach of the holder that last took it; every row with a holder or a
+/// mark counts, since a store that lost its last writes may have lost a
+/// takeover by a holder on no record, and the row's last recorded holder
+/// stands for it; the database's own row, or a row with none recorded,
+/// counts the largest reach the space recorded). With another table (a dump restored, a
 /// rewrite), or with rows the lease did not write ([`strangers`]: a
 /// reload keeps the OID and file node), whose rows may be older than the
 /// history, the largest reach the space ever recorded.
@@ -192,7 +193,8 @@ pub(in super::super) fn space_statement(
                                  ELSE COALESCE(h.max_lead, r.was_cap) END) \
                              FROM {table} AS l LEFT JOIN {history} AS h \
                                  ON h.space = l.space AND h.shard = l.shard \
-                             WHERE l.space = {space} AND l.holder IS NOT NULL) \
+                             WHERE l.space = {space} \
+                                 AND (l.holder IS NOT NULL OR l.high_water IS NOT NULL)) \
                          ELSE r.was_cap END) AS reach \
                  FROM read AS r), \
              f AS (SELECT v.*, {mark} AS mark, (SELECT count(*) FROM strange) AS strangers, \
