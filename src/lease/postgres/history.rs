@@ -91,7 +91,11 @@
 //! of them last written by one transaction (their creation, or a raise of
 //! the whole space) and the restore run in another cluster at that very
 //! ID (in the same cluster the restore's ID is newer, and equal modulo
-//! 2^32 only some four billion transactions later); a restore of a
+//! 2^32 only some four billion transactions later), or a restore that
+//! writes each row in a transaction of its own (`pg_dump --inserts`) in
+//! another cluster where every row's transaction has the ID the row
+//! recorded (the rows' last writes one after another, in the dump's
+//! order, and the restore started at the first of them); a restore of a
 //! physical backup, which keeps `xmin` as it keeps the system identifier,
 //! the timeline and the OIDs; an edit that writes `written_by` itself; and
 //! a restore under a live holder, whose renewals do not look at the writer
