@@ -374,10 +374,13 @@
 //! ## Replication
 //!
 //! A mark must be on every standby that may be promoted. The lease reads
-//! `synchronous_standby_names`, `synchronous_commit` and
-//! `pg_stat_replication` at open and at every renewal (in the renewal's
-//! round trip), and warns (a `log::warn!`, once until the setup changes)
-//! when a standby that may lack a raise can be promoted:
+//! `synchronous_standby_names`, `synchronous_commit` and the standbys
+//! streaming from the server (`pg_stat_get_wal_senders()`, the WAL senders
+//! `pg_stat_replication` lists) at open, then again in a renewal's round
+//! trip once every two TTLs (every sixth renewal: the setup is the
+//! operators', not the renewals'), and warns (a `log::warn!`, once until
+//! the setup changes) when a standby that may lack a raise can be
+//! promoted:
 //!
 //! - standbys stream but `synchronous_standby_names` is empty (asynchronous
 //!   replication);
@@ -391,9 +394,14 @@
 //! candidate priorities). `replication=strict` in the URL (or
 //! [`LeaseConfig::strict_replication`]) makes the warning a refusal
 //! ([`LeaseError::UnsafeStore`](crate::lease::LeaseError::UnsafeStore)): at open, and at a renewal, which then
-//! fails until the setup is safe again, so the holder fences itself. A role
-//! that may not read `pg_stat_replication` leases with a warning that the
-//! setup is not checked, and is refused under the strict rule.
+//! fails until the setup is safe again, so the holder fences itself. A
+//! setup that turns unsafe under a running holder is seen within three
+//! TTLs (two TTLs since the last read, a renewal period, a round trip),
+//! and under the strict rule the holder has stopped issuing by then; while
+//! refused, every renewal reads the setup again, so the holder goes on as
+//! soon as it is safe. A role that may not read the WAL senders (execute
+//! `pg_stat_get_wal_senders()`) leases with a warning that the setup is
+//! not checked, and is refused under the strict rule.
 //!
 //! ## Backups and restores
 //!
