@@ -11,10 +11,13 @@
 //! Counted by the server: renewals (and writes) are the lease table's
 //! (the write table's) `pg_stat_user_tables.n_tup_upd` over the window.
 //! Server CPU is the user and system time of the postmaster and every
-//! process it started (`/proc/<pid>/stat`; children that end during the
-//! window count through the postmaster's `cutime`/`cstime`); PgBouncer's
-//! apart. The server runs with `fsync` and `synchronous_commit` on; the
-//! rest are the lease tests' settings.
+//! process it started, in nanoseconds (`/proc/<pid>/schedstat`, where
+//! `utime` and `stime` count whole ticks, too coarse for a few hundred
+//! renewals; children that end during the window count through the
+//! postmaster's `cutime`/`cstime`); PgBouncer's apart. The idle server's
+//! share is printed first: it is in every figure. The server runs with
+//! `fsync` and `synchronous_commit` on; the rest are the lease tests'
+//! settings.
 //!
 //! `cargo bench --features postgres-lease --bench renewals`, about 8
 //! minutes on 2 cores. `IDUTIL_RENEWALS_BENCH_SECONDS` sets each window
@@ -79,7 +82,7 @@ fn main() {
     );
     let idle = measure(&pg, &server, None, "bench_write", window / 3);
     println!(
-        "idle server: {:.2} % of one core",
+        "idle server: {:.3} % of one core",
         idle.server_cpu.as_secs_f64() / idle.wall.as_secs_f64() * 100.0
     );
     let mut rows = Vec::new();
@@ -326,23 +329,22 @@ impl Server {
 
     /// CPU time of the postmaster, its ended children and its live ones.
     fn cpu(&self) -> Duration {
-        let mut ticks = stat(self.postmaster).map_or(0, |s| s.own + s.children);
+        let mut cpu =
+            pid_cpu(self.postmaster) + from_ticks(stat(self.postmaster).map_or(0, |s| s.children));
         for entry in std::fs::read_dir("/proc").unwrap().flatten() {
             let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
                 continue;
             };
-            if let Some(s) = stat(pid).filter(|s| s.ppid == self.postmaster) {
-                ticks += s.own;
+            if stat(pid).is_some_and(|s| s.ppid == self.postmaster) {
+                cpu += pid_cpu(pid);
             }
         }
-        from_ticks(ticks)
+        cpu
     }
 }
 
 struct Stat {
     ppid: u32,
-    /// utime + stime.
-    own: u64,
     /// cutime + cstime.
     children: u64,
 }
@@ -354,13 +356,17 @@ fn stat(pid: u32) -> Option<Stat> {
     let n = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
     Some(Stat {
         ppid: u32::try_from(n(1)?).ok()?,
-        own: n(11)? + n(12)?,
         children: n(13)? + n(14)?,
     })
 }
 
+/// A single-threaded process's CPU time: the first field of its
+/// `schedstat`, in nanoseconds.
 fn pid_cpu(pid: u32) -> Duration {
-    from_ticks(stat(pid).map_or(0, |s| s.own))
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|text| text.split(' ').next()?.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
 fn from_ticks(ticks: u64) -> Duration {
