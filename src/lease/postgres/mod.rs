@@ -110,13 +110,13 @@
 //! change: to the server's clock plus the largest *reach* a holder of the
 //! space recorded (its lead cap, [`LeaseConfig::max_lead`], 30 s by
 //! default, plus its fence, three quarters of its TTL rounded up to whole
-//! seconds: 8 s by default), plus twice [`LeaseConfig::max_skew`] (a
+//! seconds: 45 s by default), plus twice [`LeaseConfig::max_skew`] (a
 //! holder's clock against the server it leased from, and that server's
 //! against this one: 10 s by default), plus one second. It logs why,
 //! records the new identity, and leases. The cost is a jump of that many
-//! seconds (49 s by default) in the shard's IDs and a wait before the
-//! first ID until the clock is within the lead cap of it (19 s by
-//! default), never a re-issued ID. `VACUUM FULL` or `CLUSTER` of the lease table
+//! seconds (86 s by default; 49 s with a 10 s TTL) in the shard's IDs and
+//! a wait before the first ID until the clock is within the lead cap of
+//! it (56 s by default; 19 s with a 10 s TTL), never a re-issued ID. `VACUUM FULL` or `CLUSTER` of the lease table
 //! gives it a new file node too, and costs the same once; so does the
 //! first lease of an ID space that an earlier idutil used (marks, but no
 //! history yet).
