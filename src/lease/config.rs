@@ -31,7 +31,7 @@ pub const DEFAULT_MAX_LEAD: Duration = Duration::from_secs(30);
 /// leave 50 ms of CPU a second: at 0.8 ms a renewal, 62 renewals a
 /// second, one per holder every 16 s, so a TTL of at least 48 s. At 60 s
 /// they renew 50 times a second, measured at 3 % of a core (at the
-/// earlier default of 10 s, 300 times a second and 31 %).
+/// earlier default of 10 s, 300 times a second and 28 to 31 %).
 ///
 /// What the longer TTL costs:
 ///
