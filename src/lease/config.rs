@@ -46,7 +46,12 @@ pub const DEFAULT_MAX_LEAD: Duration = Duration::from_secs(30);
 ///   86 s by default (49 s with a 10 s TTL), and its first ID waits until
 ///   the clock is within the lead cap of that, 56 s (19 s) (see
 ///   [`lease::postgres`](crate::lease::postgres), *Restores and rewound
-///   histories*).
+///   histories*);
+/// - a round trip's deadline is a fifth of the TTL and the close's a
+///   quarter: a generator closed while the store does not answer returns
+///   within both, up to 27 s (4.5 s with a 10 s TTL). An application
+///   whose shutdown has less time (Kubernetes gives a pod 30 s by
+///   default) sets a shorter TTL.
 ///
 /// In return a stall of the store shorter than the fence less a renewal
 /// period (25 s; 4 s with a 10 s TTL) never stops issuing. A fleet that

@@ -286,10 +286,13 @@ fn a_locked_row_does_not_pile_up_sessions() {
     });
 }
 
-/// A store that stops answering under a holder with the default TTL:
-/// closing (explicitly, or by dropping) returns within a few round-trip
-/// deadlines, even in the middle of a burst that waits on a raise, and the
-/// lease expires by itself.
+/// A store that stops answering under a holder with a 10 s TTL: closing
+/// (explicitly, or by dropping) returns within a few round-trip deadlines,
+/// even in the middle of a burst that waits on a raise, and the lease
+/// expires by itself. The deadlines are fractions of the TTL (a round trip
+/// a fifth, the close a quarter): at the default 60 s such a close takes
+/// up to 27 s (`DEFAULT_TTL`'s docs), which the limit below would not
+/// tell from a hang as quickly.
 #[test]
 fn closing_while_the_store_hangs_is_quick() {
     let Some(pg) = server() else { return };
@@ -302,9 +305,14 @@ fn closing_while_the_store_hangs_is_quick() {
         &[(0, true), (1, false), (2, true)],
         Duration::from_secs(8),
         |_, host| {
-            leased(host, LeaseConfig::new(url.clone()).shards(8..=8))
-                .open()
-                .unwrap()
+            leased(
+                host,
+                LeaseConfig::new(url.clone())
+                    .ttl(Duration::from_secs(10))
+                    .shards(8..=8),
+            )
+            .open()
+            .unwrap()
         },
         || proxy.cut(),
         || {
