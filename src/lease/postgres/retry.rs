@@ -230,8 +230,11 @@ impl std::error::Error for RanOut {
 mod tests {
     use super::*;
 
+    /// A 10 s TTL: a round trip's deadline of 2 s.
     fn config() -> LeaseConfig {
-        LeaseConfig::new("postgres://u@127.0.0.1/db").open_timeout(Duration::from_secs(30))
+        LeaseConfig::new("postgres://u@127.0.0.1/db")
+            .ttl(Duration::from_secs(10))
+            .open_timeout(Duration::from_secs(30))
     }
 
     #[test]
