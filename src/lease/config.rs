@@ -20,8 +20,53 @@ pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(5);
 /// Default cap on a leased generator's lead: see
 /// [`LeaseConfig::max_lead`].
 pub const DEFAULT_MAX_LEAD: Duration = Duration::from_secs(30);
-/// Default lease TTL.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// Default lease TTL of a PostgreSQL lease: 60 s, renewed every 20 s.
+///
+/// Each renewal is one write on the server, so the TTL sets what a fleet
+/// costs the database: renewals a second are three times the holders
+/// over the TTL. Measured through PgBouncer (transaction mode, a pool of
+/// 10), a renewal takes 0.6 to 0.8 ms of server CPU, 0.9 to 1.3 times a
+/// minimal one-row write on the same path (BENCHMARKS.md, *What renewals
+/// cost the server*). A thousand holders at 5 % of one database core
+/// leave 50 ms of CPU a second: at 0.8 ms a renewal, 62 renewals a
+/// second, one per holder every 16 s, so a TTL of at least 48 s. At 60 s
+/// they renew 50 times a second, measured at 3 % of a core (at the
+/// earlier default of 10 s, 300 times a second and 28 to 31 %).
+///
+/// What the longer TTL costs:
+///
+/// - a crashed holder's shard stays taken for one TTL (60 s) before
+///   another holder may lease it (new holders take another free shard at
+///   once: size the shard range for the instances that may be dead but
+///   still leased);
+/// - the fence, three quarters of the TTL (45 s), is part of what a
+///   holder can issue before it learns of a restore or a failover: a
+///   holder that finds the lease's history rewound raises the shard past
+///   the lead cap plus the fence plus twice the skew limit plus a second,
+///   86 s by default (49 s with a 10 s TTL), and its first ID waits until
+///   the clock is within the lead cap of that, up to 57 s (20 s) (see
+///   [`lease::postgres`](crate::lease::postgres), *Restores and rewound
+///   histories*);
+/// - none on closing: a round trip's deadline is a fifth of the TTL and
+///   the close's a quarter, but at most 2 s and 2.5 s whatever the TTL, so
+///   a generator closed while the store does not answer returns within
+///   4.5 s; the lease it could not give back expires by itself within the
+///   TTL, a minute.
+///
+/// In return a stall of the store shorter than the fence less a renewal
+/// period (25 s; 4 s with a 10 s TTL) never stops issuing. A fleet that
+/// wants dead holders' shards back sooner, or smaller jumps after a
+/// restore, sets a shorter [`LeaseConfig::ttl`] and pays in renewals.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+/// Default lease TTL of a Redis lease: 10 s. A Redis renewal costs the
+/// server little, and the first lease of a shard with no known history
+/// waits one whole TTL (see [`lease::redis`](crate::lease::redis)), so
+/// the Redis lease keeps the shorter TTL.
+pub const DEFAULT_REDIS_TTL: Duration = Duration::from_secs(10);
+/// Longest wait for one round trip to the store, whatever the TTL: a
+/// call on a store that does not answer fails (and is tried again where it
+/// may be) within it.
+const MAX_ROUND_TRIP: Duration = Duration::from_secs(2);
 /// Shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_secs(1);
 /// Default open deadline: see [`LeaseConfig::open_timeout`].
@@ -80,14 +125,16 @@ impl LeaseConfig {
     /// `redis://` (feature `redis`). A string of PostgreSQL `key=value`
     /// options (`host=a,b dbname=app`) is a PostgreSQL lease too. Every
     /// other setting at its default:
-    /// ID space `idutil`, TTL 10 s, every shard of the layout, clock skew
-    /// up to 5 s, a lead of up to 30 s, an open deadline of 30 s. The URL
-    /// is checked when the lease is taken.
+    /// ID space `idutil`, TTL 60 s ([`DEFAULT_TTL`]; 10 s for Redis,
+    /// [`DEFAULT_REDIS_TTL`]), every shard of the layout, clock skew up to
+    /// 5 s, a lead of up to 30 s, an open deadline of 30 s. The URL is
+    /// checked when the lease is taken.
     pub fn new(url: impl Into<String>) -> Self {
+        let url = url.into();
         LeaseConfig {
-            url: url.into(),
+            ttl: super::engines::default_ttl(&url),
+            url,
             prefix: DEFAULT_PREFIX.to_string(),
-            ttl: DEFAULT_TTL,
             shards: None,
             max_skew: DEFAULT_MAX_SKEW,
             max_lead: DEFAULT_MAX_LEAD,
@@ -143,9 +190,10 @@ impl LeaseConfig {
         self
     }
 
-    /// How long a lease lives without renewal (default 10 s, at least 1 s).
-    /// It is renewed every third of it; the generator stops issuing when a
-    /// quarter of it is left without a successful renewal.
+    /// How long a lease lives without renewal (default 60 s,
+    /// [`DEFAULT_TTL`], which says what the choice trades; 10 s for Redis;
+    /// at least 1 s). It is renewed every third of it; the generator stops
+    /// issuing when a quarter of it is left without a successful renewal.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -333,9 +381,18 @@ impl LeaseConfig {
         (self.ttl / 20).max(Duration::from_millis(10))
     }
 
-    /// Longest wait for one round trip to the store.
+    /// Longest wait for one round trip to the store: a fifth of the TTL,
+    /// at most [`MAX_ROUND_TRIP`] (a long TTL is for fewer renewals, not
+    /// for calls that wait longer on a store that does not answer).
     pub(crate) fn op_timeout(&self) -> Duration {
-        self.ttl / 5
+        (self.ttl / 5).min(MAX_ROUND_TRIP)
+    }
+
+    /// The close's deadline: a quarter of the TTL, at most
+    /// [`MAX_ROUND_TRIP`] and a half (room for a round trip and a second
+    /// try); past it the lease expires by itself within a TTL.
+    pub(crate) fn close_timeout(&self) -> Duration {
+        (self.ttl / 4).min(MAX_ROUND_TRIP * 5 / 4)
     }
 
     /// The shards that may be leased under `layout`, narrowed to `only`.
@@ -392,6 +449,27 @@ mod tests {
         assert_eq!(c.capped(Some(1)).get_max_lead(), Duration::from_secs(1));
         assert_eq!(c.capped(Some(60)).get_max_lead(), DEFAULT_MAX_LEAD);
         assert_eq!(c.capped(None).get_max_lead(), DEFAULT_MAX_LEAD);
+    }
+
+    #[test]
+    fn the_default_ttl_is_the_engines() {
+        for url in [
+            "postgres://app@db/app",
+            "postgresql://db/app",
+            "host=db dbname=app",
+        ] {
+            assert_eq!(LeaseConfig::new(url).get_ttl(), DEFAULT_TTL, "{url}");
+        }
+        for url in [
+            "redis://127.0.0.1/",
+            "REDISS://cache/",
+            "unix:///run/redis.sock",
+        ] {
+            assert_eq!(LeaseConfig::new(url).get_ttl(), DEFAULT_REDIS_TTL, "{url}");
+        }
+        let c = LeaseConfig::new("postgres://db/app");
+        assert_eq!(c.renew_every(), Duration::from_secs(20));
+        assert_eq!(c.fence_after(), Duration::from_secs(45));
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Which engine a lease URL names: the one place that knows every engine
 //! and the feature that builds it.
 
+use std::time::Duration;
+
 use super::interface::Engine;
 use super::redact::redact;
-use super::{LeaseConfig, LeaseError, LeaseResult};
+use super::{LeaseConfig, LeaseError, LeaseResult, DEFAULT_REDIS_TTL, DEFAULT_TTL};
 
 /// Each engine's URL schemes, and the feature that builds it.
 const SCHEMES: &[(&str, &str)] = &[
@@ -22,6 +24,22 @@ pub(crate) fn scheme(url: &str) -> Option<String> {
     match url.split_once("://") {
         Some((s, _)) => Some(s.to_ascii_lowercase()),
         None => url.contains('=').then(|| "postgres".to_string()),
+    }
+}
+
+/// The default TTL of the engine `url` names: [`DEFAULT_REDIS_TTL`] for
+/// Redis, [`DEFAULT_TTL`] for PostgreSQL and for a URL that names no
+/// engine (refused when the lease is taken).
+pub(crate) fn default_ttl(url: &str) -> Duration {
+    let redis = scheme(url).is_some_and(|scheme| {
+        SCHEMES
+            .iter()
+            .any(|(s, feature)| *s == scheme && *feature == "redis")
+    });
+    if redis {
+        DEFAULT_REDIS_TTL
+    } else {
+        DEFAULT_TTL
     }
 }
 

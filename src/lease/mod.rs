@@ -134,10 +134,16 @@
 //!
 //! A short TTL ([`LeaseConfig::ttl`]) frees a crashed holder's shard
 //! sooner, but a store outage or network stall longer than three quarters
-//! of it stops issuing, and renewals are more frequent. A long TTL rides
-//! out longer stalls but keeps a dead holder's shard for longer. Size the
-//! shard range to the largest fleet plus the instances that may be dead
-//! but still leased.
+//! of it stops issuing, and renewals are more frequent: each holder renews
+//! every third of it, one write on the store each time. A long TTL rides
+//! out longer stalls and costs the store less, but keeps a dead holder's
+//! shard for longer and, on PostgreSQL, makes the jump after a restore or
+//! a failover longer (the fence is part of it). The PostgreSQL default,
+//! 60 s ([`DEFAULT_TTL`]), keeps a thousand holders' renewals under 5 % of
+//! one database core; its docs give the arithmetic and the costs. Redis
+//! keeps 10 s ([`DEFAULT_REDIS_TTL`]). Size the shard range to the largest
+//! fleet plus the instances that may be dead but still leased: with the
+//! default, a crashed holder's shard stays taken for a minute.
 //!
 //! # Many processes on one host
 //!
@@ -180,8 +186,8 @@
 //!   open's deadline](postgres#opening-and-closing-the-deadlines) says), so
 //!   a routine restart of the store costs no caller an error.
 //! - Closing never waits longer than a bounded time: with PostgreSQL, a
-//!   quarter of the TTL after any call in flight (a round trip's
-//!   deadline); past it, a warning says the lease was not given back, and
+//!   quarter of the TTL, at most 2.5 s, after any call in flight (a round
+//!   trip's deadline, a fifth of the TTL, at most 2 s); past it, a warning says the lease was not given back, and
 //!   it expires by itself within a TTL.
 //! - All shards leased: opening fails; dead holders' shards come free
 //!   within one TTL.
@@ -220,7 +226,7 @@ pub mod redis;
 pub use commands::{check, inspect, release};
 pub use config::{
     LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_OPEN_TIMEOUT, DEFAULT_PREFIX,
-    DEFAULT_TTL, MIN_TTL,
+    DEFAULT_REDIS_TTL, DEFAULT_TTL, MIN_TTL,
 };
 pub use error::{LeaseError, LeaseResult};
 #[doc(hidden)]

@@ -286,10 +286,12 @@ fn a_locked_row_does_not_pile_up_sessions() {
     });
 }
 
-/// A store that stops answering under a holder with the default TTL:
-/// closing (explicitly, or by dropping) returns within a few round-trip
-/// deadlines, even in the middle of a burst that waits on a raise, and the
-/// lease expires by itself.
+/// A store that stops answering under a holder with the default TTL (a
+/// minute): closing (explicitly, or by dropping) returns within a few
+/// round-trip deadlines, even in the middle of a burst that waits on a
+/// raise, and the lease expires by itself. The deadlines are fractions of
+/// the TTL (a round trip a fifth, the close a quarter) but at most 2 s and
+/// 2.5 s, so a long TTL does not make a close wait longer.
 #[test]
 fn closing_while_the_store_hangs_is_quick() {
     let Some(pg) = server() else { return };

@@ -253,7 +253,7 @@ fn roles_with_different_search_paths_share_one_table() {
         "more,other"
     );
     // A role that may not read the standbys: leases, but not strictly.
-    pg.psql("REVOKE SELECT ON pg_catalog.pg_stat_replication FROM PUBLIC");
+    pg.psql("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_stat_get_wal_senders() FROM PUBLIC");
     drop(worker);
     let worker = open_when_free(&leased(&host_worker, config("worker")), ttl * 4);
     worker.next_id().unwrap();

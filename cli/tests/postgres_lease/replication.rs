@@ -185,9 +185,12 @@ fn a_standby_that_may_lack_a_raise_is_warned_about_or_refused() {
 }
 
 /// A holder under `replication=strict` opened while every standby
-/// confirmed commits (`ANY 2` of two); the setup turns to `ANY 1`: its
-/// renewals refuse it, so it stops issuing, naming the setting, and goes on
-/// once the setup is safe again.
+/// confirmed commits (`ANY 2` of two), and renewing; the setup turns to
+/// `ANY 1`: a renewal reads it again within the lease docs' bound (three
+/// TTLs: the setup is read every two TTLs, by a renewal sent within a
+/// renewal period, answered within a round trip) and refuses it, so the
+/// holder stops issuing, naming the setting, and goes on once the setup
+/// is safe again.
 #[test]
 fn a_setup_turned_unsafe_under_a_strict_holder_stops_it_until_it_is_safe() {
     let Some(primary) = server() else { return };
@@ -202,18 +205,33 @@ fn a_setup_turned_unsafe_under_a_strict_holder_stops_it_until_it_is_safe() {
     let host = state_dir();
     let g = leased(&host, strict).open().unwrap();
     g.next_id().unwrap();
+    // Past the first renewal, which reads the setup: the change then
+    // waits for the next read, two TTLs later.
+    thread::sleep(ttl / 2);
+    g.next_id().unwrap();
     standby_names(&primary, "ANY 1 (standby)");
+    let turned = std::time::Instant::now();
     let mut last = String::new();
-    wait_until("the holder stops", ttl * 3, || match g.next_id() {
-        Ok(_) => false,
-        Err(e) => {
-            last = e.to_string();
-            true
-        }
-    });
+    // The bound, and a second for a busy machine.
+    let bound = ttl * 3;
+    wait_until(
+        "the holder stops",
+        bound + Duration::from_secs(1),
+        || match g.next_id() {
+            Ok(_) => false,
+            Err(e) => {
+                last = e.to_string();
+                true
+            }
+        },
+    );
     assert!(
         last.contains("not known to be held") && last.contains("quorum of 1 of 2"),
         "{last}"
+    );
+    println!(
+        "the setup turned unsafe; the holder stopped {:?} later (bound {bound:?})",
+        turned.elapsed()
     );
     standby_names(&primary, "ANY 2 (standby)");
     wait_until("the holder goes on", ttl * 3, || g.next_id().is_ok());

@@ -56,7 +56,7 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
                 .pop()
                 .and_then(|a| a.rows.into_iter().next())
                 .and_then(|row| replication::Setup::read(&row))),
-            // A role that may not read `pg_stat_replication`: the setup is
+            // A role that may not read the WAL senders: the setup is
             // not checked (renewals do not try), unless the rule is strict.
             Err(f) if f.code().is_some() && !f.may_pass() => Ok(None),
             Err(f) => Err(Stop::Step("read the replication setup of", f)),
@@ -68,13 +68,13 @@ fn connect_here(ask: &Ask<'_>) -> Result<(Box<dyn Held>, Grant)> {
             return Err(LeaseError::UnsafeStore {
                 url: config.url_redacted(),
                 reason: "the replication setup cannot be read (synchronous_standby_names, \
-                         pg_stat_replication), and replication=strict asks for it"
+                         pg_stat_get_wal_senders()), and replication=strict asks for it"
                     .to_string(),
             })
         }
         None => log::warn!(
             "the PostgreSQL lease at {} cannot read the replication setup \
-             (synchronous_standby_names, pg_stat_replication), so it cannot warn about one that \
+             (synchronous_standby_names, pg_stat_get_wal_senders()), so it cannot warn about one that \
              lets a standby lacking a raise be promoted",
             config.url_redacted()
         ),
@@ -218,6 +218,7 @@ fn granted_row(
         conn: Mutex::new(conn),
         warned,
         probe,
+        probed: Mutex::new(None),
         opening: AtomicBool::new(true),
     };
     let server = server_time(row.server);

@@ -35,8 +35,11 @@ pub(super) struct PgLease {
     /// it changes).
     pub(super) warned: AtomicBool,
     /// Whether the replication setup could be read at open (and so is read
-    /// again at every renewal).
+    /// again with a renewal, every [`replication::every`]).
     pub(super) probe: bool,
+    /// The send time of the last renewal that read the setup and found it
+    /// acceptable (`None`: none yet, so the first renewal reads it).
+    pub(super) probed: Mutex<Option<Instant>>,
     /// Until the first raise succeeds: the open's own raise, which is
     /// tried again within an open deadline of its own
     /// ([`LeaseConfig::open_timeout`] from its start).
@@ -213,21 +216,27 @@ impl Held for PgLease {
             return Err(again(Failure::Timeout(timeout)));
         };
         let left = timeout.saturating_sub(start.elapsed());
-        // The replication setup, read in the same round trip where it
-        // could be read at open.
+        // The replication setup, where it could be read at open: in the
+        // renewal's round trip, once every `replication::every`, and at
+        // every renewal while it is refused.
+        let probe = self.probe
+            && (*crate::sync::lock(&self.probed))
+                .is_none_or(|at| start >= at + replication::every(&self.config));
         let mut statements = vec![sql::renew(&self.table, &self.key(), self.config.ttl)];
-        if self.probe {
+        if probe {
             statements.insert(0, replication::PROBE.to_string());
         }
         let mut answers = conn.write(&self.target, left, &statements).map_err(again)?;
         let renewed = answers.pop().and_then(|a| a.rows.into_iter().next());
-        let setup = answers
-            .pop()
+        let setup = probe
+            .then(|| answers.pop())
+            .flatten()
             .and_then(|a| a.rows.into_iter().next())
             .and_then(|row| Setup::read(&row));
         if let Some(setup) = setup {
             replication::judge(&setup, &self.config, self.target.strict(), &self.warned)
                 .map_err(Trouble::Again)?;
+            *crate::sync::lock(&self.probed) = Some(start);
         }
         let Some(row) = renewed else {
             return Err(self.gone(&mut conn, left, 0));

@@ -115,7 +115,8 @@
 //! [`LeaseConfig::max_lead`], 30 s by default, and the generator's own,
 //! [`Builder::max_lead`](crate::Builder::max_lead) or the command's
 //! `--max-lead`) plus its fence (three quarters of its TTL), each rounded
-//! up to whole seconds: 38 s with the defaults. The reach in force is the
+//! up to whole seconds: 75 s with the defaults (a 45 s fence; 38 s with
+//! a TTL of 10 s). The reach in force is the
 //! largest of the leasing holder's own and those the history recorded for
 //! the holders that last took the rows: each shard's history row keeps
 //! the reach of the holder that last took the shard, and every row with a
@@ -130,8 +131,8 @@
 //! both run in one ID space, give them one cap.) It logs why, records the
 //! new identity, and leases.
 //!
-//! The cost is a jump of that many seconds in the shard's IDs (49 s with
-//! the defaults) and a wait before the first ID until the clock is within
+//! The cost is a jump of that many seconds in the shard's IDs (86 s with
+//! the defaults; 49 s with a TTL of 10 s) and a wait before the first ID until the clock is within
 //! the holder's lead cap of it, never a re-issued ID. From a promotion (or
 //! any of the changes above) to a new holder's first ID, at most (in
 //! whole seconds, each term rounded up):
@@ -141,12 +142,14 @@
 //! = fence + 2 × max_skew + 2 s                (when every holder has one cap)
 //! ```
 //!
-//! 20 s with the defaults, with or without a lower cap (BENCHMARKS.md,
-//! *Promotion to the first ID*: 19.4 s measured after a split brain, for
+//! 57 s with the defaults (the 60 s TTL's fence is 45 s), 20 s with a TTL
+//! of 10 s, with or without a lower cap (BENCHMARKS.md, *Promotion to the
+//! first ID*: 19.4 s measured after a split brain with a TTL of 10 s, for
 //! holders capped at 1 s as for the default caps). A holder capped lower
 //! than the last recorded holder of some shard waits the difference too
-//! (capped at 1 s after a holder with the default caps last held a shard:
-//! about 48 s, until a holder with the lower cap leases that shard):
+//! (with a TTL of 10 s, capped at 1 s after a holder with the default caps
+//! last held a shard: about 48 s, until a holder with the lower cap
+//! leases that shard):
 //! give every holder of an ID space the same cap in force. That is also
 //! what covers a holder that leased after the point a store lost its last
 //! writes (an asynchronous standby, a point-in-time recovery) with a cap
@@ -383,7 +386,8 @@
 //!   renewals get the connection between them.
 //!
 //! **Closing** gives the lease back in one statement, tried again the same
-//! way within **a quarter of the TTL** (2.5 s by default), after any call
+//! way within **a quarter of the TTL, at most 2.5 s** (a round trip waits
+//! a fifth of it, at most 2 s), after any call
 //! in flight on the holder's connection (a round trip's deadline); a try
 //! that finds nothing to give back after one whose answer was lost reads
 //! the row, and a row at this holder's fencing epoch with no holder was
@@ -450,10 +454,13 @@
 //! ## Replication
 //!
 //! A mark must be on every standby that may be promoted. The lease reads
-//! `synchronous_standby_names`, `synchronous_commit` and
-//! `pg_stat_replication` at open and at every renewal (in the renewal's
-//! round trip), and warns (a `log::warn!`, once until the setup changes)
-//! when a standby that may lack a raise can be promoted:
+//! `synchronous_standby_names`, `synchronous_commit` and the standbys
+//! streaming from the server (`pg_stat_get_wal_senders()`, the WAL senders
+//! `pg_stat_replication` lists) at open, then again in a renewal's round
+//! trip once every two TTLs (every sixth renewal: the setup is the
+//! operators', not the renewals'), and warns (a `log::warn!`, once until
+//! the setup changes) when a standby that may lack a raise can be
+//! promoted:
 //!
 //! - standbys stream but `synchronous_standby_names` is empty (asynchronous
 //!   replication);
@@ -467,9 +474,14 @@
 //! candidate priorities). `replication=strict` in the URL (or
 //! [`LeaseConfig::strict_replication`]) makes the warning a refusal
 //! ([`LeaseError::UnsafeStore`](crate::lease::LeaseError::UnsafeStore)): at open, and at a renewal, which then
-//! fails until the setup is safe again, so the holder fences itself. A role
-//! that may not read `pg_stat_replication` leases with a warning that the
-//! setup is not checked, and is refused under the strict rule.
+//! fails until the setup is safe again, so the holder fences itself. A
+//! setup that turns unsafe under a running holder is seen within three
+//! TTLs (two TTLs since the last read, a renewal period, a round trip),
+//! and under the strict rule the holder has stopped issuing by then; while
+//! refused, every renewal reads the setup again, so the holder goes on as
+//! soon as it is safe. A role that may not read the WAL senders (execute
+//! `pg_stat_get_wal_senders()`) leases with a warning that the setup is
+//! not checked, and is refused under the strict rule.
 //!
 //! ## Backups and restores
 //!

@@ -1,17 +1,36 @@
 //! What the server's replication setup promises the lease: read at open
-//! and at every renewal, warned about (or refused, with
+//! and then with a renewal every [`every`], warned about (or refused, with
 //! [`LeaseConfig::strict_replication`](crate::lease::LeaseConfig::strict_replication))
 //! where a standby that may lack a raise can be promoted.
 
 use std::fmt;
+use std::time::Duration;
 
 use super::conn::number;
 use crate::lease::{LeaseConfig, LeaseError};
 
 /// The statement that reads the setup: `synchronous_standby_names`,
 /// `synchronous_commit` and the standbys streaming from the server.
+///
+/// The standbys are counted from `pg_stat_get_wal_senders()`, the WAL
+/// senders that `pg_stat_replication` lists, without the view's walk over
+/// every backend (`pg_stat_get_activity`) and its joins: that walk and
+/// their planning cost the server more than the renewal's own write.
 pub(super) const PROBE: &str = "SELECT current_setting('synchronous_standby_names'), \
-     current_setting('synchronous_commit'), (SELECT count(*) FROM pg_stat_replication)";
+     current_setting('synchronous_commit'), (SELECT count(*) FROM pg_stat_get_wal_senders())";
+
+/// How long after a renewal that read the setup (and found it acceptable)
+/// the next one reads it again: two TTLs, every sixth renewal. The setup
+/// is what the server's operators change, not what each renewal changes;
+/// a setup that turns unsafe under a running holder is seen by the first
+/// renewal sent this long after the last read, at most a renewal period
+/// ([`LeaseConfig::renew_every`]) later, and answered within a round
+/// trip's deadline (a fifth of the TTL): within three TTLs. Under the
+/// strict rule every renewal reads it again while it is refused, so the
+/// holder goes on as soon as it is safe again.
+pub(super) fn every(config: &LeaseConfig) -> Duration {
+    config.ttl * 2
+}
 
 /// `synchronous_standby_names` read: how many standbys must confirm a
 /// commit, chosen how, among which names.

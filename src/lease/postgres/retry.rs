@@ -90,11 +90,12 @@ impl Deadline {
         d
     }
 
-    /// The close's deadline: a quarter of the TTL from now, room for a
-    /// round trip (a fifth of it) and a second try. Past it the lease
-    /// expires by itself, within a TTL of its last renewal.
+    /// The close's deadline: a quarter of the TTL from now, at most 2.5 s
+    /// ([`LeaseConfig::close_timeout`]), room for a round trip (a fifth of
+    /// it, at most 2 s) and a second try. Past it the lease expires by
+    /// itself, within a TTL of its last renewal.
     pub(super) fn close(config: &LeaseConfig) -> Deadline {
-        let total = config.ttl / 4;
+        let total = config.close_timeout();
         Deadline {
             until: Instant::now() + total,
             total,
@@ -102,7 +103,7 @@ impl Deadline {
             grow: false,
             tries: 0,
             what: "close",
-            setting: "a quarter of the TTL",
+            setting: "a quarter of the TTL, at most 2.5 s",
         }
     }
 
@@ -230,8 +231,11 @@ impl std::error::Error for RanOut {
 mod tests {
     use super::*;
 
+    /// A 10 s TTL: a round trip's deadline of 2 s.
     fn config() -> LeaseConfig {
-        LeaseConfig::new("postgres://u@127.0.0.1/db").open_timeout(Duration::from_secs(30))
+        LeaseConfig::new("postgres://u@127.0.0.1/db")
+            .ttl(Duration::from_secs(10))
+            .open_timeout(Duration::from_secs(30))
     }
 
     #[test]
@@ -293,10 +297,10 @@ mod tests {
         d.tries = 1;
         let last =
             Failure::Timeout(Duration::from_secs(2)).into_error("give back the lease in", &c);
-        assert!(d
-            .ran_out(last)
-            .to_string()
-            .ends_with("the close deadline of 2.5s (a quarter of the TTL) ran out after 1 try"));
+        assert!(d.ran_out(last).to_string().ends_with(
+            "the close deadline of 2.5s (a quarter of the TTL, at most 2.5 s) ran out after \
+                 1 try"
+        ));
     }
 
     #[test]

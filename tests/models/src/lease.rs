@@ -25,12 +25,23 @@
 //! ([`LeasedShard::earlier_lead`]). Its clock is the store's plus an
 //! offset within the skew limit. The invariant: no second (and so no ID)
 //! is issued by two holders. Time runs in steps of a quarter second; the
-//! TTL, the renewal period, the fence, the skew limit and the lead cap are
-//! the code's defaults ([`Timing::code`]).
+//! renewal period and the fence are the code's rules at a TTL of 10 s
+//! ([`MODEL_TTL`]), the skew limit and the lead cap the code's defaults
+//! ([`Timing::code`]).
 
-use idutil::lease::{LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW, DEFAULT_TTL};
+use std::time::Duration;
+
+use idutil::lease::{LeaseConfig, DEFAULT_MAX_LEAD, DEFAULT_MAX_SKEW};
 
 use crate::explore::Model;
+
+/// The TTL the model runs at: 10 s, the PostgreSQL lease's default
+/// before it became 60 s. The code's rules are fractions of the TTL (a
+/// renewal every third, the fence at three quarters), so a longer TTL
+/// stretches the same schedule; the tests' horizons (6 to 14 s of the
+/// store's time) are chosen for a 10 s lease to expire and be taken again
+/// within them, and a 60 s lease would need horizons six times as long.
+pub const MODEL_TTL: Duration = Duration::from_secs(10);
 
 /// The model's step of time, in milliseconds.
 pub const TICK: u32 = 500;
@@ -53,15 +64,15 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// The code's defaults: [`DEFAULT_TTL`], [`LeaseConfig::renew_every`],
-    /// [`LeaseConfig::fence_after`], [`DEFAULT_MAX_SKEW`],
-    /// [`DEFAULT_MAX_LEAD`] and the generator's
+    /// The code's timing at [`MODEL_TTL`]: [`LeaseConfig::renew_every`],
+    /// [`LeaseConfig::fence_after`], and the defaults
+    /// [`DEFAULT_MAX_SKEW`], [`DEFAULT_MAX_LEAD`] and the generator's
     /// [`DEFAULT_WINDOW`](idutil::DEFAULT_WINDOW).
     pub fn code() -> Timing {
-        let config = LeaseConfig::new("postgres://model@localhost/model");
+        let config = LeaseConfig::new("postgres://model@localhost/model").ttl(MODEL_TTL);
         let ms = |d: std::time::Duration| u32::try_from(d.as_millis()).expect("small");
         Timing {
-            ttl: ms(DEFAULT_TTL),
+            ttl: ms(config.get_ttl()),
             renew_every: ms(config.renew_every()),
             fence_after: ms(config.fence_after()),
             max_skew: ms(DEFAULT_MAX_SKEW),
