@@ -286,12 +286,16 @@ fn a_locked_row_does_not_pile_up_sessions() {
     });
 }
 
-/// A store that stops answering under a holder with the default TTL (a
-/// minute): closing (explicitly, or by dropping) returns within a few
-/// round-trip deadlines, even in the middle of a burst that waits on a
-/// raise, and the lease expires by itself. The deadlines are fractions of
-/// the TTL (a round trip a fifth, the close a quarter) but at most 2 s and
-/// 2.5 s, so a long TTL does not make a close wait longer.
+/// A store that stops answering under a holder with a 10 s TTL: closing
+/// (explicitly, or by dropping) returns within a few round-trip deadlines,
+/// even in the middle of a burst that waits on a raise, and the lease
+/// expires by itself. A round trip waits a fifth of the TTL and a close a
+/// quarter, at most 2 s and 2.5 s whatever the TTL. The burst here waits
+/// on the generator's first raise, which is the open's own and is tried
+/// again within the open's deadline (30 s) unless the fence (three
+/// quarters of the TTL) comes first: with the default TTL of a minute, a
+/// burst dropped without a close would wait out that deadline, which the
+/// limit below would not tell from a hang as quickly.
 #[test]
 fn closing_while_the_store_hangs_is_quick() {
     let Some(pg) = server() else { return };

@@ -131,18 +131,44 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
         dump_args.push("--inserts");
     }
     client(pg, "pg_dump", &dump_args);
+    // With --inserts: a marked row whose alignment (the transactions to
+    // run on a fresh cluster before the restore so that its `INSERT` gets
+    // the ID its row recorded) no other row shares, worked out on `probe`.
+    // The holders renew one after another, so their rows' last writes can
+    // be consecutive transactions in shard order, as the restore's
+    // `INSERT`s are: then aligning one aligns every row, which no check of
+    // the rows can tell (the lease docs say so), and the dump is taken
+    // again a moment later.
+    let mut aligned = None;
+    if let Restore::Aligned { probe, .. } = &restore {
+        for _ in 0..50 {
+            probe.psql("DROP TABLE IF EXISTS idutil_lease, idutil_lease_history");
+            let start = probe.psql("SELECT txid_snapshot_xmax(txid_current_snapshot())");
+            client(probe, "pg_restore", &[dump.to_str().unwrap()]);
+            // Each row: the ID its row recorded, and how far into the
+            // restore its `INSERT` came.
+            let found = probe.psql(&format!(
+                "SELECT shard, target, pos FROM (SELECT shard, high_water, \
+                     written_by % 4294967296 AS target, xmin::text::bigint - {start} AS pos, \
+                     count(*) OVER (PARTITION BY \
+                         written_by % 4294967296 - xmin::text::bigint) AS same \
+                     FROM idutil_lease) AS r \
+                 WHERE high_water IS NOT NULL AND same = 1 ORDER BY shard LIMIT 1"
+            ));
+            let cells: Vec<i64> = found.split('|').filter_map(|c| c.parse().ok()).collect();
+            if let [shard, target, pos] = cells[..] {
+                aligned = Some((shard, target, pos));
+                break;
+            }
+            thread::sleep(Duration::from_millis(150));
+            client(pg, "pg_dump", &dump_args);
+        }
+        assert!(aligned.is_some(), "no dump with a row to align alone");
+    }
     let bursts = burst(&old, per_second * LEAD);
     for (i, (g, ids)) in old.into_iter().zip(bursts).enumerate() {
         all.add(ids, &format!("old {i}"));
         g.close().unwrap();
-        if matches!(restore, Restore::Aligned { .. }) {
-            // The closes' transactions at least two apart, as a live
-            // fleet's writes are, where the restore's `INSERT`s come one
-            // after another: one row aligned with its writer, not every
-            // one (which no check of the rows can tell from the lease's
-            // own writes; the lease docs say so).
-            pg.psql("SELECT txid_current()");
-        }
     }
     let dump = dump.to_str().unwrap();
     let into = match restore {
@@ -162,14 +188,17 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
             client(pg, "pg_restore", &args);
             pg
         }
-        Restore::Aligned { probe, fresh } => {
-            client(probe, "pg_restore", &[dump]);
-            let found = probe.psql(
-                "SELECT shard, written_by % 4294967296 - xmin::text::bigint \
-                 FROM idutil_lease WHERE high_water IS NOT NULL \
-                 AND written_by % 4294967296 >= xmin::text::bigint ORDER BY shard LIMIT 1",
+        Restore::Aligned { fresh, .. } => {
+            let (shard, target, pos) = aligned.expect("worked out at the dump");
+            let start: i64 = fresh
+                .psql("SELECT txid_snapshot_xmax(txid_current_snapshot())")
+                .parse()
+                .unwrap();
+            let gap = target - pos - start;
+            assert!(
+                gap >= 0,
+                "shard {shard}'s writer is behind the fresh cluster"
             );
-            let (shard, gap) = found.split_once('|').expect("a marked row to align");
             fresh.psql(&format!(
                 "DO $$ BEGIN FOR i IN 1..{gap} LOOP PERFORM txid_current(); COMMIT; \
                  END LOOP; END $$"
