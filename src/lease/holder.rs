@@ -192,7 +192,10 @@ impl Lease {
 
     /// Installs the hook that stops and resumes the generator's issuing,
     /// and applies the current state.
+    /// The generator installs it as the last step of its open, after the
+    /// open's own raise: from here on a raise is any raise.
     pub(crate) fn set_hook(&self, hook: impl Fn(bool) + Send + Sync + 'static) {
+        self.held.opened();
         self.standing.set_hook(Box::new(hook) as FenceHook);
     }
 

@@ -126,6 +126,12 @@ pub(crate) trait Held: Send + Sync {
     fn finish(&self, last: Option<(u64, u32)>, seen: u64) -> Result<(), Trouble>;
     /// The store, for messages (password hidden).
     fn describe(&self) -> String;
+    /// The generator's open is over, its own first raise (if it needed
+    /// one) done: an engine that gives that raise a deadline of its own
+    /// treats every later one as any raise. A history check that raised
+    /// the mark past the first window leaves the open nothing to raise,
+    /// and a later raise must not wait out an open's deadline.
+    fn opened(&self) {}
 }
 
 /// The host's wall clock, to the nanosecond (through the C library, so

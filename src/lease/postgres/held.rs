@@ -40,9 +40,10 @@ pub(super) struct PgLease {
     /// The send time of the last renewal that read the setup and found it
     /// acceptable (`None`: none yet, so the first renewal reads it).
     pub(super) probed: Mutex<Option<Instant>>,
-    /// Until the first raise succeeds: the open's own raise, which is
-    /// tried again within an open deadline of its own
-    /// ([`LeaseConfig::open_timeout`] from its start).
+    /// Until the first raise succeeds or the generator's open is over
+    /// ([`Held::opened`]): the open's own raise, which is tried again
+    /// within an open deadline of its own ([`LeaseConfig::open_timeout`]
+    /// from its start).
     pub(super) opening: AtomicBool,
 }
 
@@ -347,6 +348,10 @@ impl Held for PgLease {
             }
         };
         off_runtime(run)
+    }
+
+    fn opened(&self) {
+        self.opening.store(false, Relaxed);
     }
 
     fn describe(&self) -> String {
