@@ -391,6 +391,7 @@ impl LeaseConfig {
     /// The close's deadline: a quarter of the TTL, at most
     /// [`MAX_ROUND_TRIP`] and a half (room for a round trip and a second
     /// try); past it the lease expires by itself within a TTL.
+    #[cfg(feature = "postgres-lease")]
     pub(crate) fn close_timeout(&self) -> Duration {
         (self.ttl / 4).min(MAX_ROUND_TRIP * 5 / 4)
     }
