@@ -139,8 +139,20 @@ impl Postgres {
             clock: None,
             _dir: dir,
         };
-        server.spawn();
-        server
+        // A port found free can still be taken before the server binds it
+        // (by a server another test binary starts at the same moment): a
+        // new server moves to another port. A restarted one keeps its own.
+        let mut moves = 0;
+        loop {
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(failure) if tcp && moves < 4 && failure.contains("Address already in use") => {
+                    moves += 1;
+                    server.port = crate::proxy::free_port();
+                }
+                Err(failure) => panic!("{failure}"),
+            }
+        }
     }
 
     fn start_with(bin: &Path, options: Option<&Options>) -> Postgres {
@@ -177,6 +189,15 @@ impl Postgres {
     /// Starts the server on its data directory (again) and waits until it
     /// accepts connections.
     fn spawn(&mut self) {
+        if let Err(failure) = self.try_spawn() {
+            panic!("{failure}");
+        }
+    }
+
+    /// [`Postgres::spawn`], with a server that exits or never gets ready
+    /// an error holding what it logged.
+    fn try_spawn(&mut self) -> Result<(), String> {
+        let logged = self.log_text().len();
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -224,14 +245,16 @@ impl Postgres {
             .expect("start postgres");
         self.child = Some(child);
         let bin = self.bin.clone();
-        self.wait_ready(&bin);
+        self.wait_ready(&bin, logged)
     }
 
-    fn wait_ready(&mut self, bin: &Path) {
+    fn wait_ready(&mut self, bin: &Path, logged: usize) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("postgres exited ({status}) at start: {}", self.log_text());
+                let log = self.log_text();
+                let new = log.get(logged..).unwrap_or(&log);
+                return Err(format!("postgres exited ({status}) at start: {new}"));
             }
             let ready = Command::new(bin.join("pg_isready"))
                 .arg("-h")
@@ -240,13 +263,13 @@ impl Postgres {
                 .status()
                 .is_ok_and(|s| s.success());
             if ready {
-                return;
+                return Ok(());
             }
             if Instant::now() > deadline {
-                panic!(
+                return Err(format!(
                     "postgres was not ready within {START_TIMEOUT:?}: {}",
                     self.log_text()
-                );
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -2,16 +2,39 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, for a server to listen on.
+///
+/// It is taken from below the kernel's range for outgoing connections
+/// (`net.ipv4.ip_local_port_range`), so that none of the many client
+/// connections the tests open can take it before the server binds it, or
+/// while a killed server is down. Each test process walks the range from its
+/// own starting point, so that two test binaries running at once rarely try
+/// the same ports.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a loopback port")
-        .port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high) = (10_000, outgoing_range_start().max(10_001));
+    let span = u32::from(high - low);
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let port = low + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}")
+}
+
+/// The first port of the kernel's range for outgoing connections, or 32768
+/// (Linux's default) where it cannot be read.
+fn outgoing_range_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// A loopback TCP proxy that can cut clients off from a server (Redis,
