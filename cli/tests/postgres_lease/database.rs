@@ -388,6 +388,27 @@ fn a_promoted_synchronous_standby_repeats_no_id() {
         w.join().unwrap();
     }
     standby.promote();
+    // The first call after the promotion raises the counter past what the
+    // old primary can have handed out, in a transaction that then rolls
+    // back; the next session's first call raises again, from the second
+    // the first one raised from, not from its own: the counter is not
+    // pushed a raise further (and every call made to wait for it) each
+    // time a first call rolls back.
+    let first_call = |sql: &str| -> u64 {
+        let out = standby.psql(sql);
+        let id = out.lines().find_map(|l| l.trim().parse().ok());
+        id.unwrap_or_else(|| panic!("no ID from {sql:?}: {out}"))
+    };
+    let rolled_back = first_call("BEGIN; SELECT idutil_next_id(); ROLLBACK;");
+    thread::sleep(Duration::from_secs(3));
+    let next = first_call("SELECT idutil_next_id()");
+    assert!(
+        unix_second(next) <= unix_second(rolled_back) + 1,
+        "a rolled-back first call's raise was made again from a later clock: \
+         {rolled_back} (second {}) then {next} (second {})",
+        unix_second(rolled_back),
+        unix_second(next)
+    );
     let new_url = standby.tcp_url();
     let stop = Arc::new(AtomicBool::new(false));
     let after = Arc::new(Mutex::new(Written::default()));

@@ -314,9 +314,13 @@
 //! plus twice the skew limit plus one second, and records the new
 //! identity (a row the lease did not write, reloaded in place or edited
 //! by hand, raises them all too); the calls then wait until the counter is
-//! within the lead
-//! cap. Installing a second ID space under the same name (or another
-//! shard for the same one) is refused.
+//! within the lead cap. That raise and the identity it records belong to
+//! the calling transaction; if it rolls back, the counter stays raised (a
+//! sequence is not rolled back) and the next session's first call raises
+//! the rows again from the second the first one raised from, so the wait
+//! is paid once, however many first calls roll back. Installing a second
+//! ID space under the same name (or another shard for the same one) is
+//! refused.
 //!
 //! **Clocks.** A server clock outside the layout (before its epoch, past
 //! 2136 with the default) is refused before anything moves. The lead cap

@@ -133,10 +133,12 @@ pub(in super::super) fn install(
         + pg_catalog.current_setting('max_wal_senders')::bigint + 1)";
     // The last counter value within the lead cap of the clock's second.
     let lead_span = ((limits.max_lead + 1) << sequence_bits) - 1;
-    let holes: [(&str, String); 42] = [
+    let holes: [(&str, String); 44] = [
         ("@LOCK_CLASS@", LOCK_KEY.to_string()),
         ("@LOCK_OBJ@", names.key.to_string()),
         ("@STARTED_LIT@", names.object("started")),
+        ("@RAISED_FOR_LIT@", names.object("raised_for")),
+        ("@RAISED_AT_LIT@", names.object("raised_at")),
         ("@LEAD_SPAN@", lead_span.to_string()),
         ("@TABLES@", tables),
         (
@@ -144,7 +146,7 @@ pub(in super::super) fn install(
             history::space_statement(
                 target,
                 space,
-                ("v_sys", "v_tl"),
+                ("v_sys", "v_tl", "v_clock"),
                 (reach, limits.max_skew),
                 PENDING,
             ),
@@ -244,7 +246,8 @@ pub(in super::super) fn uninstall(
          \x20   DROP FUNCTION IF EXISTS {fn_}_next_id(), {fn_}_catch_up(), {fn_}_advance(boolean),\n\
          \x20       {fn_}_check_space(), {fn_}_id_of(bigint), {fn_}_time(bigint),\n\
          \x20       {fn_}_min_at(timestamptz), {fn_}_max_at(timestamptz);\n\
-         \x20   DROP SEQUENCE IF EXISTS {fn_}_counter, {fn_}_fence, {fn_}_seen, {fn_}_started;\n\
+         \x20   DROP SEQUENCE IF EXISTS {fn_}_counter, {fn_}_fence, {fn_}_seen, {fn_}_started,\n\
+         \x20       {fn_}_raised_for, {fn_}_raised_at;\n\
          END\n\
          $idutil$;\n",
         shown = names.holder.trim_start_matches(HOLDER_PREFIX),

@@ -68,8 +68,17 @@ CREATE SEQUENCE IF NOT EXISTS @FN@_seen AS bigint MINVALUE 0 START 0 CACHE 1 NO 
 -- restart or a promoted standby, after which draws that were never flushed
 -- may be drawn again unless the counter jumps.
 CREATE SEQUENCE IF NOT EXISTS @FN@_started AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE;
+-- The server's identity (a hash of its system identifier, timeline and the
+-- lease table's OID and file node) the history check last raised the ID
+-- space for, and the second (Unix) it raised from: a raise whose caller's
+-- transaction rolled back is made again from that second, not from a later
+-- one (a sequence is not rolled back; the rows and the history are).
+CREATE SEQUENCE IF NOT EXISTS @FN@_raised_for AS bigint
+    MINVALUE -9223372036854775808 START 0 CACHE 1 NO CYCLE;
+CREATE SEQUENCE IF NOT EXISTS @FN@_raised_at AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE;
 -- Only the functions touch them (they run as the installing role).
-REVOKE ALL ON SEQUENCE @FN@_counter, @FN@_fence, @FN@_seen, @FN@_started FROM PUBLIC;
+REVOKE ALL ON SEQUENCE @FN@_counter, @FN@_fence, @FN@_seen, @FN@_started,
+    @FN@_raised_for, @FN@_raised_at FROM PUBLIC;
 -- A new counter has drawn nothing a crash could lose.
 DO $idutil$
 BEGIN
@@ -101,6 +110,8 @@ DECLARE
     v_sys text;
     v_tl bigint;
     v_result record;
+    v_identity bigint;
+    v_clock double precision := pg_catalog.date_part('epoch', pg_catalog.clock_timestamp());
 BEGIN
     IF pg_catalog.has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') THEN
         SELECT s.system_identifier::text INTO v_sys FROM pg_catalog.pg_control_system() AS s;
@@ -122,8 +133,30 @@ BEGIN
         RETURN;
     END IF;
     PERFORM pg_catalog.pg_advisory_xact_lock(@HISTORY_LOCK@, pg_catalog.hashtext(@SPACE@));
+    -- The first check of a new identity raises the rows and records it in
+    -- the caller's transaction: if that rolls back, the next first call
+    -- finds the old history again, and raises from the second the first
+    -- one did (its raise of the counter stayed), not from its own: else each
+    -- rolled-back first call would push the counter a raise further ahead
+    -- of the clock, and every call wait for it. Rows the lease did not
+    -- write are raised from the clock as ever.
+    v_identity := ('x' || pg_catalog.left(pg_catalog.md5(pg_catalog.concat_ws(' ', v_sys, v_tl,
+        pg_catalog.to_regclass(@TABLE_TEXT@)::oid,
+        pg_catalog.pg_relation_filenode(pg_catalog.to_regclass(@TABLE_TEXT@)))), 16))::bit(64)::bigint;
+    IF pg_catalog.pg_sequence_last_value(@RAISED_FOR_LIT@::pg_catalog.regclass) = v_identity
+       AND NOT EXISTS (@STRANGERS@) THEN
+        v_clock := LEAST(v_clock,
+            pg_catalog.pg_sequence_last_value(@RAISED_AT_LIT@::pg_catalog.regclass));
+    END IF;
     @SPACE_CHECK@
         INTO v_result;
+    IF (v_result.forgotten OR v_result.strangers > 0)
+       AND pg_catalog.pg_sequence_last_value(@RAISED_FOR_LIT@::pg_catalog.regclass)
+           IS DISTINCT FROM v_identity THEN
+        PERFORM pg_catalog.setval(@RAISED_AT_LIT@::pg_catalog.regclass,
+            pg_catalog.floor(v_clock)::bigint, true);
+        PERFORM pg_catalog.setval(@RAISED_FOR_LIT@::pg_catalog.regclass, v_identity, true);
+    END IF;
     @STAMP@;
 END
 $idutil$;

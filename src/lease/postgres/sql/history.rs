@@ -111,7 +111,11 @@ pub(in super::super) fn space(
         space_statement(
             target,
             space,
-            (&or_null(system, true), &or_null(timeline, false)),
+            (
+                &or_null(system, true),
+                &or_null(timeline, false),
+                "extract(epoch FROM clock_timestamp())",
+            ),
             caps,
             WRITER,
         ),
@@ -121,7 +125,9 @@ pub(in super::super) fn space(
 /// The statement of [`space`]'s check, with the server's identity as two
 /// SQL expressions (`system`: `text`, `timeline`: `bigint`), literals for a
 /// holder, variables for the database's own check (see
-/// [`database`](super::super::database)); run under [`space_lock`].
+/// [`database`](super::super::database)), and the clock a raise counts
+/// from (`clock`: Unix seconds; the server's clock, or for the database a
+/// rolled-back raise's own); run under [`space_lock`].
 ///
 /// The reach in force: with the lease table's OID and file node as
 /// recorded (a promoted standby, a point-in-time recovery: the rows and
@@ -148,7 +154,7 @@ pub(in super::super) fn space(
 pub(in super::super) fn space_statement(
     target: &Target,
     space: &str,
-    (system, timeline): (&str, &str),
+    (system, timeline, clock): (&str, &str, &str),
     (max_lead, skew): (u64, u64),
     writer: &str,
 ) -> String {
@@ -169,7 +175,7 @@ pub(in super::super) fn space_statement(
                  SELECT {system}::text AS sys, {timeline}::bigint AS timeline, \
                      to_regclass({table_text})::oid::bigint AS rel, \
                      pg_relation_filenode(to_regclass({table_text}))::bigint AS node, \
-                     extract(epoch FROM clock_timestamp())::float8 AS clock), \
+                     ({clock})::float8 AS clock), \
              strange AS MATERIALIZED ({strangers}), \
              stored AS (SELECT system_identifier, timeline, table_oid, table_node, max_lead \
                  FROM {history} WHERE space = {space} AND shard = -1), \
