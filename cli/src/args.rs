@@ -79,6 +79,18 @@ impl Common {
         self.lease.as_deref().map(idutil::lease::LeaseConfig::new)
     }
 
+    /// The setting that names the state directory: `--state-dir`, else
+    /// `IDUTIL_STATE_DIR` when set, else none (the platform's default).
+    pub(crate) fn state_dir_setting(&self) -> Option<&'static str> {
+        if self.state_dir.is_some() {
+            Some("--state-dir")
+        } else if std::env::var_os(idutil::env::STATE_DIR).is_some() {
+            Some(idutil::env::STATE_DIR)
+        } else {
+            None
+        }
+    }
+
     /// The layout: `--layout`, `IDUTIL_LAYOUT`, or the default.
     pub(crate) fn layout(&self) -> Layout {
         self.layout.unwrap_or_default()

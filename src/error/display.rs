@@ -214,6 +214,11 @@ impl fmt::Display for Error {
                  in each working directory; give an absolute path",
                 path.display()
             ),
+            Error::UnusableStateDir { path, reason } => write!(
+                f,
+                "state directory {} cannot be used: {reason}",
+                path.display()
+            ),
             Error::Untrusted { path, reason } => {
                 write!(f, "refusing to use {}: {reason}", path.display())
             }

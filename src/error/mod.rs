@@ -290,6 +290,19 @@ pub enum Error {
         /// The directory, as given.
         path: PathBuf,
     },
+    /// The state directory named (by [`Builder::state_dir`](crate::Builder::state_dir)
+    /// or [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR); the command's
+    /// `--state-dir`) cannot be one: the path names something that is not a
+    /// directory. The setting is wrong, not the directory: name another
+    /// (the command exits 2). The rules: [`state`](crate::state),
+    /// *Security: the directory is a trust boundary*.
+    #[non_exhaustive]
+    UnusableStateDir {
+        /// The directory, as named.
+        path: PathBuf,
+        /// What is wrong, and what to do about it.
+        reason: String,
+    },
     /// A state directory or file that cannot be trusted: a symbolic link,
     /// not a regular file, too large, owned by another user, or writable by
     /// group or others. The message says how to fix it. The checks:
@@ -431,6 +444,7 @@ impl Error {
             | Error::BadState { path, .. }
             | Error::RecoveryRefused { path, .. }
             | Error::RelativeStateDir { path }
+            | Error::UnusableStateDir { path, .. }
             | Error::Untrusted { path, .. }
             | Error::HostLockUnusable { path, .. }
             | Error::HostLocked {

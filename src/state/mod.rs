@@ -370,6 +370,9 @@
 //!   different directory in each working directory); otherwise
 //!   [`Error::RelativeStateDir`](crate::Error::RelativeStateDir), and the
 //!   command exits 2.
+//! - The state directory, if it exists, is a directory; otherwise
+//!   [`Error::UnusableStateDir`](crate::Error::UnusableStateDir), and the
+//!   command exits 2.
 //! - A missing state directory is created with mode 0700, missing parents
 //!   too, whatever the umask; lock, state and temporary files are created
 //!   0600.

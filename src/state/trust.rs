@@ -139,7 +139,9 @@ pub(super) fn id_at(dir: impl AsFd, path: &Path) -> io::Result<Option<((u64, u64
 /// false.
 pub(super) fn open_dir(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
     open_dir_checked(dir, create).map_err(|e| match e {
-        Error::Io { .. } | Error::Untrusted { .. } if is_default_dir(dir) => {
+        Error::Io { .. } | Error::Untrusted { .. } | Error::UnusableStateDir { .. }
+            if is_default_dir(dir) =>
+        {
             Error::DefaultStateDir {
                 path: dir.to_path_buf(),
                 source: Box::new(e),
@@ -160,15 +162,17 @@ fn open_dir_checked(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
         Err(Errno::NOENT) if !create => return Ok(None),
         Err(Errno::LOOP | Errno::NOTDIR) => {
             let link = fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
-            let reason = if link {
-                "it is a symbolic link, and the state directory itself must not be one (its \
-                 parents may be); name the directory the link points to"
-            } else {
-                "it is not a directory"
-            };
+            if !link {
+                return Err(Error::UnusableStateDir {
+                    path: dir.to_path_buf(),
+                    reason: "it is not a directory; name a directory".to_string(),
+                });
+            }
             return Err(Error::Untrusted {
                 path: dir.to_path_buf(),
-                reason: reason.to_string(),
+                reason: "it is a symbolic link, and the state directory itself must not be one \
+                         (its parents may be); name the directory the link points to"
+                    .to_string(),
             });
         }
         Err(e) => return Err(Error::io("open the state directory", dir, e.into())),

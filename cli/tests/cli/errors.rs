@@ -251,7 +251,12 @@ const CASES: &[Case] = &[
         file_as_parent,
     ),
     with_setup(
-        case("state dir is a file", &["next", "-n", "3"], 1, "plain-file"),
+        case(
+            "state dir is a file",
+            &["next", "-n", "3"],
+            2,
+            "plain-file cannot be used: it is not a directory",
+        ),
         state_dir_is_a_file,
     ),
     with_setup(

@@ -1,4 +1,5 @@
-//! Relative state directories and bad ID spaces: usage errors.
+//! Relative state directories, paths that are not directories and bad ID
+//! spaces: usage errors.
 
 use idutil_harness as harness;
 
@@ -38,6 +39,43 @@ fn a_relative_state_dir_is_a_usage_error() {
     assert!(matches!(
         Generator::builder().state_dir("state").shard(3).open(),
         Err(Error::RelativeStateDir { .. })
+    ));
+}
+
+/// A state directory that is a file is a mistake in the setting that named
+/// it ([`Error::UnusableStateDir`]): exit status 2, as the help's *Exit
+/// status* promises for an unusable IDUTIL_STATE_DIR, with the setting
+/// named.
+#[test]
+fn a_state_dir_that_is_a_file_is_a_usage_error_naming_its_setting() {
+    let dir = private_dir();
+    let file = dir.path().join("a-file");
+    fs::write(&file, "").unwrap();
+    let by_flag = harness::run(harness::idutil(3, &file).arg("next"))
+        .expect_code(2, "--state-dir naming a file");
+    let by_env = harness::run(
+        Command::new(harness::bin())
+            .env_remove("IDUTIL_SHARD")
+            .env("IDUTIL_STATE_DIR", &file)
+            .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
+            .args(["--shard", "3", "state"]),
+    )
+    .expect_code(2, "IDUTIL_STATE_DIR naming a file");
+    for (r, setting) in [(by_flag, "--state-dir"), (by_env, "IDUTIL_STATE_DIR")] {
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(
+            r.stderr.starts_with("idutil: usage error: ")
+                && r.stderr.contains(&format!("{}", file.display()))
+                && r.stderr.contains("not a directory")
+                && r.stderr.contains(&format!("named by {setting}")),
+            "{}",
+            r.stderr
+        );
+        assert!(r.stdout.is_empty());
+    }
+    assert!(matches!(
+        harness::builder(&file).shard(3).open(),
+        Err(Error::UnusableStateDir { .. })
     ));
 }
 
