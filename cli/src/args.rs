@@ -311,6 +311,9 @@ pub(crate) enum StateAction {
                       high-water mark that cannot be read with certainty): pass --after with \
                       a time no ID of the shard is later than. It refuses a healthy file \
                       unless --force. The old file is kept as shard-N.state.bad.\n\n\
+                      Exit status: 0 when it recovered the file, or with --dry-run printed \
+                      the plan or found the file healthy (nothing to recover); 1 when it \
+                      refuses or fails.\n\n\
                       Examples:\n  idutil state recover --dry-run\n  idutil state recover\n  \
                       idutil --shard 3 --state-dir /var/lib/idutil state recover\n  \
                       idutil state recover --after 2030-01-01T02:00:00+02:00\n  \
