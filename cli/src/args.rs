@@ -21,11 +21,14 @@ const MAX_N: u64 = 1_000_000_000;
                   idutil completions bash > ~/.local/share/bash-completion/completions/idutil\n  \
                   idutil man | man -l -\n\n\
                   Environment: IDUTIL_SHARD (the shard, else the number ending the host name), \
-                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil), \
+                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil, \
+                  created with its parents; a named state directory is created only when its \
+                  parent exists), \
                   IDUTIL_ID_SPACE (else \"default\").\n\n\
                   Exit status: 0 on success; 2 on bad usage or bad input (arguments, IDs on \
                   standard input, or an unusable IDUTIL_SHARD, IDUTIL_STATE_DIR, \
-                  IDUTIL_ID_SPACE or host-name shard); 1 on any other error. \
+                  IDUTIL_ID_SPACE or host-name shard, such as a state directory that is not \
+                  a directory or whose parent is missing); 1 on any other error. \
                   Every error is one line on stderr; output cut short by an error is \
                   incomplete, whatever it looks like."
 )]
@@ -49,7 +52,8 @@ pub(crate) struct Common {
     #[arg(long, global = true, value_name = "LAYOUT", env = idutil::env::LAYOUT,
           value_parser = parse_layout)]
     pub(crate) layout: Option<Layout>,
-    /// State directory, an absolute path (default: IDUTIL_STATE_DIR, else the platform's state directory)
+    /// State directory, an absolute path, created if missing when its parent exists (default:
+    /// IDUTIL_STATE_DIR, else the platform's state directory)
     #[arg(long, global = true, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
     /// ID space: on a host, one state directory per shard and ID space, shared by the

@@ -293,9 +293,11 @@ pub enum Error {
     /// The state directory named (by [`Builder::state_dir`](crate::Builder::state_dir)
     /// or [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR); the command's
     /// `--state-dir`) cannot be one: the path names something that is not a
-    /// directory. The setting is wrong, not the directory: name another
-    /// (the command exits 2). The rules: [`state`](crate::state),
-    /// *Security: the directory is a trust boundary*.
+    /// directory, or lies under one, or under a missing parent (only the
+    /// default state directory is created with its parents). The setting is
+    /// wrong, not the directory: name another (the command exits 2). The
+    /// rules: [`state`](crate::state), *Security: the directory is a trust
+    /// boundary*.
     #[non_exhaustive]
     UnusableStateDir {
         /// The directory, as named.

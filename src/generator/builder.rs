@@ -138,7 +138,9 @@ impl<C: Clock> Builder<C> {
     }
 
     /// Keeps the state file in `dir` instead of `IDUTIL_STATE_DIR` or the
-    /// platform's state directory.
+    /// platform's state directory. `dir` is created if missing, but not its
+    /// parents ([`state`](crate::state), *Security: the directory is a
+    /// trust boundary*).
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
         self
