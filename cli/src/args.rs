@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use idutil::{Id, Layout};
 
+#[cfg(not(lease))]
+use crate::report::CommandError;
 use crate::times::parse_time;
 
 /// The most IDs one `idutil next` hands out.
@@ -74,6 +76,11 @@ pub(crate) struct Common {
         value_parser = parse_lease_url
     )]
     lease: Option<String>,
+    /// Without a lease engine, `--lease` is taken only to be refused with
+    /// what to build ([`Common::refuse_lease`]), not as an unknown argument.
+    #[cfg(not(lease))]
+    #[arg(long, global = true, hide = true, value_name = "URL")]
+    lease: Option<std::ffi::OsString>,
 }
 
 impl Common {
@@ -81,6 +88,25 @@ impl Common {
     #[cfg(lease)]
     pub(crate) fn lease(&self) -> Option<idutil::lease::LeaseConfig> {
         self.lease.as_deref().map(idutil::lease::LeaseConfig::new)
+    }
+
+    /// Refuses a lease asked for from a build without a lease engine:
+    /// `--lease` for any command, `IDUTIL_LEASE_URL` for those a lease
+    /// would change (`next`, `state`), one message for both.
+    #[cfg(not(lease))]
+    pub(crate) fn refuse_lease(&self, uses_lease: bool) -> Result<(), CommandError> {
+        let setting = if self.lease.is_some() {
+            "--lease"
+        } else if uses_lease && std::env::var_os(idutil::env::LEASE_URL).is_some() {
+            idutil::env::LEASE_URL
+        } else {
+            return Ok(());
+        };
+        Err(CommandError::Usage(format!(
+            "{setting} asks for a lease, but this build of idutil has no lease engine \
+             (cargo features `postgres-lease`, `redis`); build it with one (cargo install \
+             idutil-cli --features postgres-lease,redis), or drop {setting}"
+        )))
     }
 
     /// The setting that names the state directory: `--state-dir`, else

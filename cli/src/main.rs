@@ -63,6 +63,11 @@ fn main() -> ExitCode {
 pub(crate) type BoxError = Box<dyn std::error::Error>;
 
 fn run(cli: Cli) -> Result<(), BoxError> {
+    #[cfg(not(lease))]
+    cli.common.refuse_lease(matches!(
+        cli.command,
+        Command::Next { .. } | Command::State { action: None, .. }
+    ))?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     match cli.command {
