@@ -102,7 +102,19 @@ impl std::error::Error for IdError {}
 /// It is `Clone`: an I/O error is shared ([`Arc`]), so every call that
 /// waited on the same failed reservation gets the same error, variant and
 /// source included.
-#[derive(Clone, Debug)]
+///
+/// Its `Debug` form is the variant's name and the message, so a `main`
+/// that returns the error with `?` prints what happened and what to do:
+///
+/// ```
+/// fn main() -> Result<(), idutil::Error> {
+///     let e = "12x".parse::<idutil::Id>().map_err(idutil::Error::from).unwrap_err();
+///     // `main` returning `Err(e)` prints `Error: ` and this.
+///     assert_eq!(format!("{e:?}"), r#"Id: invalid ID "12x": not a decimal integer"#);
+///     Ok(())
+/// }
+/// ```
+#[derive(Clone)]
 #[non_exhaustive]
 pub enum Error {
     /// A value that is not an ID, passed on with `?` from code that parses
