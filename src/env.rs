@@ -10,7 +10,8 @@
 //! ```
 
 /// The state directory ([`state_dir`](crate::state::state_dir)); an
-/// absolute path.
+/// absolute path whose parent exists ([`state`](crate::state), *Security:
+/// the directory is a trust boundary*).
 pub const STATE_DIR: &str = "IDUTIL_STATE_DIR";
 
 /// The shard, when no shard is set in code

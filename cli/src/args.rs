@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use idutil::{Id, Layout};
 
+#[cfg(not(lease))]
+use crate::report::CommandError;
 use crate::times::parse_time;
 
 /// The most IDs one `idutil next` hands out.
@@ -21,11 +23,14 @@ const MAX_N: u64 = 1_000_000_000;
                   idutil completions bash > ~/.local/share/bash-completion/completions/idutil\n  \
                   idutil man | man -l -\n\n\
                   Environment: IDUTIL_SHARD (the shard, else the number ending the host name), \
-                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil), \
+                  IDUTIL_STATE_DIR (else $XDG_STATE_HOME/idutil or ~/.local/state/idutil, \
+                  created with its parents; a named state directory is created only when its \
+                  parent exists), \
                   IDUTIL_ID_SPACE (else \"default\").\n\n\
                   Exit status: 0 on success; 2 on bad usage or bad input (arguments, IDs on \
                   standard input, or an unusable IDUTIL_SHARD, IDUTIL_STATE_DIR, \
-                  IDUTIL_ID_SPACE or host-name shard); 1 on any other error. \
+                  IDUTIL_ID_SPACE or host-name shard, such as a state directory that is not \
+                  a directory or whose parent is missing); 1 on any other error. \
                   Every error is one line on stderr; output cut short by an error is \
                   incomplete, whatever it looks like."
 )]
@@ -49,7 +54,8 @@ pub(crate) struct Common {
     #[arg(long, global = true, value_name = "LAYOUT", env = idutil::env::LAYOUT,
           value_parser = parse_layout)]
     pub(crate) layout: Option<Layout>,
-    /// State directory, an absolute path (default: IDUTIL_STATE_DIR, else the platform's state directory)
+    /// State directory, an absolute path, created if missing when its parent exists (default:
+    /// IDUTIL_STATE_DIR, else the platform's state directory)
     #[arg(long, global = true, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
     /// ID space: on a host, one state directory per shard and ID space, shared by the
@@ -70,6 +76,11 @@ pub(crate) struct Common {
         value_parser = parse_lease_url
     )]
     lease: Option<String>,
+    /// Without a lease engine, `--lease` is taken only to be refused with
+    /// what to build ([`Common::refuse_lease`]), not as an unknown argument.
+    #[cfg(not(lease))]
+    #[arg(long, global = true, hide = true, value_name = "URL")]
+    lease: Option<std::ffi::OsString>,
 }
 
 impl Common {
@@ -77,6 +88,37 @@ impl Common {
     #[cfg(lease)]
     pub(crate) fn lease(&self) -> Option<idutil::lease::LeaseConfig> {
         self.lease.as_deref().map(idutil::lease::LeaseConfig::new)
+    }
+
+    /// Refuses a lease asked for from a build without a lease engine:
+    /// `--lease` for any command, `IDUTIL_LEASE_URL` for those a lease
+    /// would change (`next`, `state`), one message for both.
+    #[cfg(not(lease))]
+    pub(crate) fn refuse_lease(&self, uses_lease: bool) -> Result<(), CommandError> {
+        let setting = if self.lease.is_some() {
+            "--lease"
+        } else if uses_lease && std::env::var_os(idutil::env::LEASE_URL).is_some() {
+            idutil::env::LEASE_URL
+        } else {
+            return Ok(());
+        };
+        Err(CommandError::Usage(format!(
+            "{setting} asks for a lease, but this build of idutil has no lease engine \
+             (cargo features `postgres-lease`, `redis`); build it with one (cargo install \
+             idutil-cli --features postgres-lease,redis), or drop {setting}"
+        )))
+    }
+
+    /// The setting that names the state directory: `--state-dir`, else
+    /// `IDUTIL_STATE_DIR` when set, else none (the platform's default).
+    pub(crate) fn state_dir_setting(&self) -> Option<&'static str> {
+        if self.state_dir.is_some() {
+            Some("--state-dir")
+        } else if std::env::var_os(idutil::env::STATE_DIR).is_some() {
+            Some(idutil::env::STATE_DIR)
+        } else {
+            None
+        }
     }
 
     /// The layout: `--layout`, `IDUTIL_LAYOUT`, or the default.
@@ -299,6 +341,9 @@ pub(crate) enum StateAction {
                       high-water mark that cannot be read with certainty): pass --after with \
                       a time no ID of the shard is later than. It refuses a healthy file \
                       unless --force. The old file is kept as shard-N.state.bad.\n\n\
+                      Exit status: 0 when it recovered the file, or with --dry-run printed \
+                      the plan or found the file healthy (nothing to recover); 1 when it \
+                      refuses or fails.\n\n\
                       Examples:\n  idutil state recover --dry-run\n  idutil state recover\n  \
                       idutil --shard 3 --state-dir /var/lib/idutil state recover\n  \
                       idutil state recover --after 2030-01-01T02:00:00+02:00\n  \

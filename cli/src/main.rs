@@ -44,8 +44,9 @@ fn main() -> ExitCode {
     {
         // Nothing is issued: every ID printed would be lost.
         let closed = io::Error::other("standard output is closed, so the output would be lost");
-        return runtime_error(&closed);
+        return runtime_error(&closed, None);
     }
+    let state_dir_from = cli.common.state_dir_setting();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
@@ -54,7 +55,7 @@ fn main() -> ExitCode {
                 report::say!("idutil: {stop}");
                 ExitCode::from(stop.exit_status())
             }
-            None => runtime_error(&*e),
+            None => runtime_error(&*e, state_dir_from),
         },
     }
 }
@@ -62,6 +63,11 @@ fn main() -> ExitCode {
 pub(crate) type BoxError = Box<dyn std::error::Error>;
 
 fn run(cli: Cli) -> Result<(), BoxError> {
+    #[cfg(not(lease))]
+    cli.common.refuse_lease(matches!(
+        cli.command,
+        Command::Next { .. } | Command::State { action: None, .. }
+    ))?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     match cli.command {

@@ -49,10 +49,15 @@ pub(crate) fn stdout_was_closed() -> bool {
 }
 
 /// Reports an error from running a command on one line of stderr. Settings
-/// that cannot work (a shard out of range, an unusable environment variable)
-/// are the caller's to fix, so they exit 2 like bad arguments; everything
-/// else exits 1.
-pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
+/// that cannot work (a shard out of range, an unusable environment variable,
+/// a state directory that cannot be one) are the caller's to fix, so they
+/// exit 2 like bad arguments; everything else exits 1. `state_dir_from` is
+/// the setting that named the state directory, if one did
+/// ([`Common::state_dir_setting`](crate::args::Common::state_dir_setting)).
+pub(crate) fn runtime_error(
+    e: &(dyn std::error::Error + 'static),
+    state_dir_from: Option<&str>,
+) -> ExitCode {
     if let Some(e) = e.downcast_ref::<CommandError>() {
         let (kind, code) = match e {
             CommandError::Usage(_) => ("usage error", 2),
@@ -69,6 +74,7 @@ pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
             | Error::InvalidEnv { .. }
             | Error::InvalidIdSpace { .. }
             | Error::RelativeStateDir { .. }
+            | Error::UnusableStateDir { .. }
             | Error::NoStateDir,
         ) => ("usage error", 2),
         Some(_) => ("error", 1),
@@ -83,7 +89,7 @@ pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
     };
     let hint = e
         .downcast_ref::<Error>()
-        .and_then(hint)
+        .and_then(|e| hint(e, state_dir_from))
         .map(|h| format!("; {h}"))
         .unwrap_or_default();
     say!("idutil: {kind}: {}{hint}", one_line(&e.to_string()));
@@ -91,9 +97,14 @@ pub(crate) fn runtime_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
 }
 
 /// The command's own advice for a library error: its flags and
-/// sub-commands, which the library's messages do not know about.
-fn hint(e: &Error) -> Option<String> {
+/// sub-commands, which the library's messages do not know about, and the
+/// setting that named a state directory that cannot be one.
+fn hint(e: &Error, state_dir_from: Option<&str>) -> Option<String> {
     match e {
+        Error::RelativeStateDir { .. } | Error::UnusableStateDir { .. } => Some(format!(
+            "the state directory was named by {}",
+            state_dir_from?
+        )),
         Error::ShardOutOfRange { .. } | Error::UnusableHostname { .. } | Error::Hostname(_) => {
             Some("the command also takes --shard N".into())
         }

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use idutil::host_lock::{self, HostHolder};
-use idutil::state::{self, RecoverOptions, StateFile};
+use idutil::state::{self, RecoverOptions, Remedy, StateFile};
 use idutil::{Id, DEFAULT_WINDOW};
 use serde_json::json;
 
@@ -211,7 +211,22 @@ pub(crate) fn recover(
     if let Some((from, to)) = unused {
         options = options.unused(from, to);
     }
-    let r = state::plan_recovery(&dir, shard, &common.layout(), &options)?;
+    let r = match state::plan_recovery(&dir, shard, &common.layout(), &options) {
+        Ok(r) => r,
+        // Nothing to recover: a dry run's answer, not a failure.
+        Err(idutil::Error::RecoveryRefused {
+            path,
+            reason,
+            remedy: Some(Remedy::Force),
+            ..
+        }) if dry_run => {
+            writeln!(out, "state file:   {}", path.display())?;
+            writeln!(out, "found:        {reason}")?;
+            writeln!(out, "dry run: nothing to recover, nothing was changed")?;
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     writeln!(out, "state file:   {}", r.path.display())?;
     writeln!(out, "found:        {}", r.found)?;
     writeln!(

@@ -185,6 +185,17 @@ fn recover_refuses_a_healthy_file_unless_forced() {
     assert_one_line(&r, "healthy");
     assert!(r.stderr.contains("--force"), "{}", r.stderr);
     assert_eq!(state_bytes(dir.path(), shard), healthy);
+    // A dry run finds nothing to recover: it says so, and succeeds, as the
+    // help's exit statuses of `state recover` say.
+    let r = recover(shard, dir.path(), &["--dry-run"], 0);
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+    for want in [
+        "found:        the state file is healthy",
+        "dry run: nothing to recover, nothing was changed",
+    ] {
+        assert!(r.stdout.contains(want), "{want:?} not in:\n{}", r.stdout);
+    }
+    assert_eq!(state_bytes(dir.path(), shard), healthy);
 
     let mark = on_disk(dir.path(), shard).high_water[&0];
     let r = recover(shard, dir.path(), &["--force"], 0);

@@ -1,4 +1,5 @@
-//! How an [`Error`] reads: its message, and the error beneath it.
+//! How an [`Error`] reads: its message, its `Debug` form, and the error
+//! beneath it.
 
 use std::fmt;
 use std::path::Path;
@@ -214,6 +215,11 @@ impl fmt::Display for Error {
                  in each working directory; give an absolute path",
                 path.display()
             ),
+            Error::UnusableStateDir { path, reason } => write!(
+                f,
+                "state directory {} cannot be used: {reason}",
+                path.display()
+            ),
             Error::Untrusted { path, reason } => {
                 write!(f, "refusing to use {}: {reason}", path.display())
             }
@@ -274,6 +280,56 @@ impl fmt::Display for Error {
     }
 }
 
+/// The variant's name and the message (`HostLocked: shard 0 of ID space
+/// "default" is in use ...`), for `{:?}` and `{:#?}` alike: what a `main`
+/// returning `Result<(), idutil::Error>` prints after `Error: `, and what a
+/// log's `{:?}` shows. The fields alone (`HostLocked { shard: 0, ... }`)
+/// would leave out what happened and what to do; the message names every
+/// field that matters, and [`Error::path`] and [`Error::shard`] give them
+/// to code.
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {self}", self.variant())
+    }
+}
+
+impl Error {
+    /// The variant's name, as written in the code.
+    fn variant(&self) -> &'static str {
+        match self {
+            Error::Id(_) => "Id",
+            Error::BatchTooLarge { .. } => "BatchTooLarge",
+            Error::ShardOutOfRange { .. } => "ShardOutOfRange",
+            Error::InvalidEnv { .. } => "InvalidEnv",
+            Error::Hostname(_) => "Hostname",
+            Error::UnusableHostname { .. } => "UnusableHostname",
+            Error::NoStateDir => "NoStateDir",
+            Error::EndOfRange { .. } => "EndOfRange",
+            Error::EndMarginReached { .. } => "EndMarginReached",
+            Error::ClockOutOfRange { .. } => "ClockOutOfRange",
+            Error::LeadCapReached { .. } => "LeadCapReached",
+            Error::Locked { .. } => "Locked",
+            Error::HostLocked { .. } => "HostLocked",
+            Error::MemberStalled { .. } => "MemberStalled",
+            Error::HostLockUnusable { .. } => "HostLockUnusable",
+            Error::InvalidIdSpace { .. } => "InvalidIdSpace",
+            Error::RelativeStateDir { .. } => "RelativeStateDir",
+            Error::UnusableStateDir { .. } => "UnusableStateDir",
+            Error::Untrusted { .. } => "Untrusted",
+            Error::DefaultStateDir { .. } => "DefaultStateDir",
+            Error::StateReplaced { .. } => "StateReplaced",
+            Error::Io { .. } => "Io",
+            Error::BadState { .. } => "BadState",
+            Error::RecoveryRefused { .. } => "RecoveryRefused",
+            Error::Forked { .. } => "Forked",
+            Error::Closed => "Closed",
+            Error::AlreadyInitialized => "AlreadyInitialized",
+            #[cfg(lease)]
+            Error::Lease(_) => "Lease",
+        }
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -285,5 +341,41 @@ impl std::error::Error for Error {
             Error::Lease(e) => std::error::Error::source(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::Error;
+
+    /// What a `main` returning `Result<(), idutil::Error>` prints: the
+    /// variant and the whole message, not the fields.
+    #[test]
+    fn debug_is_the_variant_and_the_message() {
+        let e = Error::HostLocked {
+            shard: 0,
+            id_space: "default".into(),
+            pid: Some(4242),
+            uid: None,
+            lock_file: PathBuf::from("/dev/shm/idutil/default/shard-0.lock"),
+            held_dir: Some(PathBuf::from("/srv/a")),
+            dir: Some(PathBuf::from("/srv/b")),
+        };
+        let debug = format!("{e:?}");
+        assert_eq!(debug, format!("HostLocked: {e}"));
+        assert!(
+            debug.starts_with(
+                "HostLocked: shard 0 of ID space \"default\" is in use by another generator \
+                 on this host (pid 4242) with state directory /srv/a, not /srv/b"
+            ),
+            "{debug}"
+        );
+        assert_eq!(format!("{e:#?}"), debug);
+        assert_eq!(
+            format!("{:?}", Error::Closed),
+            "Closed: the generator is closed"
+        );
     }
 }

@@ -102,7 +102,19 @@ impl std::error::Error for IdError {}
 /// It is `Clone`: an I/O error is shared ([`Arc`]), so every call that
 /// waited on the same failed reservation gets the same error, variant and
 /// source included.
-#[derive(Clone, Debug)]
+///
+/// Its `Debug` form is the variant's name and the message, so a `main`
+/// that returns the error with `?` prints what happened and what to do:
+///
+/// ```
+/// fn main() -> Result<(), idutil::Error> {
+///     let e = "12x".parse::<idutil::Id>().map_err(idutil::Error::from).unwrap_err();
+///     // `main` returning `Err(e)` prints `Error: ` and this.
+///     assert_eq!(format!("{e:?}"), r#"Id: invalid ID "12x": not a decimal integer"#);
+///     Ok(())
+/// }
+/// ```
+#[derive(Clone)]
 #[non_exhaustive]
 pub enum Error {
     /// A value that is not an ID, passed on with `?` from code that parses
@@ -290,6 +302,21 @@ pub enum Error {
         /// The directory, as given.
         path: PathBuf,
     },
+    /// The state directory named (by [`Builder::state_dir`](crate::Builder::state_dir)
+    /// or [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR); the command's
+    /// `--state-dir`) cannot be one: the path names something that is not a
+    /// directory, or lies under one, or under a missing parent (only the
+    /// default state directory is created with its parents). The setting is
+    /// wrong, not the directory: name another (the command exits 2). The
+    /// rules: [`state`](crate::state), *Security: the directory is a trust
+    /// boundary*.
+    #[non_exhaustive]
+    UnusableStateDir {
+        /// The directory, as named.
+        path: PathBuf,
+        /// What is wrong, and what to do about it.
+        reason: String,
+    },
     /// A state directory or file that cannot be trusted: a symbolic link,
     /// not a regular file, too large, owned by another user, or writable by
     /// group or others. The message says how to fix it. The checks:
@@ -431,6 +458,7 @@ impl Error {
             | Error::BadState { path, .. }
             | Error::RecoveryRefused { path, .. }
             | Error::RelativeStateDir { path }
+            | Error::UnusableStateDir { path, .. }
             | Error::Untrusted { path, .. }
             | Error::HostLockUnusable { path, .. }
             | Error::HostLocked {

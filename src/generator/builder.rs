@@ -138,7 +138,9 @@ impl<C: Clock> Builder<C> {
     }
 
     /// Keeps the state file in `dir` instead of `IDUTIL_STATE_DIR` or the
-    /// platform's state directory.
+    /// platform's state directory. `dir` is created if missing, but not its
+    /// parents ([`state`](crate::state), *Security: the directory is a
+    /// trust boundary*).
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
         self
@@ -343,8 +345,8 @@ impl<C: Clock> Builder<C> {
     /// [`Error::InvalidIdSpace`] for a bad ID space name,
     /// [`Error::Locked`] if another generator holds the shard in the state
     /// directory, [`Error::HostLocked`] if one on this host holds it in the
-    /// same ID space, [`Error::RelativeStateDir`] or [`Error::Untrusted`] if
-    /// the state directory or a file in it fails [the trust
+    /// same ID space, [`Error::RelativeStateDir`], [`Error::UnusableStateDir`]
+    /// or [`Error::Untrusted`] if the state directory or a file in it fails [the trust
     /// checks](crate::state#security-the-directory-is-a-trust-boundary),
     /// [`Error::BadState`] if the state file cannot be trusted,
     /// [`Error::Io`] if the state directory cannot be used,

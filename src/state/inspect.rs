@@ -36,7 +36,8 @@ pub struct StateReport {
 /// # Errors
 ///
 /// [`Error::BadState`](crate::Error::BadState) if the file cannot be trusted (or is missing
-/// although the shard had one), [`Error::Untrusted`](crate::Error::Untrusted) if the directory or a
+/// although the shard had one), [`Error::UnusableStateDir`](crate::Error::UnusableStateDir) if
+/// the directory is not one, [`Error::Untrusted`](crate::Error::Untrusted) if the directory or a
 /// file fails [the checks every open goes
 /// through](crate::state#security-the-directory-is-a-trust-boundary),
 /// [`Error::Io`](crate::Error::Io) if it cannot be read.

@@ -370,9 +370,22 @@
 //!   different directory in each working directory); otherwise
 //!   [`Error::RelativeStateDir`](crate::Error::RelativeStateDir), and the
 //!   command exits 2.
-//! - A missing state directory is created with mode 0700, missing parents
-//!   too, whatever the umask; lock, state and temporary files are created
-//!   0600.
+//! - The state directory, if it exists, is a directory; otherwise
+//!   [`Error::UnusableStateDir`](crate::Error::UnusableStateDir), and the
+//!   command exits 2.
+//! - **A missing state directory is created, its missing parents only
+//!   for the default.** A directory that is named
+//!   ([`Builder::state_dir`](crate::Builder::state_dir),
+//!   [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR), the command's
+//!   `--state-dir`) is created when its parent exists, as `mkdir` makes
+//!   it; under a missing parent it is refused with
+//!   [`Error::UnusableStateDir`](crate::Error::UnusableStateDir) naming the
+//!   parent (the command exits 2), since a mistyped path would otherwise
+//!   start the shard afresh in a new tree, as `mkdir -p` would make it. The
+//!   platform's default (`$XDG_STATE_HOME/idutil`, `~/.local/state/idutil`)
+//!   is created with its missing parents, as a fresh account needs. Each
+//!   directory created gets mode 0700 whatever the umask; lock, state and
+//!   temporary files are created 0600.
 //! - The state directory itself is not a symbolic link (its parents may
 //!   be; a trailing `/` or `/.` does not hide a link). It, and every file
 //!   the generator opens in it, belongs to the effective user and is not

@@ -134,12 +134,14 @@ pub(super) fn id_at(dir: impl AsFd, path: &Path) -> io::Result<Option<((u64, u64
 }
 
 /// Opens `dir` as a directory without following a symbolic link, after
-/// creating it (and its missing parents) with mode 0700 when `create`;
-/// checks its owner and mode. `None` if it does not exist and `create` is
-/// false.
+/// creating it with mode 0700 when `create` (with its missing parents only
+/// when it is the platform's default: see [`create_private_dirs`]); checks
+/// its owner and mode. `None` if it does not exist and `create` is false.
 pub(super) fn open_dir(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
     open_dir_checked(dir, create).map_err(|e| match e {
-        Error::Io { .. } | Error::Untrusted { .. } if is_default_dir(dir) => {
+        Error::Io { .. } | Error::Untrusted { .. } | Error::UnusableStateDir { .. }
+            if is_default_dir(dir) =>
+        {
             Error::DefaultStateDir {
                 path: dir.to_path_buf(),
                 source: Box::new(e),
@@ -152,7 +154,7 @@ pub(super) fn open_dir(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
 fn open_dir_checked(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
     let dir = &cleaned(dir)?;
     if create {
-        create_private_dirs(dir)?;
+        create_private_dirs(dir, is_default_dir(dir))?;
     }
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = match rfs::open(dir, flags, Mode::empty()) {
@@ -160,15 +162,14 @@ fn open_dir_checked(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
         Err(Errno::NOENT) if !create => return Ok(None),
         Err(Errno::LOOP | Errno::NOTDIR) => {
             let link = fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
-            let reason = if link {
-                "it is a symbolic link, and the state directory itself must not be one (its \
-                 parents may be); name the directory the link points to"
-            } else {
-                "it is not a directory"
-            };
+            if !link {
+                return Err(not_a_directory(dir));
+            }
             return Err(Error::Untrusted {
                 path: dir.to_path_buf(),
-                reason: reason.to_string(),
+                reason: "it is a symbolic link, and the state directory itself must not be one \
+                         (its parents may be); name the directory the link points to"
+                    .to_string(),
             });
         }
         Err(e) => return Err(Error::io("open the state directory", dir, e.into())),
@@ -179,9 +180,31 @@ fn open_dir_checked(dir: &Path, create: bool) -> Result<Option<OwnedFd>> {
     Ok(Some(fd))
 }
 
-/// Creates `dir` and its missing parents, each with mode 0700 whatever the
-/// umask.
-fn create_private_dirs(dir: &Path) -> Result<()> {
+/// [`Error::UnusableStateDir`] for a `dir` the system says is not a
+/// directory (`ENOTDIR`): `dir` itself, or a path above it.
+fn not_a_directory(dir: &Path) -> Error {
+    let reason = match dir
+        .ancestors()
+        .skip(1)
+        .find(|above| fs::metadata(above).is_ok_and(|m| !m.is_dir()))
+    {
+        Some(above) => format!(
+            "{} above it is not a directory; name a directory",
+            above.display()
+        ),
+        None => "it is not a directory; name a directory".to_string(),
+    };
+    Error::UnusableStateDir {
+        path: dir.to_path_buf(),
+        reason,
+    }
+}
+
+/// Creates `dir` with mode 0700 whatever the umask, and its missing
+/// parents alike when `with_parents`; without, a missing parent is
+/// [`Error::UnusableStateDir`] (the rule: [`state`](super), *Security:
+/// the directory is a trust boundary*).
+fn create_private_dirs(dir: &Path, with_parents: bool) -> Result<()> {
     let mut missing = Vec::new();
     let mut at = dir;
     loop {
@@ -194,8 +217,20 @@ fn create_private_dirs(dir: &Path) -> Result<()> {
                     None => break,
                 }
             }
+            Err(e) if e.kind() == io::ErrorKind::NotADirectory => return Err(not_a_directory(dir)),
             Err(e) => return Err(Error::io("create the state directory", at, e)),
         }
+    }
+    if let (false, [_, parent, ..]) = (with_parents, missing.as_slice()) {
+        return Err(Error::UnusableStateDir {
+            path: dir.to_path_buf(),
+            reason: format!(
+                "its parent {} does not exist; create it, or correct the path: only the \
+                 last component of a state directory that is named is created, so that a \
+                 mistyped path is refused rather than starting the shard afresh",
+                parent.display()
+            ),
+        });
     }
     for path in missing.into_iter().rev() {
         match fs::DirBuilder::new().mode(0o700).create(path) {

@@ -243,15 +243,25 @@ const CASES: &[Case] = &[
     case(
         "state dir under /dev/null",
         &["--state-dir", "/dev/null/x", "next"],
-        1,
-        "/dev/null/x",
+        2,
+        "/dev/null/x cannot be used: /dev/null above it is not a directory",
     ),
     with_setup(
-        case("state dir under a file", &["next"], 1, "a-file/state"),
+        case(
+            "state dir under a file",
+            &["next"],
+            2,
+            "a-file/state cannot be used: ",
+        ),
         file_as_parent,
     ),
     with_setup(
-        case("state dir is a file", &["next", "-n", "3"], 1, "plain-file"),
+        case(
+            "state dir is a file",
+            &["next", "-n", "3"],
+            2,
+            "plain-file cannot be used: it is not a directory",
+        ),
         state_dir_is_a_file,
     ),
     with_setup(
@@ -445,4 +455,51 @@ fn usage_errors_keep_clap_s_tips_and_point_to_the_command_s_help() {
             );
         }
     }
+}
+
+/// A build without a lease engine refuses `--lease` with what to build,
+/// not as an unknown argument, in the words it refuses `IDUTIL_LEASE_URL`
+/// with; both are usage errors (exit status 2) and issue nothing.
+#[cfg(not(lease))]
+#[test]
+fn a_lease_asked_of_a_build_without_an_engine_names_the_features() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = "postgres://app:secret@db/app";
+    let reason = |args: &[&str], env: Option<&str>, setting: &str| {
+        let mut cmd = idutil(dir.path());
+        if let Some(url) = env {
+            cmd.env("IDUTIL_LEASE_URL", url);
+        }
+        let out = run(cmd.args(args));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("idutil: usage error: ")
+                && stderr.contains("cargo features `postgres-lease`, `redis`")
+                && stderr.contains("--features postgres-lease,redis")
+                && !stderr.contains("secret"),
+            "{args:?}: {stderr}"
+        );
+        stderr.replace(setting, "SETTING")
+    };
+    let by_flag = reason(&["--lease", url, "next"], None, "--lease");
+    assert_eq!(
+        reason(&["decode", "5", "--lease", url], None, "--lease"),
+        by_flag
+    );
+    for args in [&["next"][..], &["state"]] {
+        assert_eq!(reason(args, Some(url), "IDUTIL_LEASE_URL"), by_flag);
+    }
+    assert!(
+        !harness::state_file(dir.path(), 1).exists(),
+        "nothing issued"
+    );
+    // A command no lease changes ignores the variable, as a build with an
+    // engine does.
+    let out = run(idutil(dir.path())
+        .env("IDUTIL_LEASE_URL", url)
+        .args(["decode", "5"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }

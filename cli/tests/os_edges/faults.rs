@@ -163,10 +163,9 @@ fn output_that_cannot_be_written_is_an_error_exit_never_a_silent_loss_or_a_panic
     // A usage error and a runtime error with stderr unwritable.
     idutil_redirected(1, &dir, "next --no-such-flag", "2>/dev/full").expect_code(2, "usage");
     idutil_redirected(1, &dir, "next -n 5", "2>&- >/dev/null").expect_code(0, "stderr closed");
-    // A runtime error: the state directory is a file.
-    let file = parent.path().join("a-file");
-    std::fs::write(&file, b"").unwrap();
-    idutil_redirected(2, &file, "next", "2>/dev/full").expect_code(1, "not a directory");
+    // A runtime error: the state file is a directory.
+    std::fs::create_dir(dir.join("shard-2.state")).unwrap();
+    idutil_redirected(2, &dir, "next", "2>/dev/full").expect_code(1, "state file a directory");
 }
 
 /// A child process killed (and reaped) when dropped, as a test that fails

@@ -13,21 +13,25 @@ use idutil_harness::Ledger;
 
 use crate::{is_root, private_dir, refused};
 
+/// The default state directory, under missing parents as on a fresh
+/// account, is made with them, each 0700.
 #[test]
 fn under_umask_000_the_dir_is_0700_and_the_files_0600() {
     let root = harness::state_dir();
-    let dir = root.path().join("new/state");
+    let xdg = root.path().join("new/xdg");
+    let dir = xdg.join("idutil");
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg("umask 000 && exec \"$0\" \"$@\"")
         .arg(harness::bin())
-        .args(["--shard", "3", "--state-dir"])
-        .arg(&dir)
-        .args(["next", "-n", "5"])
+        .args(["--shard", "3", "next", "-n", "5"])
+        .env_remove("IDUTIL_STATE_DIR")
+        .env("XDG_STATE_HOME", &xdg)
         .env("IDUTIL_ID_SPACE", harness::space_for(&dir));
     harness::run(&mut cmd).expect_code(0, "idutil next under umask 000");
     let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
     assert_eq!(mode(&root.path().join("new")), 0o700);
+    assert_eq!(mode(&xdg), 0o700);
     assert_eq!(mode(&dir), 0o700);
     assert_eq!(mode(&dir.join("shard-3.lock")), 0o600);
     assert_eq!(mode(&harness::state_file(&dir, 3)), 0o600);

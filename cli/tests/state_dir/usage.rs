@@ -1,4 +1,5 @@
-//! Relative state directories and bad ID spaces: usage errors.
+//! Relative state directories, paths that are not directories, named
+//! state directories under a missing parent and bad ID spaces: usage errors.
 
 use idutil_harness as harness;
 
@@ -39,6 +40,87 @@ fn a_relative_state_dir_is_a_usage_error() {
         Generator::builder().state_dir("state").shard(3).open(),
         Err(Error::RelativeStateDir { .. })
     ));
+}
+
+/// A state directory that is a file is a mistake in the setting that named
+/// it ([`Error::UnusableStateDir`]): exit status 2, as the help's *Exit
+/// status* promises for an unusable IDUTIL_STATE_DIR, with the setting
+/// named.
+#[test]
+fn a_state_dir_that_is_a_file_is_a_usage_error_naming_its_setting() {
+    let dir = private_dir();
+    let file = dir.path().join("a-file");
+    fs::write(&file, "").unwrap();
+    let by_flag = harness::run(harness::idutil(3, &file).arg("next"))
+        .expect_code(2, "--state-dir naming a file");
+    let by_env = harness::run(
+        Command::new(harness::bin())
+            .env_remove("IDUTIL_SHARD")
+            .env("IDUTIL_STATE_DIR", &file)
+            .env("IDUTIL_ID_SPACE", harness::space_for(dir.path()))
+            .args(["--shard", "3", "state"]),
+    )
+    .expect_code(2, "IDUTIL_STATE_DIR naming a file");
+    for (r, setting) in [(by_flag, "--state-dir"), (by_env, "IDUTIL_STATE_DIR")] {
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(
+            r.stderr.starts_with("idutil: usage error: ")
+                && r.stderr.contains(&format!("{}", file.display()))
+                && r.stderr.contains("not a directory")
+                && r.stderr.contains(&format!("named by {setting}")),
+            "{}",
+            r.stderr
+        );
+        assert!(r.stdout.is_empty());
+    }
+    assert!(matches!(
+        harness::builder(&file).shard(3).open(),
+        Err(Error::UnusableStateDir { .. })
+    ));
+}
+
+/// A named state directory is created only when its parent exists, as
+/// `mkdir` makes it: under a missing parent (a mistyped path) it is refused
+/// with exit status 2, naming the parent and the setting, and nothing is
+/// created ([`state`](idutil::state), *Security: the directory is a trust
+/// boundary*).
+#[test]
+fn a_named_state_dir_under_a_missing_parent_is_refused_and_nothing_is_created() {
+    let root = private_dir();
+    let parent = root.path().join("missing");
+    let dir = parent.join("state");
+    let by_flag = harness::run(harness::idutil(3, &dir).args(["next", "-n", "2"]))
+        .expect_code(2, "--state-dir under a missing parent");
+    let by_env = harness::run(
+        Command::new(harness::bin())
+            .env_remove("IDUTIL_SHARD")
+            .env("IDUTIL_STATE_DIR", &dir)
+            .env("IDUTIL_ID_SPACE", harness::space_for(&dir))
+            .args(["--shard", "3", "next"]),
+    )
+    .expect_code(2, "IDUTIL_STATE_DIR under a missing parent");
+    for (r, setting) in [(by_flag, "--state-dir"), (by_env, "IDUTIL_STATE_DIR")] {
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(
+            r.stderr.starts_with("idutil: usage error: ")
+                && r.stderr
+                    .contains(&format!("its parent {} does not exist", parent.display()))
+                && r.stderr.contains(&format!("named by {setting}")),
+            "{}",
+            r.stderr
+        );
+        assert!(r.stdout.is_empty());
+    }
+    assert!(matches!(
+        harness::builder(&dir).shard(3).open(),
+        Err(Error::UnusableStateDir { .. })
+    ));
+    assert!(!parent.exists(), "nothing is created");
+    // Its parent there, the directory is made.
+    fs::create_dir(&parent).unwrap();
+    harness::run(harness::idutil(3, &dir).args(["next", "-n", "2"]))
+        .expect_code(0, "--state-dir whose parent exists");
+    assert!(harness::state_file(&dir, 3).exists());
 }
 
 #[test]
