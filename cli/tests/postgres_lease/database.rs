@@ -17,7 +17,7 @@ use idutil::{Id, Layout};
 use idutil_harness::command::{idutil, run};
 use idutil_harness::pgbouncer::{PgBouncer, Pool};
 use idutil_harness::postgres::{Options, Postgres};
-use idutil_harness::{state_dir, Tally};
+use idutil_harness::{state_dir, wall_now, Tally};
 
 use crate::{driven, server, wait_until};
 
@@ -406,6 +406,23 @@ fn a_promoted_synchronous_standby_repeats_no_id() {
         unix_second(next) <= unix_second(rolled_back) + 1,
         "a rolled-back first call's raise was made again from a later clock: \
          {rolled_back} (second {}) then {next} (second {})",
+        unix_second(rolled_back),
+        unix_second(next)
+    );
+    // Not so once the recorded history changed: a first call rolled back,
+    // the history's row deleted by hand, and the next first call raises
+    // from its own clock.
+    let rolled_back = first_call("BEGIN; SELECT idutil_next_id(); ROLLBACK;");
+    standby.psql("DELETE FROM idutil_lease_history WHERE shard = -1");
+    thread::sleep(Duration::from_secs(3));
+    let called = wall_now();
+    let next = first_call("SELECT idutil_next_id()");
+    // Raised past the clock by the lead cap, twice the skew limit and a
+    // second (5 s here), and one second more for the counter.
+    assert!(
+        unix_second(next) >= called + 4,
+        "a raise was made again from an earlier second though the history changed: \
+         {rolled_back} (second {}) then {next} (second {}, called at {called})",
         unix_second(rolled_back),
         unix_second(next)
     );

@@ -317,8 +317,9 @@
 //! within the lead cap. That raise and the identity it records belong to
 //! the calling transaction; if it rolls back, the counter stays raised (a
 //! sequence is not rolled back) and the next session's first call raises
-//! the rows again from the second the first one raised from, so the wait
-//! is paid once, however many first calls roll back. Installing a second
+//! the rows again from the second the first one raised from (while the
+//! server, the lease table and the recorded history are the ones it raised
+//! for), so the wait is paid once, however many first calls roll back. Installing a second
 //! ID space under the same name (or another shard for the same one) is
 //! refused.
 //!
