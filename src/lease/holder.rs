@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::engines::engine_for;
 use super::interface::{host_time, Ask, Held, Trouble};
 use super::record::Record;
-use super::renewal::{ahead, check_skew, Renewer};
+use super::renewal::{check_ahead, check_skew, Renewer};
 use super::restore::restore_then_stop;
 use super::standing::{FenceHook, Standing};
 use super::{LeaseConfig, LeaseError, LeaseResult as Result};
@@ -215,18 +215,16 @@ impl Lease {
     /// generator whose clock has read further ahead of the store's than the
     /// skew limit: the mark is never raised for such a clock.
     pub(crate) fn raise(&self, high_water: u64, seen: u64) -> Result<()> {
-        if let Some(server) = self.standing.server_now() {
-            let limit = self.config.max_skew;
-            let ahead = ahead(Duration::from_secs(seen), server);
-            if ahead > limit.as_secs_f64() + 1.0 {
-                let e = LeaseError::ClockSkew {
-                    shard: Some(self.shard),
-                    ahead,
-                    limit,
-                };
-                self.standing.stop_for_good(e.clone());
-                return Err(e);
-            }
+        if let Some(e) = self.standing.server_now().and_then(|server| {
+            check_ahead(
+                &self.config,
+                Some(self.shard),
+                Duration::from_secs(seen),
+                server,
+            )
+        }) {
+            self.standing.stop_for_good(e.clone());
+            return Err(e);
         }
         let seen = self.seen_arg(seen);
         match self

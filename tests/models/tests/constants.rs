@@ -129,7 +129,7 @@ fn the_lease_model_s_rules_are_the_code_s() {
     has(
         "lease/renewal.rs",
         renewal,
-        "(ahead.abs() > config.max_skew.as_secs_f64())",
+        "ahead.abs() > config.max_skew.as_secs_f64()",
     );
     let acquire = include_str!("../../../src/lease/postgres/acquire.rs");
     has("postgres/acquire.rs", acquire, "history::check_space(");
