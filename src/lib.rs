@@ -169,6 +169,7 @@ pub mod env;
 mod error;
 mod exit;
 mod external;
+mod flock;
 mod fork;
 mod generator;
 mod global;
