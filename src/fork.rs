@@ -2,9 +2,8 @@
 //! counts forks in the child, and a page the kernel empties in every child
 //! (`MADV_WIPEONFORK`), hook or no hook, so that a generator opened before
 //! the fork finds out with two loads, not a system call per ID.
-//!
-//! One of the three modules where the crate allows `unsafe` (the crate
-//! root lists them).
+
+// Allowed here, as src/lib.rs says.
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed};

@@ -239,9 +239,7 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// leased one on another shard. A call that cannot open the child's own
 /// generator returns why. IDs already taken before the fork, in an
 /// [`IdBatch`] not yet read, are in both processes' memory: read a batch
-/// before forking, not after. The hook is, with the exit hook of
-/// [`IdUtil`](crate::IdUtil) and the per-host lock's marks, the crate's
-/// only `unsafe` code.
+/// before forking, not after.
 ///
 /// **A fork that runs no fork handlers is not supported**: the `clone` or
 /// `fork` system call made directly (`libc::syscall(SYS_clone, SIGCHLD,

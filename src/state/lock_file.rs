@@ -143,9 +143,9 @@ pub(super) fn write_lock_file(
 }
 
 /// Takes the exclusive lock without blocking: whether it was taken.
-/// [`is_held`] holds it for an instant to see whether a generator runs, so
-/// a contended lock is tried again for a few milliseconds before it counts
-/// as held.
+/// `inspect` takes it exclusively too, for an instant, to see whether a
+/// generator runs ([`is_held`]), so a contended lock is tried again for a
+/// few milliseconds before it counts as held.
 fn try_lock_exclusive(file: &File) -> io::Result<bool> {
     for _ in 0..10 {
         if try_flock(file, Flock::Exclusive)? {
