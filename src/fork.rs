@@ -55,7 +55,6 @@ extern "C" fn in_child() {
 /// The fork count of this process, after making sure the hook is in place:
 /// a generator records it when it opens and stops issuing once
 /// [`current`] differs.
-#[cfg(unix)]
 pub(crate) fn install() -> u64 {
     HOOK.call_once(|| {
         // SAFETY: `pthread_atfork` only records the three handlers; the
@@ -80,11 +79,6 @@ pub(crate) fn install() -> u64 {
         }
     });
     checked()
-}
-
-#[cfg(not(unix))]
-pub(crate) fn install() -> u64 {
-    0
 }
 
 /// A word in a page of its own that the kernel hands every child of this

@@ -164,6 +164,12 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// Unix only (`flock`, `fork`, the `std::os::unix` file calls), said at
+// once rather than deep in a dependency: no module has a branch for
+// anything else.
+#[cfg(not(unix))]
+compile_error!("idutil runs on Unix only (it locks its state files with flock and follows fork)");
+
 mod clock;
 mod durable;
 pub mod env;

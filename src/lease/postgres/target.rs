@@ -219,7 +219,6 @@ fn per_host(config: &Config) -> Vec<Config> {
                 Some(Host::Tcp(host)) => {
                     one.host(host);
                 }
-                #[cfg(unix)]
                 Some(Host::Unix(path)) => {
                     one.host_path(path);
                 }
