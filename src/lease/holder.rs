@@ -299,10 +299,22 @@ impl Drop for Lease {
     }
 }
 
-/// Times `n` renewals of a lease taken for the purpose and given back
-/// after: what one renewal costs a holder (a round trip and a write on the
-/// store). For the crate's benchmarks; not part of the API.
-#[doc(hidden)]
+/// Measures what renewing a lease costs against the store `config` names:
+/// takes a lease on a free shard for `layout` as a generator would (the
+/// shard's mark is kept, nothing is issued), times `n` renewals of it one
+/// after the other (each a round trip and a write on the store), and gives
+/// it back. The times, in order. With `n` of 0, it only takes the lease and
+/// gives it back.
+///
+/// The times say how much of the fence ([`LeaseConfig::fence_after`]) a
+/// renewal uses on this store (BENCHMARKS.md, *A lease holder's cold
+/// start*, quotes one).
+///
+/// # Errors
+///
+/// What taking the lease can return (see [`LeaseError`]: no free shard,
+/// the store unreachable, the clocks too far apart, unusable settings),
+/// and the error of a renewal that fails.
 pub fn time_renewals(config: &LeaseConfig, layout: &Layout, n: usize) -> Result<Vec<Duration>> {
     let lease = Lease::acquire(config, layout, None, &[], &crate::SystemClock)?;
     let known = lease.standing.known_mark();

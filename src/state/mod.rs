@@ -434,8 +434,6 @@ mod wait;
 
 pub(crate) use claim::{boot_known, Claims};
 pub(crate) use format::check_layout;
-#[doc(hidden)]
-pub use format::checksum;
 pub use format::{StateFile, STATE_VERSION};
 pub use inspect::{inspect, StateReport};
 pub use options::RecoverOptions;
