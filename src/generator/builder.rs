@@ -25,7 +25,7 @@ use crate::lease::LeaseConfig;
 /// Every setting has a default: the shard from
 /// [`IDUTIL_SHARD`](crate::env::SHARD) or the host name, the state
 /// directory from [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR) or the
-/// platform's state directory, the ID space from
+/// platform's state directory, the host's ID space from
 /// [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE) or `default`, the layout from
 /// [`IDUTIL_LAYOUT`](crate::env::LAYOUT) or [`Layout::DEFAULT`], the
 /// [`SystemClock`], a reservation window of 5 seconds ([`DEFAULT_WINDOW`])
@@ -144,12 +144,15 @@ impl<C: Clock> Builder<C> {
         self
     }
 
-    /// Names the ID space instead of
+    /// Names the host's ID space instead of
     /// [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE) (default `default`),
     /// checked by [`open`](Builder::open) against
-    /// [`check_id_space`](crate::host_lock::check_id_space). What an ID
-    /// space is, and which generators must share one:
-    /// [`host_lock`](crate::host_lock), *ID spaces*.
+    /// [`check_id_space`](crate::host_lock::check_id_space). It scopes the
+    /// per-host lock only, and is not the lease's ID space in its store
+    /// (`LeaseConfig::prefix`, default `idutil`). What each is, and which
+    /// generators must share one: [`host_lock`](crate::host_lock#id-spaces),
+    /// *ID spaces*.
+    #[doc(alias = "host ID space")]
     pub fn id_space(mut self, name: impl Into<String>) -> Self {
         self.id_space = Some(name.into());
         self
