@@ -146,20 +146,25 @@ fn start<C: Clock>(
         forks,
     });
     let worker = Arc::clone(&inner);
-    let extender = thread::Builder::new()
-        .name(format!("idutil-shard-{shard}"))
-        .spawn(move || worker.extend_until_closed(durable))
+    let reservation_thread = thread::Builder::new()
+        .name(reservation_thread_name(shard))
+        .spawn(move || worker.reservation_thread(durable))
         .map_err(|e| {
             inner.give_up_unissued();
             Error::io("start the reservation thread for", inner.path(), e)
         })?;
     Ok(Generator {
         inner,
-        extender: Mutex::new(Some(extender)),
+        reservation_thread: Mutex::new(Some(reservation_thread)),
         ephemeral: b.ephemeral,
         recipe,
         child: Default::default(),
     })
+}
+
+/// The reservation thread's name, as [`Generator`]'s docs give it.
+fn reservation_thread_name(shard: u32) -> String {
+    format!("idutil-reservation-{shard}")
 }
 
 /// Where a generator that holds the shard alone, or first of the processes
@@ -342,6 +347,16 @@ fn join(
 mod tests {
     use super::Bounds;
     use crate::layout::Layout;
+
+    #[test]
+    fn the_reservation_thread_is_named_after_its_shard() {
+        let generator = crate::Builder::ephemeral().shard(7).open().unwrap();
+        let name = crate::sync::lock(&generator.reservation_thread)
+            .as_ref()
+            .and_then(|handle| handle.thread().name().map(str::to_owned));
+        assert_eq!(name.as_deref(), Some("idutil-reservation-7"));
+        generator.close().unwrap();
+    }
 
     #[test]
     fn the_end_margin_is_kept_whole_up_to_half_the_range() {
