@@ -17,8 +17,37 @@ use crate::layout::Layout;
 use crate::shard::ShardSource;
 use crate::state::{self, Remedy, StateFile};
 
+impl<C: Clock> Builder<C> {
+    /// Takes the shard's lock, reads its state and reserves the first
+    /// window durably.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClockOutOfRange`] if the clock reads outside the layout's
+    /// range or in its end margin (then nothing is created or locked),
+    /// [`Error::EndMarginReached`] if the shard already issued into its end
+    /// margin, [`Error::ShardOutOfRange`], [`Error::InvalidEnv`] or
+    /// [`Error::UnusableHostname`] for a bad shard,
+    /// [`Error::InvalidIdSpace`] for a bad ID space name,
+    /// [`Error::Locked`] if another generator holds the shard in the state
+    /// directory, [`Error::HostLocked`] if one on this host holds it in the
+    /// same ID space, [`Error::RelativeStateDir`] or [`Error::Untrusted`] if
+    /// the state directory or a file in it fails [the trust
+    /// checks](crate::state#security-the-directory-is-a-trust-boundary),
+    /// [`Error::BadState`] if the state file cannot be trusted,
+    /// [`Error::Io`] if the state directory cannot be used,
+    /// [`Error::InvalidEnv`] if `IDUTIL_LAYOUT` cannot be read; with a
+    /// lease, [`Error::Lease`] if no shard is free, the store cannot be
+    /// reached, its clock and this host's disagree or the shard's record
+    /// cannot be trusted, and [`Error::InvalidEnv`] if `IDUTIL_LEASE_URL`
+    /// is set but blank.
+    pub fn open(self) -> Result<Generator<C>> {
+        open(self)
+    }
+}
+
 /// What [`Builder::open`] does.
-pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
+fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
     let recipe = b.clone();
     let ephemeral = b.ephemeral;
     // An ephemeral generator reads nothing from the environment.

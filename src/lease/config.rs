@@ -134,7 +134,7 @@ impl LeaseConfig {
     pub fn new(url: impl Into<String>) -> Self {
         let url = url.into();
         LeaseConfig {
-            ttl: super::engines::default_ttl(&url),
+            ttl: default_ttl(&url),
             url,
             prefix: DEFAULT_PREFIX.to_string(),
             shards: None,
@@ -432,6 +432,16 @@ impl LeaseConfig {
             ));
         }
         Ok(range)
+    }
+}
+
+/// The default TTL of the engine `url` names: [`DEFAULT_REDIS_TTL`] for
+/// Redis, [`DEFAULT_TTL`] for PostgreSQL and for a URL that names no
+/// engine (refused when the lease is taken).
+fn default_ttl(url: &str) -> Duration {
+    match super::schemes::feature_of(url) {
+        Some("redis") => DEFAULT_REDIS_TTL,
+        _ => DEFAULT_TTL,
     }
 }
 

@@ -8,10 +8,11 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::engines::engine_for;
-use super::interface::{host_time, Ask, Held, Trouble};
+use super::interface::{Ask, Held, Trouble};
 use super::record::Record;
-use super::renewal::{check_ahead, check_skew, Renewer};
+use super::renewal::Renewer;
 use super::restore::restore_then_stop;
+use super::skew::{check_ahead, check_skew, host_time};
 use super::standing::{FenceHook, Standing};
 use super::{LeaseConfig, LeaseError, LeaseResult as Result};
 use crate::clock::Clock;

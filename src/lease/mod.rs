@@ -214,6 +214,8 @@ mod redact;
 mod renewal;
 mod reports;
 mod restore;
+mod schemes;
+mod skew;
 mod standing;
 
 #[cfg(feature = "postgres-lease")]
