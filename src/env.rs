@@ -19,9 +19,10 @@ pub const STATE_DIR: &str = "IDUTIL_STATE_DIR";
 /// name.
 pub const SHARD: &str = "IDUTIL_SHARD";
 
-/// The ID space ([`host_lock::resolve_id_space`](crate::host_lock::resolve_id_space);
+/// The host's ID space ([`host_lock::resolve_id_space`](crate::host_lock::resolve_id_space);
 /// default `default`): generators in different ID spaces on one host do not
-/// exclude each other.
+/// exclude each other. Not the lease's ID space in its store: see
+/// [`host_lock`](crate::host_lock#id-spaces), *ID spaces*.
 pub const ID_SPACE: &str = "IDUTIL_ID_SPACE";
 
 /// The layout, in the text form of

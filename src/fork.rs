@@ -2,9 +2,8 @@
 //! counts forks in the child, and a page the kernel empties in every child
 //! (`MADV_WIPEONFORK`), hook or no hook, so that a generator opened before
 //! the fork finds out with two loads, not a system call per ID.
-//!
-//! One of the three modules where the crate allows `unsafe` (the crate
-//! root lists them).
+
+// Allowed here, as src/lib.rs says.
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -56,7 +55,6 @@ extern "C" fn in_child() {
 /// The fork count of this process, after making sure the hook is in place:
 /// a generator records it when it opens and stops issuing once
 /// [`current`] differs.
-#[cfg(unix)]
 pub(crate) fn install() -> u64 {
     HOOK.call_once(|| {
         // SAFETY: `pthread_atfork` only records the three handlers; the
@@ -81,11 +79,6 @@ pub(crate) fn install() -> u64 {
         }
     });
     checked()
-}
-
-#[cfg(not(unix))]
-pub(crate) fn install() -> u64 {
-    0
 }
 
 /// A word in a page of its own that the kernel hands every child of this

@@ -267,7 +267,7 @@ impl IdUtil {
                 None => Some(g),
                 Some(builder) => {
                     let generator = builder.open()?;
-                    crate::exit::install();
+                    crate::exit::install(close_at_exit);
                     return Ok(REOPENED.get_or_init(|| generator));
                 }
             },
@@ -283,7 +283,7 @@ impl IdUtil {
             };
         }
         let generator = builder.unwrap_or_default().open()?;
-        crate::exit::install();
+        crate::exit::install(close_at_exit);
         Ok(GLOBAL.get_or_init(|| generator))
     }
 }

@@ -155,13 +155,20 @@
 
 #![doc = ""]
 #![doc = include_str!("checked.md")]
-// `unsafe` is allowed in three modules only, each with a `// SAFETY:`
-// comment at every use: `fork` (the fork hook, the page the kernel
-// empties in a child), `exit` (the exit hook) and `host_lock::marks`
-// (`fcntl` on a byte range, which neither std nor rustix offers).
+// Where `unsafe` lives, said here only: three modules allow it, each with
+// a `// SAFETY:` comment at every use. `fork` (the fork hook, the page the
+// kernel empties in a child, and `ForkMutex`, the lock a child can always
+// take), `exit` (the exit hook) and `host_lock::marks` (`fcntl` on a byte
+// range, which neither std nor rustix offers).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+// Unix only (`flock`, `fork`, the `std::os::unix` file calls), said at
+// once rather than deep in a dependency: no module has a branch for
+// anything else.
+#[cfg(not(unix))]
+compile_error!("idutil runs on Unix only (it locks its state files with flock and follows fork)");
 
 mod clock;
 mod durable;
@@ -169,6 +176,7 @@ pub mod env;
 mod error;
 mod exit;
 mod external;
+mod flock;
 mod fork;
 mod generator;
 mod global;

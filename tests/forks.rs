@@ -389,7 +389,9 @@ fn a_child_of_a_raw_fork_refuses_and_never_repeats_its_parents_ids() {
                 .lines()
                 .find(|l| l.starts_with("@child "))
                 .unwrap_or("(no verdict: the child hung)");
-            let repeated = child.iter().filter(|id| parent.contains(id)).count();
+            let mut seen = harness::Tally::new();
+            seen.add(parent.iter().copied(), "the parent");
+            let repeated = seen.count_duplicates(child.iter().copied(), "the child");
             if repeated > 0 || !child.is_empty() || !verdict.starts_with("@child refused") {
                 problems.push(format!(
                     "{what}: the child issued {} IDs, {repeated} of them its parent's; {verdict}",

@@ -9,7 +9,6 @@
 
 use idutil_harness as harness;
 
-use std::collections::BTreeSet;
 use std::time::{Duration, UNIX_EPOCH};
 
 use idutil::Id;
@@ -63,8 +62,7 @@ macro_rules! exercise {
         assert_eq!(records.iter().map(|r| r.0).collect::<Vec<_>>(), sorted);
         assert_eq!(records.first().unwrap().0, Id::MIN);
         assert_eq!(records.last().unwrap().0, Id::MAX);
-        let distinct: BTreeSet<Id> = records.iter().map(|r| r.0).collect();
-        assert_eq!(distinct.len(), ids.len());
+        harness::assert_unique_set(&records.iter().map(|r| u64::from(r.0)).collect::<Vec<_>>());
 
         // One by key.
         let wanted = ids[17];

@@ -1,21 +1,22 @@
 //! Configuring a generator: the [`Builder`] and its settings, which
-//! `open` reads.
+//! `open.rs` reads (where [`Builder::open`] is).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::open;
+// The docs link the generator the builder opens (`open.rs`).
+#[cfg(doc)]
+use super::Generator;
 use super::{
-    Generator, DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN, DEFAULT_MAX_CLOCK_STEP,
-    DEFAULT_MEMBER_WAIT, DEFAULT_WINDOW, MAX_WINDOW,
+    DEFAULT_CLOCK_STEP_CONFIRM, DEFAULT_END_MARGIN, DEFAULT_MAX_CLOCK_STEP, DEFAULT_MEMBER_WAIT,
+    DEFAULT_WINDOW, MAX_WINDOW,
 };
 use crate::clock::{whole_seconds, Clock, SystemClock};
 use crate::durable;
 // The settings' docs name the errors opening returns.
 #[cfg(doc)]
 use crate::error::Error;
-use crate::error::Result;
 use crate::layout::Layout;
 #[cfg(lease)]
 use crate::lease::LeaseConfig;
@@ -25,7 +26,7 @@ use crate::lease::LeaseConfig;
 /// Every setting has a default: the shard from
 /// [`IDUTIL_SHARD`](crate::env::SHARD) or the host name, the state
 /// directory from [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR) or the
-/// platform's state directory, the ID space from
+/// platform's state directory, the host's ID space from
 /// [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE) or `default`, the layout from
 /// [`IDUTIL_LAYOUT`](crate::env::LAYOUT) or [`Layout::DEFAULT`], the
 /// [`SystemClock`], a reservation window of 5 seconds ([`DEFAULT_WINDOW`])
@@ -146,12 +147,15 @@ impl<C: Clock> Builder<C> {
         self
     }
 
-    /// Names the ID space instead of
+    /// Names the host's ID space instead of
     /// [`IDUTIL_ID_SPACE`](crate::env::ID_SPACE) (default `default`),
     /// checked by [`open`](Builder::open) against
-    /// [`check_id_space`](crate::host_lock::check_id_space). What an ID
-    /// space is, and which generators must share one:
-    /// [`host_lock`](crate::host_lock), *ID spaces*.
+    /// [`check_id_space`](crate::host_lock::check_id_space). It scopes the
+    /// per-host lock only, and is not the lease's ID space in its store
+    /// (`LeaseConfig::prefix`, default `idutil`). What each is, and which
+    /// generators must share one: [`host_lock`](crate::host_lock#id-spaces),
+    /// *ID spaces*.
+    #[doc(alias = "host ID space")]
     pub fn id_space(mut self, name: impl Into<String>) -> Self {
         self.id_space = Some(name.into());
         self
@@ -330,33 +334,6 @@ impl<C: Clock> Builder<C> {
     pub fn expected_ids(mut self, n: u64) -> Self {
         self.expected = Some(n);
         self
-    }
-
-    /// Takes the shard's lock, reads its state and reserves the first
-    /// window durably.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ClockOutOfRange`] if the clock reads outside the layout's
-    /// range or in its end margin (then nothing is created or locked),
-    /// [`Error::EndMarginReached`] if the shard already issued into its end
-    /// margin, [`Error::ShardOutOfRange`], [`Error::InvalidEnv`] or
-    /// [`Error::UnusableHostname`] for a bad shard,
-    /// [`Error::InvalidIdSpace`] for a bad ID space name,
-    /// [`Error::Locked`] if another generator holds the shard in the state
-    /// directory, [`Error::HostLocked`] if one on this host holds it in the
-    /// same ID space, [`Error::RelativeStateDir`], [`Error::UnusableStateDir`]
-    /// or [`Error::Untrusted`] if the state directory or a file in it fails [the trust
-    /// checks](crate::state#security-the-directory-is-a-trust-boundary),
-    /// [`Error::BadState`] if the state file cannot be trusted,
-    /// [`Error::Io`] if the state directory cannot be used,
-    /// [`Error::InvalidEnv`] if `IDUTIL_LAYOUT` cannot be read; with a
-    /// lease, [`Error::Lease`] if no shard is free, the store cannot be
-    /// reached, its clock and this host's disagree or the shard's record
-    /// cannot be trusted, and [`Error::InvalidEnv`] if `IDUTIL_LEASE_URL`
-    /// is set but blank.
-    pub fn open(self) -> Result<Generator<C>> {
-        open::open(self)
     }
 }
 

@@ -175,8 +175,9 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// **headroom** past the second it is asked for: what the generator issues
 /// in a quarter second ([`HEADROOM`](crate::HEADROOM)) at its recent rate,
 /// nothing for a generator that follows the clock, about 380 borrowed
-/// seconds for one thread issuing flat out. A background thread asks for
-/// the next reservation when half the room is used, so the hot path does
+/// seconds for one thread issuing flat out. The generator's reservation
+/// thread (named `idutil-reservation-N`, N its shard) writes the next
+/// reservation when half the room is used, so the hot path does
 /// not wait on the disk unless the disk cannot write a small file in an
 /// eighth of a second.
 ///
@@ -239,9 +240,7 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// leased one on another shard. A call that cannot open the child's own
 /// generator returns why. IDs already taken before the fork, in an
 /// [`IdBatch`] not yet read, are in both processes' memory: read a batch
-/// before forking, not after. The hook is, with the exit hook of
-/// [`IdUtil`](crate::IdUtil) and the per-host lock's marks, the crate's
-/// only `unsafe` code.
+/// before forking, not after.
 ///
 /// **A fork that runs no fork handlers is not supported**: the `clone` or
 /// `fork` system call made directly (`libc::syscall(SYS_clone, SIGCHLD,
@@ -262,7 +261,8 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// parent may issue too.
 pub struct Generator<C: Clock = SystemClock> {
     inner: Arc<Inner<C>>,
-    extender: Mutex<Option<JoinHandle<Result<()>>>>,
+    /// The reservation thread (`inner/reserve.rs`).
+    reservation_thread: Mutex<Option<JoinHandle<Result<()>>>>,
     /// Whether it is ephemeral ([`Builder::ephemeral`]).
     ephemeral: bool,
     /// The settings it was opened with: a child of `fork()` opens its own
@@ -473,10 +473,10 @@ impl<C: Clock> Generator<C> {
             // been held by a parent thread at the fork. Stop this copy
             // without touching either; the parent closes the shard.
             self.inner.stop_forked_copy();
-            if let Ok(mut extender) = self.extender.try_lock() {
+            if let Ok(mut thread) = self.reservation_thread.try_lock() {
                 // No such thread in the child: joining it would wait for
                 // ever, detaching it would free what the parent's copy owns.
-                std::mem::forget(extender.take());
+                std::mem::forget(thread.take());
             }
             // The child's own generator closes as any other.
             return match self.opened_in_child() {
@@ -484,7 +484,7 @@ impl<C: Clock> Generator<C> {
                 None => Ok(()),
             };
         }
-        let Some(handle) = crate::sync::lock(&self.extender).take() else {
+        let Some(handle) = crate::sync::lock(&self.reservation_thread).take() else {
             return Ok(());
         };
         self.inner.begin_close();

@@ -17,8 +17,37 @@ use crate::layout::Layout;
 use crate::shard::ShardSource;
 use crate::state::{self, Remedy, StateFile};
 
+impl<C: Clock> Builder<C> {
+    /// Takes the shard's lock, reads its state and reserves the first
+    /// window durably.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClockOutOfRange`] if the clock reads outside the layout's
+    /// range or in its end margin (then nothing is created or locked),
+    /// [`Error::EndMarginReached`] if the shard already issued into its end
+    /// margin, [`Error::ShardOutOfRange`], [`Error::InvalidEnv`] or
+    /// [`Error::UnusableHostname`] for a bad shard,
+    /// [`Error::InvalidIdSpace`] for a bad ID space name,
+    /// [`Error::Locked`] if another generator holds the shard in the state
+    /// directory, [`Error::HostLocked`] if one on this host holds it in the
+    /// same ID space, [`Error::RelativeStateDir`], [`Error::UnusableStateDir`]
+    /// or [`Error::Untrusted`] if the state directory or a file in it fails [the trust
+    /// checks](crate::state#security-the-directory-is-a-trust-boundary),
+    /// [`Error::BadState`] if the state file cannot be trusted,
+    /// [`Error::Io`] if the state directory cannot be used,
+    /// [`Error::InvalidEnv`] if `IDUTIL_LAYOUT` cannot be read; with a
+    /// lease, [`Error::Lease`] if no shard is free, the store cannot be
+    /// reached, its clock and this host's disagree or the shard's record
+    /// cannot be trusted, and [`Error::InvalidEnv`] if `IDUTIL_LEASE_URL`
+    /// is set but blank.
+    pub fn open(self) -> Result<Generator<C>> {
+        open(self)
+    }
+}
+
 /// What [`Builder::open`] does.
-pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
+fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
     let recipe = b.clone();
     let ephemeral = b.ephemeral;
     // An ephemeral generator reads nothing from the environment.
@@ -30,8 +59,8 @@ pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
     // Before anything is read, created or locked: a later run must not
     // mistake such a reading for issued IDs, and a clock this wrong
     // leaves no trace.
-    let usable_last = layout.last_unix_second() - effective_margin(&layout, b.end_margin);
-    check_clock(&layout, b.time.now(), usable_last)?;
+    let bounds = Bounds::of(layout, b.end_margin);
+    check_clock(&layout, b.time.now(), bounds.usable_last)?;
     let (shard, state_dir, id_space) = if ephemeral {
         (
             Some(b.shard.unwrap_or(0)),
@@ -52,13 +81,31 @@ pub(super) fn open<C: Clock>(b: Builder<C>) -> Result<Generator<C>> {
         member_wait: b.member_wait,
         max_lead: b.max_lead,
     })?;
-    start(b, recipe, layout, durable, shard, source)
+    start(b, recipe, bounds, durable, shard, source)
 }
 
-/// The end margin a generator keeps: at most half the layout's range, so
-/// that a layout of a few minutes (in tests, say) keeps a usable range.
-fn effective_margin(layout: &Layout, margin: u64) -> u64 {
-    margin.min(layout.max_seconds() / 2)
+/// The layout a generator issues in and the end of its range, worked out
+/// once when it opens from [`Builder::end_margin`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Bounds {
+    layout: Layout,
+    /// The end margin it keeps: at most half the layout's range, so that a
+    /// layout of a few minutes (in tests, say) keeps a usable range.
+    margin: u64,
+    /// The last Unix second it issues in: the layout's last second less the
+    /// margin.
+    usable_last: u64,
+}
+
+impl Bounds {
+    fn of(layout: Layout, margin: u64) -> Self {
+        let margin = margin.min(layout.max_seconds() / 2);
+        Bounds {
+            layout,
+            margin,
+            usable_last: layout.last_unix_second() - margin,
+        }
+    }
 }
 
 /// A clock reading outside the layout's range or in its end margin (up to
@@ -79,17 +126,16 @@ fn check_clock(layout: &Layout, now_unix: u64, usable_last: u64) -> Result<()> {
 fn start<C: Clock>(
     b: Builder<C>,
     recipe: Builder<C>,
-    layout: Layout,
+    bounds: Bounds,
     durable: Durable,
     shard: u32,
     source: ShardSource,
 ) -> Result<Generator<C>> {
     let forks = crate::fork::install();
     let now_unix = b.time.now();
-    let end_margin = effective_margin(&layout, b.end_margin);
-    let usable_last = layout.last_unix_second() - end_margin;
+    let layout = bounds.layout;
     // The clock moved since `open` looked: still nothing written.
-    check_clock(&layout, now_unix, usable_last)?;
+    check_clock(&layout, now_unix, bounds.usable_last)?;
     let prev = durable.load()?;
     if let Some(prev) = &prev {
         state::check_layout(durable.path(), prev, &layout)?;
@@ -103,7 +149,7 @@ fn start<C: Clock>(
         (now_unix, None)
     };
     let (file, start, reserved) = if durable.plans() {
-        plan_restart(&b, &layout, &durable, prev, shard, source.clone(), now)?
+        plan_restart(&b, bounds, &durable, prev, shard, source.clone(), now)?
     } else {
         join(&layout, &durable, prev, now)?
     };
@@ -117,8 +163,8 @@ fn start<C: Clock>(
         now,
         step,
         reserved,
-        usable_last,
-        end_margin,
+        usable_last: bounds.usable_last,
+        end_margin: bounds.margin,
         window: b.window,
         max_lead: durable.max_lead(b.max_lead),
         max_step: b.max_step,
@@ -129,20 +175,25 @@ fn start<C: Clock>(
         forks,
     });
     let worker = Arc::clone(&inner);
-    let extender = thread::Builder::new()
-        .name(format!("idutil-shard-{shard}"))
-        .spawn(move || worker.extend_until_closed(durable))
+    let reservation_thread = thread::Builder::new()
+        .name(reservation_thread_name(shard))
+        .spawn(move || worker.reservation_thread(durable))
         .map_err(|e| {
             inner.give_up_unissued();
             Error::io("start the reservation thread for", inner.path(), e)
         })?;
     Ok(Generator {
         inner,
-        extender: Mutex::new(Some(extender)),
+        reservation_thread: Mutex::new(Some(reservation_thread)),
         ephemeral: b.ephemeral,
         recipe,
         child: Default::default(),
     })
+}
+
+/// The reservation thread's name, as [`Generator`]'s docs give it.
+fn reservation_thread_name(shard: u32) -> String {
+    format!("idutil-reservation-{shard}")
 }
 
 /// Where a generator that holds the shard alone, or first of the processes
@@ -151,16 +202,18 @@ fn start<C: Clock>(
 /// counter value and the second reserved.
 fn plan_restart<C: Clock>(
     b: &Builder<C>,
-    layout: &Layout,
+    bounds: Bounds,
     durable: &Durable,
     prev: Option<StateFile>,
     shard: u32,
     source: ShardSource,
     now_unix: u64,
 ) -> Result<(StateFile, u64, u64)> {
-    let layout = *layout;
-    let end_margin = effective_margin(&layout, b.end_margin);
-    let usable_last = layout.last_unix_second() - end_margin;
+    let Bounds {
+        layout,
+        margin: end_margin,
+        usable_last,
+    } = bounds;
     if prev.is_none() && !b.ephemeral && source != ShardSource::Lease {
         log::warn!(
             "shard {shard} has no state file in {}, so it starts afresh at the clock: \
@@ -317,4 +370,38 @@ fn join(
         .copied()
         .unwrap_or(0);
     Ok((file, layout.counter_at(now_unix), reserved))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bounds;
+    use crate::layout::Layout;
+
+    #[test]
+    fn the_reservation_thread_is_named_after_its_shard() {
+        let generator = crate::Builder::ephemeral().shard(7).open().unwrap();
+        let name = crate::sync::lock(&generator.reservation_thread)
+            .as_ref()
+            .and_then(|handle| handle.thread().name().map(str::to_owned));
+        assert_eq!(name.as_deref(), Some("idutil-reservation-7"));
+        generator.close().unwrap();
+    }
+
+    #[test]
+    fn the_end_margin_is_kept_whole_up_to_half_the_range() {
+        let layout = Layout::DEFAULT;
+        let day = 86_400;
+        let bounds = Bounds::of(layout, day);
+        assert_eq!(bounds.margin, day);
+        assert_eq!(bounds.usable_last, layout.last_unix_second() - day);
+    }
+
+    #[test]
+    fn a_short_layout_keeps_half_its_range() {
+        // 8 bits of seconds: 255 s, less than the day asked for.
+        let layout = Layout::new(8, 0, 16, 5, 1_000).unwrap();
+        let bounds = Bounds::of(layout, 86_400);
+        assert_eq!(bounds.margin, 127);
+        assert_eq!(bounds.usable_last, 1_000 + 255 - 127);
+    }
 }

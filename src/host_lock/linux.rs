@@ -14,6 +14,7 @@ use super::marks::{Mark, Slot};
 use super::procfs::{self, device_of, flocks, lock_key, uid_of};
 use super::{lock_name, DirIdentity, HostHolder, LOCK_DIRS};
 use crate::error::{Error, Result};
+use crate::flock::{change_flock, try_flock, Flock};
 
 /// A held per-host lock: the open lock file (closing it releases the
 /// `flock`), and where it is, to remove it on release.
@@ -41,7 +42,7 @@ impl Drop for Held {
         }
         // The last member takes the lock exclusively (a failed attempt
         // drops the shared hold, which is being let go anyway).
-        if self.shared && fs2::FileExt::try_lock_exclusive(&self._file).is_err() {
+        if self.shared && !try_flock(&self._file, Flock::Exclusive).unwrap_or(false) {
             return;
         }
         // Removed while still locked: a taker that opened this file
@@ -169,22 +170,15 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
                 owner_of(&dir, &name)
             )));
         }
-        let sole = match fs2::FileExt::try_lock_exclusive(&file) {
-            Ok(()) => true,
-            Err(e) if e.kind() == fs2::lock_contended_error().kind() => {
-                match (shared, fs2::FileExt::try_lock_shared(&file)) {
-                    (Some(_), Ok(())) => false,
-                    (_, Err(e)) if e.kind() != fs2::lock_contended_error().kind() => {
-                        return Err(Error::io("lock", &path, e))
-                    }
-                    _ => {
-                        last_err = Some(e);
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                        continue;
-                    }
-                }
-            }
-            Err(e) => return Err(Error::io("lock", &path, e)),
+        let lock_error = |e| Error::io("lock", &path, e);
+        let sole = if try_flock(&file, Flock::Exclusive).map_err(lock_error)? {
+            true
+        } else if shared.is_some() && try_flock(&file, Flock::Shared).map_err(lock_error)? {
+            false
+        } else {
+            last_err = Some(fs2::lock_contended_error());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
         };
         // Still the file at the path? Its last holder may have removed
         // it after we opened it; then a new one may be locked by now.
@@ -270,7 +264,7 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
             // shard, then shares it with the members of that directory.
             Some(identity) if sole && writable => {
                 let shared = write_identity(&file, identity)
-                    .and_then(|()| fs2::FileExt::try_lock_shared(&file));
+                    .and_then(|()| change_flock(&file, Flock::Shared));
                 if let Err(e) = shared {
                     unmark();
                     return Err(Error::io("write", &path, e));
@@ -444,12 +438,12 @@ pub(super) fn holder(id_space: &str, shard: u32) -> HostHolder {
     };
     // Exclusively, for an instant: the members of a state directory
     // hold it shared. A generator opening meanwhile tries again.
-    match fs2::FileExt::try_lock_exclusive(&file) {
-        Ok(()) => {
+    match try_flock(&file, Flock::Exclusive) {
+        Ok(true) => {
             let _ = fs2::FileExt::unlock(&file);
             marked_holder(&dir, &name)
         }
-        Err(_) => match own_pid(
+        Ok(false) | Err(_) => match own_pid(
             rfs::fstat(file.as_fd())
                 .ok()
                 .and_then(|st| flock_holder(&st)),

@@ -2,10 +2,11 @@
 //! byte-range read locks that no removal of a file takes away, and that
 //! every process sharing the directory sees, whatever its PID namespace.
 //!
-//! Besides the fork and exit hooks, the only `unsafe` code of the crate:
-//! `fcntl` with a `struct flock`, for open file description locks on a
-//! range (`F_OFD_SETLK`, `F_OFD_GETLK`), which neither `std` nor `rustix`
-//! offers.
+//! They are `fcntl` calls with a `struct flock`, for open file description
+//! locks on a range (`F_OFD_SETLK`, `F_OFD_GETLK`), which neither `std`
+//! nor `rustix` offers.
+
+// Allowed here, as src/lib.rs says.
 #![allow(unsafe_code)]
 
 use std::io;

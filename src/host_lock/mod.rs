@@ -66,7 +66,18 @@
 //!
 //! # ID spaces
 //!
-//! The lock is per ID space ([`Builder::id_space`](crate::Builder::id_space),
+//! Two settings carry the words "ID space", and they are two different
+//! things with two defaults. The **host's ID space**, here, scopes this
+//! per-host lock ([`Builder::id_space`](crate::Builder::id_space), default
+//! `default`). The **lease's ID space** is a fleet's name in its lease
+//! store, which every host of the fleet shares
+//! (`lease::LeaseConfig::prefix`, features `postgres-lease` or `redis`,
+//! default `idutil`: the Redis key prefix,
+//! the `space` column of PostgreSQL's table; the lease's docs call it the
+//! ID space). A leased generator has both, and the two names need not
+//! match.
+//!
+//! The lock is per host's ID space ([`Builder::id_space`](crate::Builder::id_space),
 //! [`env::ID_SPACE`](crate::env::ID_SPACE), `idutil --id-space NAME`;
 //! names as [`check_id_space`] allows; default `default`), so that
 //! independent ID spaces, such as two apps with separate databases on one
@@ -115,7 +126,8 @@
 
 use crate::error::{Error, Result};
 
-/// The ID space generators use when none is named.
+/// The host's ID space generators use when none is named (not the lease's,
+/// `lease::DEFAULT_PREFIX`: see [*ID spaces*](self#id-spaces)).
 pub const DEFAULT_ID_SPACE: &str = "default";
 
 /// Checks an ID space name: 1 to 64 characters of `A-Z a-z 0-9 . _ -`.

@@ -11,8 +11,10 @@ use crate::error::Error;
 use crate::layout::Layout;
 use crate::lease::LeaseResult as Result;
 
-/// Default name of the fleet's ID space in the store: the Redis key prefix,
-/// the `space` column in PostgreSQL.
+/// Default name of the lease's ID space, the fleet's in the store: the
+/// Redis key prefix, the `space` column in PostgreSQL. Not the host's ID
+/// space's default ([`DEFAULT_ID_SPACE`](crate::host_lock::DEFAULT_ID_SPACE),
+/// `default`): see [`host_lock`](crate::host_lock#id-spaces), *ID spaces*.
 pub const DEFAULT_PREFIX: &str = "idutil";
 /// Default limit on the difference between the host's clock and the
 /// store's.
@@ -132,7 +134,7 @@ impl LeaseConfig {
     pub fn new(url: impl Into<String>) -> Self {
         let url = url.into();
         LeaseConfig {
-            ttl: super::engines::default_ttl(&url),
+            ttl: default_ttl(&url),
             url,
             prefix: DEFAULT_PREFIX.to_string(),
             shards: None,
@@ -175,16 +177,18 @@ impl LeaseConfig {
         Ok(Some(LeaseConfig::new(url)))
     }
 
-    /// Names the fleet's ID space in the store instead of `idutil`: the
-    /// Redis key prefix, the `space` column of PostgreSQL's table. Fleets
-    /// that share a store but not an ID space (or not a layout) use
-    /// different names.
+    /// Names the lease's ID space, the fleet's in the store, instead of
+    /// `idutil`: the Redis key prefix, the `space` column of PostgreSQL's
+    /// table. Fleets that share a store but not an ID space (or not a
+    /// layout) use different names. "ID space" in the lease's docs means
+    /// this one.
     ///
-    /// This is the ID space's name *in the store*, which every host of the
-    /// fleet shares. A leased generator also has a host-side ID space
+    /// It is not the host's ID space
     /// ([`Builder::id_space`](crate::Builder::id_space), default
-    /// `default`), which only scopes its per-host lock
-    /// ([`host_lock`](crate::host_lock)); the two names need not match.
+    /// `default`), which only scopes the per-host lock: a leased generator
+    /// has both, and the two names need not match (see
+    /// [`host_lock`](crate::host_lock#id-spaces), *ID spaces*).
+    #[doc(alias = "lease ID space", alias = "key prefix", alias = "space")]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -339,8 +343,8 @@ impl LeaseConfig {
         redact(&self.url)
     }
 
-    /// The ID space's name set by [`prefix`](LeaseConfig::prefix): the key
-    /// prefix (Redis), the `space` column (PostgreSQL).
+    /// The lease's ID space's name set by [`prefix`](LeaseConfig::prefix):
+    /// the key prefix (Redis), the `space` column (PostgreSQL).
     pub fn get_prefix(&self) -> &str {
         &self.prefix
     }
@@ -428,6 +432,16 @@ impl LeaseConfig {
             ));
         }
         Ok(range)
+    }
+}
+
+/// The default TTL of the engine `url` names: [`DEFAULT_REDIS_TTL`] for
+/// Redis, [`DEFAULT_TTL`] for PostgreSQL and for a URL that names no
+/// engine (refused when the lease is taken).
+fn default_ttl(url: &str) -> Duration {
+    match super::schemes::feature_of(url) {
+        Some("redis") => DEFAULT_REDIS_TTL,
+        _ => DEFAULT_TTL,
     }
 }
 

@@ -8,10 +8,11 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::engines::engine_for;
-use super::interface::{host_time, Ask, Held, Trouble};
+use super::interface::{Ask, Held, Trouble};
 use super::record::Record;
-use super::renewal::{ahead, check_skew, Renewer};
+use super::renewal::Renewer;
 use super::restore::restore_then_stop;
+use super::skew::{check_ahead, check_skew, host_time};
 use super::standing::{FenceHook, Standing};
 use super::{LeaseConfig, LeaseError, LeaseResult as Result};
 use crate::clock::Clock;
@@ -215,18 +216,16 @@ impl Lease {
     /// generator whose clock has read further ahead of the store's than the
     /// skew limit: the mark is never raised for such a clock.
     pub(crate) fn raise(&self, high_water: u64, seen: u64) -> Result<()> {
-        if let Some(server) = self.standing.server_now() {
-            let limit = self.config.max_skew;
-            let ahead = ahead(Duration::from_secs(seen), server);
-            if ahead > limit.as_secs_f64() + 1.0 {
-                let e = LeaseError::ClockSkew {
-                    shard: Some(self.shard),
-                    ahead,
-                    limit,
-                };
-                self.standing.stop_for_good(e.clone());
-                return Err(e);
-            }
+        if let Some(e) = self.standing.server_now().and_then(|server| {
+            check_ahead(
+                &self.config,
+                Some(self.shard),
+                Duration::from_secs(seen),
+                server,
+            )
+        }) {
+            self.standing.stop_for_good(e.clone());
+            return Err(e);
         }
         let seen = self.seen_arg(seen);
         match self
@@ -301,10 +300,22 @@ impl Drop for Lease {
     }
 }
 
-/// Times `n` renewals of a lease taken for the purpose and given back
-/// after: what one renewal costs a holder (a round trip and a write on the
-/// store). For the crate's benchmarks; not part of the API.
-#[doc(hidden)]
+/// Measures what renewing a lease costs against the store `config` names:
+/// takes a lease on a free shard for `layout` as a generator would (the
+/// shard's mark is kept, nothing is issued), times `n` renewals of it one
+/// after the other (each a round trip and a write on the store), and gives
+/// it back. The times, in order. With `n` of 0, it only takes the lease and
+/// gives it back.
+///
+/// The times say how much of the fence ([`LeaseConfig::fence_after`]) a
+/// renewal uses on this store (BENCHMARKS.md, *A lease holder's cold
+/// start*, quotes one).
+///
+/// # Errors
+///
+/// What taking the lease can return (see [`LeaseError`]: no free shard,
+/// the store unreachable, the clocks too far apart, unusable settings),
+/// and the error of a renewal that fails.
 pub fn time_renewals(config: &LeaseConfig, layout: &Layout, n: usize) -> Result<Vec<Duration>> {
     let lease = Lease::acquire(config, layout, None, &[], &crate::SystemClock)?;
     let known = lease.standing.known_mark();

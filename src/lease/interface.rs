@@ -16,7 +16,7 @@
 //! answered.
 
 use std::ops::RangeInclusive;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use super::record::Record;
 use super::reports::{Finding, Released, ShardLease};
@@ -132,12 +132,4 @@ pub(crate) trait Held: Send + Sync {
     /// the mark past the first window leaves the open nothing to raise,
     /// and a later raise must not wait out an open's deadline.
     fn opened(&self) {}
-}
-
-/// The host's wall clock, to the nanosecond (through the C library, so
-/// `faketime` moves it as it moves [`SystemClock`](crate::SystemClock)).
-pub(crate) fn host_time() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
 }

@@ -214,6 +214,8 @@ mod redact;
 mod renewal;
 mod reports;
 mod restore;
+mod schemes;
+mod skew;
 mod standing;
 
 #[cfg(feature = "postgres-lease")]
@@ -229,7 +231,6 @@ pub use config::{
     DEFAULT_REDIS_TTL, DEFAULT_TTL, MIN_TTL,
 };
 pub use error::{LeaseError, LeaseResult};
-#[doc(hidden)]
 pub use holder::time_renewals;
 pub(crate) use holder::Lease;
 pub use reports::{Finding, Released, ShardLease, Verdict};

@@ -5,32 +5,13 @@
 //! [`Standing`](super::standing::Standing).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::interface::{host_time, Held, Renewed, Trouble};
+use super::interface::{Held, Renewed, Trouble};
 use super::restore::restore_then_stop;
+use super::skew::{check_skew, host_time};
 use super::standing::Standing;
 use super::{LeaseConfig, LeaseError};
-
-/// How far `host` is ahead of `server` (negative: behind), in seconds.
-pub(super) fn ahead(host: Duration, server: Duration) -> f64 {
-    host.as_secs_f64() - server.as_secs_f64()
-}
-
-/// The skew error, if `host` and `server` differ by more than the limit.
-pub(super) fn check_skew(
-    config: &LeaseConfig,
-    shard: Option<u32>,
-    host: Duration,
-    server: Duration,
-) -> Option<LeaseError> {
-    let ahead = ahead(host, server);
-    (ahead.abs() > config.max_skew.as_secs_f64()).then_some(LeaseError::ClockSkew {
-        shard,
-        ahead,
-        limit: config.max_skew,
-    })
-}
 
 /// The renewal thread's own state.
 pub(super) struct Renewer {

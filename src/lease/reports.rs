@@ -125,9 +125,9 @@ impl Finding {
     /// the store's (`server`, since 1970), failing beyond the skew limit
     /// and warning beyond half of it.
     pub(crate) fn clock(config: &super::LeaseConfig, server: Duration) -> Finding {
-        let ahead = super::interface::host_time().as_secs_f64() - server.as_secs_f64();
+        let ahead = super::skew::host_time().as_secs_f64() - server.as_secs_f64();
         let limit = config.max_skew.as_secs_f64();
-        let verdict = if ahead.abs() > limit {
+        let verdict = if super::skew::beyond_skew(config, ahead) {
             Verdict::Fail
         } else if ahead.abs() > limit / 2.0 {
             Verdict::Warn

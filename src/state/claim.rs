@@ -32,6 +32,7 @@ use rustix::fs::{self as rfs, Mode, OFlags};
 use super::trust::{check_file, file_id, id_at, open_in};
 use super::wait::{self, Progress, Watch};
 use crate::error::{Error, Result};
+use crate::flock::{try_flock, Flock};
 
 /// What the claim file says.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,17 +170,14 @@ impl ClaimFile {
             let here = thread.is_none();
             if let Some(thread) = thread {
                 let file = self.reopen()?;
-                match fs2::FileExt::try_lock_exclusive(&file) {
-                    Ok(()) => {
-                        self.taken.fetch_add(1, Relaxed);
-                        return Ok(Turn {
-                            file,
-                            _thread: thread,
-                        });
-                    }
-                    Err(e) if e.kind() == fs2::lock_contended_error().kind() => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(Error::io("lock", &self.path, e)),
+                let taken = try_flock(&file, Flock::Exclusive)
+                    .map_err(|e| Error::io("lock", &self.path, e))?;
+                if taken {
+                    self.taken.fetch_add(1, Relaxed);
+                    return Ok(Turn {
+                        file,
+                        _thread: thread,
+                    });
                 }
             }
             let seen = watch.look(self.progress(), wait, || wait::sight(&self.file, here));

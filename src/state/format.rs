@@ -39,8 +39,7 @@ pub(super) fn versions_read() -> String {
 
 /// The value of a state file's `checksum` line for the text before that
 /// line: the CRC-32 of those bytes, as 8 lowercase hexadecimal digits.
-#[doc(hidden)]
-pub fn checksum(text: &str) -> String {
+pub(super) fn checksum(text: &str) -> String {
     format!("{:08x}", crc32fast::hash(text.as_bytes()))
 }
 

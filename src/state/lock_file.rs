@@ -16,6 +16,7 @@ use super::paths::lock_name;
 use super::remedy::Remedy;
 use super::trust::{check_file, file_id, open_in};
 use crate::error::{Error, Result};
+use crate::flock::{try_flock, Flock};
 
 /// What the lock file says, besides the lock itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,20 +142,18 @@ pub(super) fn write_lock_file(
     Ok(text.len())
 }
 
-/// Takes the exclusive lock without blocking. `inspect` holds a shared lock
-/// for an instant to see whether a generator runs, so a contended lock is
-/// retried for a few milliseconds before it counts as held.
-fn try_lock_exclusive(file: &File) -> io::Result<()> {
-    let mut attempts = 0;
-    loop {
-        match fs2::FileExt::try_lock_exclusive(file) {
-            Err(e) if e.kind() == fs2::lock_contended_error().kind() && attempts < 10 => {
-                attempts += 1;
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            result => return result,
+/// Takes the exclusive lock without blocking: whether it was taken.
+/// `inspect` takes it exclusively too, for an instant, to see whether a
+/// generator runs ([`is_held`]), so a contended lock is tried again for a
+/// few milliseconds before it counts as held.
+fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    for _ in 0..10 {
+        if try_flock(file, Flock::Exclusive)? {
+            return Ok(true);
         }
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
+    try_flock(file, Flock::Exclusive)
 }
 
 /// The state file is an older copy than the lock file says the shard had
@@ -252,32 +251,27 @@ pub(super) fn lock_shard(
     shard: u32,
 ) -> Result<(File, (u64, u64))> {
     let (lock, lock_id) = open_lock_file(dir_fd, lock_path, shard)?;
-    if let Err(e) = try_lock_exclusive(&lock) {
-        if e.kind() == fs2::lock_contended_error().kind() {
-            return Err(Error::Locked {
-                shard,
-                dir: dir.to_path_buf(),
-                pid: crate::host_lock::flock_holder(&lock)
-                    .or_else(|| read_lock_file(&lock).ok().and_then(|note| note.pid)),
-            });
-        }
-        return Err(Error::io("lock", lock_path, e));
+    match try_lock_exclusive(&lock) {
+        Ok(true) => Ok((lock, lock_id)),
+        Ok(false) => Err(Error::Locked {
+            shard,
+            dir: dir.to_path_buf(),
+            pid: crate::host_lock::flock_holder(&lock)
+                .or_else(|| read_lock_file(&lock).ok().and_then(|note| note.pid)),
+        }),
+        Err(e) => Err(Error::io("lock", lock_path, e)),
     }
-    Ok((lock, lock_id))
 }
 
 /// Whether some process holds the lock, shared or exclusive, learnt by
 /// taking it exclusively for an instant: a generator opening meanwhile
 /// waits that instant and tries again, never mistaking it for a member.
 pub(super) fn is_held(file: &File) -> io::Result<bool> {
-    match fs2::FileExt::try_lock_exclusive(file) {
-        Ok(()) => {
-            let _ = fs2::FileExt::unlock(file);
-            Ok(false)
-        }
-        Err(e) if e.kind() == fs2::lock_contended_error().kind() => Ok(true),
-        Err(e) => Err(e),
+    let taken = try_flock(file, Flock::Exclusive)?;
+    if taken {
+        let _ = fs2::FileExt::unlock(file);
     }
+    Ok(!taken)
 }
 
 /// Opens the shard's lock file as [`lock_shard`] does and joins the
@@ -297,19 +291,12 @@ pub(super) fn join_shard(
     let deadline = std::time::Instant::now() + wait;
     let mut attempt = 0u32;
     loop {
-        match fs2::FileExt::try_lock_exclusive(&lock) {
-            Ok(()) => return Ok((lock, lock_id, true)),
-            Err(e) if e.kind() != fs2::lock_contended_error().kind() => {
-                return Err(Error::io("lock", lock_path, e))
-            }
-            Err(_) => {}
+        let lock_error = |e| Error::io("lock", lock_path, e);
+        if try_flock(&lock, Flock::Exclusive).map_err(lock_error)? {
+            return Ok((lock, lock_id, true));
         }
-        match fs2::FileExt::try_lock_shared(&lock) {
-            Ok(()) => return Ok((lock, lock_id, false)),
-            Err(e) if e.kind() != fs2::lock_contended_error().kind() => {
-                return Err(Error::io("lock", lock_path, e))
-            }
-            Err(_) => {}
+        if try_flock(&lock, Flock::Shared).map_err(lock_error)? {
+            return Ok((lock, lock_id, false));
         }
         let now = std::time::Instant::now();
         if now >= deadline {

@@ -1,6 +1,9 @@
-//! The only place the disk is touched: the state directory, each shard's
-//! lock file and state file, and restarting a shard whose state cannot be
-//! trusted.
+//! The state directory, every file a generator keeps in it (each shard's
+//! lock, claim and state files), and restarting a shard whose state cannot
+//! be trusted. The other files the crate touches are the per-host lock's
+//! (a file in `/run/lock`, and what it reads of `/proc`: see
+//! [`host_lock`](crate::host_lock)) and a PostgreSQL lease's `sslrootcert`
+//! (feature `postgres-lease`, `lease::postgres`), read only.
 //!
 //! Applications that only issue IDs never call this module; it documents
 //! what their generator keeps on disk and is public for tools that look
@@ -447,8 +450,6 @@ mod wait;
 
 pub(crate) use claim::{boot_known, Claims};
 pub(crate) use format::check_layout;
-#[doc(hidden)]
-pub use format::checksum;
 pub use format::{StateFile, STATE_VERSION};
 pub use inspect::{inspect, StateReport};
 pub use options::RecoverOptions;

@@ -21,6 +21,7 @@ use super::lock_file::{
 use super::paths::{cleaned, lock_path, state_name, state_path};
 use super::trust::{file_id, id_at, open_dir, read_in};
 use crate::error::{Error, Result};
+use crate::flock::{change_flock, try_flock, Flock};
 use crate::host_lock::{DirIdentity, HostLock};
 
 /// A locked shard in a state directory: the exclusive right to read and
@@ -136,7 +137,7 @@ impl Store {
     /// on others may join.
     pub(crate) fn share(&self) -> Result<()> {
         if self.claim.is_some() && self.first {
-            fs2::FileExt::try_lock_shared(&self.lock)
+            change_flock(&self.lock, Flock::Shared)
                 .map_err(|e| Error::io("share the lock of", &self.lock_path, e))?;
         }
         Ok(())
@@ -147,7 +148,7 @@ impl Store {
     /// its shared hold, so call it only when closing). Always, for an
     /// exclusive holder.
     pub(crate) fn is_last(&self) -> bool {
-        self.claim.is_none() || fs2::FileExt::try_lock_exclusive(&self.lock).is_ok()
+        self.claim.is_none() || try_flock(&self.lock, Flock::Exclusive).unwrap_or(false)
     }
 
     /// Takes the shard's short lock, which members hold while they draw a

@@ -105,7 +105,7 @@ pub(super) struct Inner<C> {
     /// Apart from the hot fields: locking writes the mutex, and everything
     /// in `Cold` is written under it.
     cold: Padded<Mutex<Cold>>,
-    /// Signals the extender (new request, closing) and waiters (reservation
+    /// Signals the reservation thread (new request, closing) and waiters (reservation
     /// done or failed).
     changed: Condvar,
 }

@@ -17,9 +17,9 @@ use super::row::Granted;
 use super::sql::{self, create_table, prepare_space};
 use super::target::Target;
 use super::{release, server_time, MAX_TRIES, UNDEFINED_TABLE};
-use crate::lease::interface::{host_time, Ask, Grant, Held};
+use crate::lease::interface::{Ask, Grant, Held};
 use crate::lease::record::Record;
-use crate::lease::renewal::check_skew;
+use crate::lease::skew::{check_skew, host_time};
 use crate::lease::LeaseError;
 use crate::lease::LeaseResult as Result;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::conn::{literal, number, off_runtime, Answer, Conn, Failure};
 use super::replication::{Setup, PROBE};
 use super::server_time;
-use super::sql::TABLE;
+use super::target::TABLE;
 use super::target::{quote, Target};
 use crate::layout::Layout;
 use crate::lease::LeaseConfig;
@@ -481,7 +481,7 @@ fn rows(a: &mut Audit<'_>, layout: &Layout, range: &std::ops::RangeInclusive<u32
                  FILTER (WHERE holder LIKE {database}) \
          FROM {table} WHERE space = {space} AND shard BETWEEN {first} AND {last}",
         stuck = STUCK_AFTER.as_secs(),
-        database = literal(&format!("{}%", super::sql::database::HOLDER_PREFIX)),
+        database = literal(&format!("{}%", super::sql::HOLDER_PREFIX)),
         layout = literal(&layout.fingerprint()),
         table = a.target.table(),
         space = literal(&a.config.prefix),
@@ -553,7 +553,7 @@ fn rows(a: &mut Audit<'_>, layout: &Layout, range: &std::ops::RangeInclusive<u32
 /// fine while its counter is there; stuck for good when the functions
 /// were dropped by hand, without the uninstall script.
 fn database_shard(a: &mut Audit<'_>, layout: &Layout, shard: &str, holder: &str) {
-    let function = holder.trim_start_matches(super::sql::database::HOLDER_PREFIX);
+    let function = holder.trim_start_matches(super::sql::HOLDER_PREFIX);
     let counter = function
         .strip_suffix("_next_id()")
         .map(|f| format!("{f}_counter"));

@@ -11,15 +11,14 @@
 //! it.
 
 use std::io;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::runtime::{Builder, Runtime};
 use tokio::task::JoinHandle;
 use tokio_postgres::error::{DbError, Severity, SqlState};
-use tokio_postgres::{AsyncMessage, Client, Connection, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
+use super::notices::Notices;
 use super::target::Target;
 use super::ENGINE;
 use crate::lease::{LeaseConfig, LeaseError};
@@ -441,47 +440,6 @@ fn ended(e: &tokio_postgres::Error) -> bool {
 /// ...", sent as a notice before the commit's normal completion.
 fn is_cancelled_sync_wait(notice: &DbError) -> bool {
     notice.code() == &SqlState::WARNING && notice.message().contains("synchronous replication")
-}
-
-/// The notices a connection's server sent, kept by the task that drives
-/// the connection until the caller takes them. `tokio-postgres` hands
-/// notices only to a connection driven with `poll_message` (driven as a
-/// plain future it logs and drops them), and it delivers a notice before
-/// the messages that follow it, so a statement's notices are here when the
-/// statement's answer is.
-#[derive(Clone, Default)]
-pub(super) struct Notices(Arc<Mutex<Vec<DbError>>>);
-
-impl Notices {
-    fn take(&self) -> Vec<DbError> {
-        std::mem::take(&mut *crate::sync::lock(&self.0))
-    }
-
-    /// Drives `connection` until it closes, keeping its notices.
-    pub(super) async fn drive<S, T>(self, mut connection: Connection<S, T>)
-    where
-        S: AsyncRead + AsyncWrite + Unpin,
-        T: AsyncRead + AsyncWrite + Unpin,
-    {
-        loop {
-            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                Some(Ok(AsyncMessage::Notice(notice))) => {
-                    log::debug!(
-                        "PostgreSQL lease connection: {}: {}",
-                        notice.severity(),
-                        notice.message()
-                    );
-                    crate::sync::lock(&self.0).push(notice);
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    log::debug!("PostgreSQL lease connection closed: {e}");
-                    return;
-                }
-                None => return,
-            }
-        }
-    }
 }
 
 /// `text` as an SQL string literal that means the same whatever

@@ -7,7 +7,7 @@ use super::history::whole_seconds;
 use super::sql::database::{self, Limits, Names};
 use super::target::Target;
 use crate::layout::Layout;
-use crate::lease::engines::scheme;
+use crate::lease::schemes::scheme;
 use crate::lease::{LeaseConfig, LeaseError, LeaseResult};
 
 /// The SQL that makes PostgreSQL itself a holder of one shard of an ID
@@ -202,5 +202,5 @@ impl DatabaseHolder {
 /// Whether a row's holder is the database (a token [`DatabaseHolder`]
 /// wrote): such a lease never expires and is given back by uninstalling.
 pub(super) fn is_database(holder: Option<&str>) -> bool {
-    holder.is_some_and(|h| h.starts_with(database::HOLDER_PREFIX))
+    holder.is_some_and(|h| h.starts_with(super::sql::HOLDER_PREFIX))
 }

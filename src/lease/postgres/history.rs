@@ -128,8 +128,7 @@ use super::retry::Stop;
 use super::sql::{self, create_table};
 use super::target::Target;
 use super::{server_time, UNDEFINED_TABLE};
-use crate::lease::interface::host_time;
-use crate::lease::renewal::check_skew;
+use crate::lease::skew::{check_skew, host_time};
 use crate::lease::LeaseConfig;
 
 /// A history the rows may have forgotten: why, and the second every row

@@ -535,6 +535,7 @@ mod database;
 mod held;
 mod history;
 mod inspect;
+mod notices;
 mod release;
 mod replication;
 mod retry;

@@ -8,9 +8,14 @@ use tokio::task::JoinHandle;
 use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
 use tokio_postgres::{Client, Config, NoTls};
 
-use super::conn::Notices;
+use super::notices::Notices;
 use super::tls::tls_for;
 use crate::lease::{LeaseConfig, LeaseError};
+
+/// The table's name.
+pub(super) const TABLE: &str = "idutil_lease";
+/// The history table's name (see [`history`](super::history)).
+pub(super) const HISTORY: &str = "idutil_lease_history";
 
 /// The schema of the lease table when neither the URL nor the
 /// configuration names one.
@@ -101,12 +106,12 @@ impl Target {
     /// whatever the session's `search_path`, so roles whose search paths
     /// differ share one table.
     pub(super) fn table(&self) -> String {
-        format!("{}.{}", quote(&self.schema), quote(super::sql::TABLE))
+        format!("{}.{}", quote(&self.schema), quote(TABLE))
     }
 
     /// The history table beside the lease table, schema-qualified as it is.
     pub(super) fn history_table(&self) -> String {
-        format!("{}.{}", quote(&self.schema), quote(super::sql::HISTORY))
+        format!("{}.{}", quote(&self.schema), quote(HISTORY))
     }
 
     /// The ports the URL names.
@@ -219,7 +224,6 @@ fn per_host(config: &Config) -> Vec<Config> {
                 Some(Host::Tcp(host)) => {
                     one.host(host);
                 }
-                #[cfg(unix)]
                 Some(Host::Unix(path)) => {
                     one.host_path(path);
                 }

@@ -6,7 +6,7 @@
 //! jumped into it), `Inner::tick` (the cursor moved up to the clock),
 //! `Inner::jump_to`, `Inner::publish_limit` (the limit and its clamp to
 //! the block) and the reservation thread's publishing of a new limit
-//! (`extend_until_closed`). The clock is an atomic the test moves, the
+//! (`reservation_thread`). The clock is an atomic the test moves, the
 //! durable layer a reservation that lands at once, and the claim file a
 //! counter behind a lock (`shared::draw`'s arithmetic) that another
 //! process draws from too.
@@ -293,7 +293,7 @@ impl Inner {
         self.limit.store(limit, Release);
     }
 
-    /// One pass of the reservation thread (`extend_until_closed`): the
+    /// One pass of the reservation thread (`Inner::reservation_thread`): the
     /// wanted reservation written, the trigger moved, the limit
     /// published.
     pub fn extend(&self) {

@@ -126,10 +126,16 @@ fn the_lease_model_s_rules_are_the_code_s() {
         renewal,
         "if renewed.mark.unwrap_or(0) < known {",
     );
+    let skew = include_str!("../../../src/lease/skew.rs");
+    has(
+        "lease/skew.rs",
+        skew,
+        "ahead.abs() > config.max_skew.as_secs_f64()",
+    );
     has(
         "lease/renewal.rs",
         renewal,
-        "(ahead.abs() > config.max_skew.as_secs_f64())",
+        "check_skew(&self.config, Some(self.shard), host_time(), server)",
     );
     let acquire = include_str!("../../../src/lease/postgres/acquire.rs");
     has("postgres/acquire.rs", acquire, "history::check_space(");

@@ -5,7 +5,7 @@
 use super::super::conn::literal;
 use super::super::target::{quote, Target};
 use super::super::EPOCH_MAX;
-use super::{history, strangers, WRITTEN_BY};
+use super::{history, strangers, HOLDER_PREFIX, WRITTEN_BY};
 use crate::layout::Layout;
 
 /// What the database's writes of the lease table record as the row's
@@ -28,9 +28,6 @@ fn stamp(table: &str, space: &str) -> String {
 
 /// The install script, with `@NAME@` holes.
 const INSTALL: &str = include_str!("database.sql");
-
-/// How the token of a database holder starts (then `SCHEMA.NAME_next_id()`).
-pub(in super::super) const HOLDER_PREFIX: &str = "database function ";
 
 /// The first key of the counter's advisory lock ("iddb"); the second is
 /// [`Names::key`].

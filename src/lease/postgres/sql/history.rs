@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use super::super::conn::literal;
 use super::super::target::Target;
-use super::database::HOLDER_PREFIX;
-use super::{lock_timeout, strangers, WRITER, WRITTEN_BY};
+use super::{lock_timeout, strangers, HOLDER_PREFIX, WRITER, WRITTEN_BY};
 
 /// The advisory lock taken while the history table is created, and (as
 /// the first key, with the ID space's hash) while an ID space is checked.

@@ -11,15 +11,11 @@ use std::time::Duration;
 
 use super::conn::{literal, Conn, Failure};
 use super::retry::Stop;
-use super::target::{quote, Target};
+use super::target::{quote, Target, TABLE};
 use super::EPOCH_MAX;
 use crate::lease::interface::Ask;
 use crate::lease::LeaseError;
 
-/// The table's name.
-pub(super) const TABLE: &str = "idutil_lease";
-/// The history table's name (see [`history`](super::history)).
-pub(super) const HISTORY: &str = "idutil_lease_history";
 /// The advisory lock taken while the table or an ID space's rows are
 /// created ("idut").
 pub(super) const LOCK_KEY: i64 = 0x6964_7574;
@@ -34,6 +30,9 @@ const GRANTED: &str = "t.shard, t.epoch, t.high_water, t.last_second, t.last_seq
 /// lease sets it (see [`history`](super::history), *Rows the lease did not
 /// write*).
 pub(super) const WRITTEN_BY: &str = "written_by";
+/// How the token of a database holder starts (then `SCHEMA.NAME_next_id()`:
+/// see [`database`]).
+pub(super) const HOLDER_PREFIX: &str = "database function ";
 
 /// What every write of the lease stores in [`WRITTEN_BY`]: the writing
 /// transaction's ID, with its epoch (64 bits), which is what the row's

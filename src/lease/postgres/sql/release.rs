@@ -28,7 +28,7 @@ pub(in super::super) fn stuck(table: &str, space: &str, (first, last): (u32, u32
 /// had left.
 pub(in super::super) fn release(table: &str, space: &str, shard: u32) -> String {
     let space = literal(space);
-    let database = literal(&format!("{}%", super::database::HOLDER_PREFIX));
+    let database = literal(&format!("{}%", super::HOLDER_PREFIX));
     format!(
         "WITH old AS (SELECT holder, expires_at, \
                  (expires_at > clock_timestamp() + {STUCK} \
