@@ -7,7 +7,7 @@
 //!
 //! Four million IDs are a minute of borrowed seconds for idutil (65,536
 //! per second per shard), so a round crosses 61 second boundaries and
-//! several reservation writes: the slow path and the reservation thread are
+//! several reservation writes: the slow path and the shard thread are
 //! part of what is measured, as they are in a real burst. Each round of
 //! `Generator::next_id()` opens a fresh generator in a fresh state
 //! directory; `IdUtil::next_id()` is the one process-wide generator, so its
@@ -15,7 +15,7 @@
 //! service's would.
 //!
 //! Beside the wall time, the process's CPU time per ID over the round
-//! (every thread: the callers, the clock threads, the reservation thread):
+//! (every thread: the callers, the clock threads, the shard thread):
 //! on a 2-core machine that other work shares, wall time also counts the
 //! time other processes held the cores, CPU time does not, but it does not
 //! count waiting on the disk either.
@@ -52,7 +52,7 @@ const BATCH: u64 = 1_000_000;
 const BATCHES_PER_ROUND: u64 = 16;
 
 /// CPU time used by the whole process so far, every thread counted (the
-/// callers, the clock threads and the reservation thread), in nanoseconds.
+/// callers, the clock threads and the shard thread), in nanoseconds.
 fn process_cpu() -> u128 {
     let mut t = libc::timespec {
         tv_sec: 0,

@@ -15,7 +15,7 @@
 //! `cargo test --benches` it runs 100,000 calls as a smoke test.
 //!
 //! Generating flat out borrows a second every 65,536 IDs, so the generator
-//! runs far ahead of the clock here and its reservation thread keeps writing
+//! runs far ahead of the clock here and its shard thread keeps writing
 //! the state file: the worst case for "no call waits on the disk".
 
 use std::alloc::{GlobalAlloc, Layout, System};

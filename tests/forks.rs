@@ -350,7 +350,7 @@ fn run_child(
 /// call made directly, glibc's `_Fork`), of a process sharing its shard
 /// and of one holding it alone: its copy of the parent's generator must
 /// refuse at once, never issue the IDs left in its parent's block nor
-/// wait for ever on the reservation thread that stayed in the parent.
+/// wait for ever on the shard thread that stayed in the parent.
 #[test]
 fn a_child_of_a_raw_fork_refuses_and_never_repeats_its_parents_ids() {
     let mut problems = Vec::new();

@@ -27,7 +27,7 @@ use unleased::{Lease, LeaseConfig};
 pub(crate) use open::{open, Request, Settings};
 pub(crate) use shared::{Ask, Block, ClockVerdict};
 
-/// The shard's durable state, owned by the generator's reservation thread:
+/// The shard's durable state, owned by the generator's shard thread:
 /// the only writer while the generator runs. Dropping it releases the
 /// shard's locks.
 pub(crate) struct Durable {
@@ -42,7 +42,7 @@ pub(crate) struct Durable {
 pub(crate) struct ShardHold {
     lease: Option<Arc<Lease>>,
     /// A member's store, to draw blocks from; `None` for an exclusive
-    /// holder, which never draws. Owned by the reservation thread: gone,
+    /// holder, which never draws. Owned by the shard thread: gone,
     /// with the shard's locks, once the generator closed.
     shared: Option<Weak<Store>>,
 }

@@ -176,7 +176,7 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// in a quarter second ([`HEADROOM`](crate::HEADROOM)) at its recent rate,
 /// nothing for a generator that follows the clock, about 380 borrowed
 /// seconds for one thread issuing flat out. The generator's reservation
-/// thread (named `idutil-reservation-N`, N its shard) writes the next
+/// thread (named `idutil-shard-N`, N its shard) writes the next
 /// reservation when half the room is used, so the hot path does
 /// not wait on the disk unless the disk cannot write a small file in an
 /// eighth of a second.
@@ -223,7 +223,7 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 ///
 /// A child created by `fork()` gets a copy of every generator its parent
 /// had open: the same position and the same locks, through the
-/// descriptors it inherited, but not its reservation thread. Issuing from
+/// descriptors it inherited, but not its shard thread. Issuing from
 /// that copy would repeat the parent's IDs, so a child never does: a
 /// `pthread_atfork` hook, installed when the first generator opens, counts
 /// forks in the child, and the first call on a generator opened before the
@@ -261,8 +261,8 @@ const MIN_RATE_SPAN: Duration = Duration::from_millis(25);
 /// parent may issue too.
 pub struct Generator<C: Clock = SystemClock> {
     inner: Arc<Inner<C>>,
-    /// The reservation thread (`inner/reserve.rs`).
-    reservation_thread: Mutex<Option<JoinHandle<Result<()>>>>,
+    /// The shard thread (`inner/reserve.rs`).
+    shard_thread: Mutex<Option<JoinHandle<Result<()>>>>,
     /// Whether it is ephemeral ([`Builder::ephemeral`]).
     ephemeral: bool,
     /// The settings it was opened with: a child of `fork()` opens its own
@@ -468,12 +468,12 @@ impl<C: Clock> Generator<C> {
     /// replaced (then nothing is written).
     pub fn close(&self) -> Result<()> {
         if self.inner.forked() {
-            // A child of `fork()`: the reservation thread and the state
+            // A child of `fork()`: the shard thread and the state
             // file are the parent's, and the locks of this copy may have
             // been held by a parent thread at the fork. Stop this copy
             // without touching either; the parent closes the shard.
             self.inner.stop_forked_copy();
-            if let Ok(mut thread) = self.reservation_thread.try_lock() {
+            if let Ok(mut thread) = self.shard_thread.try_lock() {
                 // No such thread in the child: joining it would wait for
                 // ever, detaching it would free what the parent's copy owns.
                 std::mem::forget(thread.take());
@@ -484,7 +484,7 @@ impl<C: Clock> Generator<C> {
                 None => Ok(()),
             };
         }
-        let Some(handle) = crate::sync::lock(&self.reservation_thread).take() else {
+        let Some(handle) = crate::sync::lock(&self.shard_thread).take() else {
             return Ok(());
         };
         self.inner.begin_close();
@@ -492,7 +492,7 @@ impl<C: Clock> Generator<C> {
             Err(Error::io(
                 "close",
                 self.inner.path(),
-                io::Error::other("the reservation thread panicked"),
+                io::Error::other("the shard thread panicked"),
             ))
         })
     }

@@ -1,6 +1,6 @@
 //! Opening a generator from its [`Builder`]: the clock checked against the
 //! layout, the shard and its state file taken, the restart planned, the
-//! first window reserved and the reservation thread started.
+//! first window reserved and the shard thread started.
 
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -122,7 +122,7 @@ fn check_clock(layout: &Layout, now_unix: u64, usable_last: u64) -> Result<()> {
 }
 
 /// Plans the restart of the shard `durable` holds, reserves the first
-/// window and starts the reservation thread.
+/// window and starts the shard thread.
 fn start<C: Clock>(
     b: Builder<C>,
     recipe: Builder<C>,
@@ -175,25 +175,25 @@ fn start<C: Clock>(
         forks,
     });
     let worker = Arc::clone(&inner);
-    let reservation_thread = thread::Builder::new()
-        .name(reservation_thread_name(shard))
-        .spawn(move || worker.reservation_thread(durable))
+    let shard_thread = thread::Builder::new()
+        .name(shard_thread_name(shard))
+        .spawn(move || worker.shard_thread(durable))
         .map_err(|e| {
             inner.give_up_unissued();
-            Error::io("start the reservation thread for", inner.path(), e)
+            Error::io("start the shard thread for", inner.path(), e)
         })?;
     Ok(Generator {
         inner,
-        reservation_thread: Mutex::new(Some(reservation_thread)),
+        shard_thread: Mutex::new(Some(shard_thread)),
         ephemeral: b.ephemeral,
         recipe,
         child: Default::default(),
     })
 }
 
-/// The reservation thread's name, as [`Generator`]'s docs give it.
-fn reservation_thread_name(shard: u32) -> String {
-    format!("idutil-reservation-{shard}")
+/// The shard thread's name, as [`Generator`]'s docs give it.
+fn shard_thread_name(shard: u32) -> String {
+    format!("idutil-shard-{shard}")
 }
 
 /// Where a generator that holds the shard alone, or first of the processes
@@ -378,12 +378,12 @@ mod tests {
     use crate::layout::Layout;
 
     #[test]
-    fn the_reservation_thread_is_named_after_its_shard() {
+    fn the_shard_thread_is_named_after_its_shard() {
         let generator = crate::Builder::ephemeral().shard(7).open().unwrap();
-        let name = crate::sync::lock(&generator.reservation_thread)
+        let name = crate::sync::lock(&generator.shard_thread)
             .as_ref()
             .and_then(|handle| handle.thread().name().map(str::to_owned));
-        assert_eq!(name.as_deref(), Some("idutil-reservation-7"));
+        assert_eq!(name.as_deref(), Some("idutil-shard-7"));
         generator.close().unwrap();
     }
 

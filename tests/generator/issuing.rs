@@ -225,7 +225,7 @@ fn a_failed_reservation_write_stops_at_the_durable_mark_and_recovers() {
     };
     assert!(matches!(err, Error::Io { .. }), "{err}");
     assert!(err.to_string().contains("state"), "{err}");
-    // The caller waited on the reservation thread's write: it gets that
+    // The caller waited on the shard thread's write: it gets that
     // write's own I/O error as the source, the system's error number
     // included, not a copy of its text.
     let source = std::error::Error::source(&err)

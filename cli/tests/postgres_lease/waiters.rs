@@ -14,7 +14,7 @@ use crate::{leased, server};
 /// at once ask for more IDs than the reserved window holds: the
 /// reservation's raise of the row fails, and every call that waited on it
 /// gets [`Error::Lease`] naming the lost shard, in every build (the
-/// reservation thread's error is shared with its waiters, not rebuilt per
+/// shard thread's error is shared with its waiters, not rebuilt per
 /// variant). The TTL is long, so the renewal does not notice first: the
 /// errors come from the failed reservation.
 #[test]

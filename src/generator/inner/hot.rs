@@ -144,7 +144,7 @@ impl<C: Clock> Inner<C> {
         if self.forked() {
             // A child made without the fork hook, where the hot path
             // cannot tell: the locks below may have been held by a thread
-            // of its parent, and the reservation thread stayed there.
+            // of its parent, and the shard thread stayed there.
             return Err(self.forked_error());
         }
         let layout = self.hot.layout;

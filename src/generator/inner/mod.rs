@@ -49,7 +49,7 @@ impl<T> std::ops::Deref for Padded<T> {
 }
 
 /// What the hot path reads besides the cursor: written only by the slow
-/// path and the reservation thread, when the limit or the clock changes,
+/// path and the shard thread, when the limit or the clock changes,
 /// never on every ID.
 struct Hot<C> {
     /// The first counter value the hot path may not issue without asking
@@ -74,7 +74,7 @@ struct Hot<C> {
 }
 
 /// A generator's shared state: the cursor, what the hot path reads, what
-/// the slow path and the reservation thread need besides, and the cold
+/// the slow path and the shard thread need besides, and the cold
 /// state behind its mutex.
 pub(super) struct Inner<C> {
     /// The next counter value to hand out (the layout makes and reads
@@ -105,7 +105,7 @@ pub(super) struct Inner<C> {
     /// Apart from the hot fields: locking writes the mutex, and everything
     /// in `Cold` is written under it.
     cold: Padded<Mutex<Cold>>,
-    /// Signals the reservation thread (new request, closing) and waiters (reservation
+    /// Signals the shard thread (new request, closing) and waiters (reservation
     /// done or failed).
     changed: Condvar,
 }
@@ -367,7 +367,7 @@ impl<C: Clock> Inner<C> {
         self.lock().reserved
     }
 
-    /// Stops issuing and tells the reservation thread to close the shard.
+    /// Stops issuing and tells the shard thread to close the shard.
     pub(in crate::generator) fn begin_close(&self) {
         self.cursor.0.fetch_or(CLOSED, Relaxed);
         let mut cold = self.lock();
@@ -383,7 +383,7 @@ impl<C: Clock> Inner<C> {
         self.cursor.0.fetch_or(CLOSED, Relaxed);
     }
 
-    /// Nothing was issued and no reservation thread runs: give the lease
+    /// Nothing was issued and no shard thread runs: give the lease
     /// back (and stop its renewal thread) before the generator goes away.
     pub(in crate::generator) fn give_up_unissued(&self) {
         self.hold.give_up(0);

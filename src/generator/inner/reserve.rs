@@ -1,6 +1,6 @@
 //! The reservation: how far ahead to reserve (`request`, `headroom`), the
 //! limit the hot path may run to (`publish_limit`), and the thread that
-//! writes each reservation and the clean close (`reservation_thread`).
+//! writes each reservation and the clean close (`shard_thread`).
 
 use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::thread;
@@ -19,7 +19,7 @@ use crate::generator::{HEADROOM, MAX_HEADROOM, MIN_BLOCK, MIN_RATE_SPAN};
 const MAX_REPLACED_WAIT: u64 = 60;
 
 impl<C: Clock> Inner<C> {
-    /// Asks the reservation thread to reserve past `second`: a window ahead, plus
+    /// Asks the shard thread to reserve past `second`: a window ahead, plus
     /// [`HEADROOM`] of issuing at the recent rate. The reservation never
     /// depends on the lead, so a restart after a crash, which starts after
     /// the reservation, skips at most that much: N crashes in a row cost N
@@ -130,9 +130,9 @@ impl<C: Clock> Inner<C> {
         self.hot.limit.store(limit, Release);
     }
 
-    /// The reservation thread: the only writer of the state file while the
+    /// The shard thread: the only writer of the state file while the
     /// generator runs, so writes never overtake each other.
-    pub(in crate::generator) fn reservation_thread(&self, durable: Durable) -> Result<()> {
+    pub(in crate::generator) fn shard_thread(&self, durable: Durable) -> Result<()> {
         let layout = self.hot.layout;
         let mut cold = self.lock();
         while !cold.closing {

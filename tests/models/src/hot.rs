@@ -5,8 +5,8 @@
 //! reservation wait, the block drawn from the shard's counter, the cursor
 //! jumped into it), `Inner::tick` (the cursor moved up to the clock),
 //! `Inner::jump_to`, `Inner::publish_limit` (the limit and its clamp to
-//! the block) and the reservation thread's publishing of a new limit
-//! (`reservation_thread`). The clock is an atomic the test moves, the
+//! the block) and the shard thread's publishing of a new limit
+//! (`shard_thread`). The clock is an atomic the test moves, the
 //! durable layer a reservation that lands at once, and the claim file a
 //! counter behind a lock (`shared::draw`'s arithmetic) that another
 //! process draws from too.
@@ -16,7 +16,7 @@
 //! flags other than `CLOSED`, the rate that sizes blocks) only ever
 //! lowers the limit or stops issuing. A call that needs a reservation
 //! writes it itself, under the lock, where the code's waits for the
-//! reservation thread with the lock let go; the trigger is set as for a
+//! shard thread with the lock let go; the trigger is set as for a
 //! generator that borrows.
 //!
 //! What loom cannot show: it runs the threads one step at a time, so a
@@ -93,7 +93,7 @@ impl Shard {
     }
 }
 
-/// `Cold`: what the slow path and the reservation thread share under the
+/// `Cold`: what the slow path and the shard thread share under the
 /// lock.
 #[derive(Debug)]
 pub struct Cold {
@@ -210,7 +210,7 @@ impl Inner {
         self.cursor.fetch_max(to, Relaxed)
     }
 
-    /// `Inner::request`: ask the reservation thread for `second` and a
+    /// `Inner::request`: ask the shard thread for `second` and a
     /// window more.
     fn request(&self, cold: &mut Cold, second: u64) {
         let target = (second + WINDOW).min(USABLE_LAST);
@@ -231,7 +231,7 @@ impl Inner {
                 return Err(Stop::EndOfRange);
             }
             if second > cold.reserved {
-                // The call waits for the reservation thread's write; here
+                // The call waits for the shard thread's write; here
                 // the write lands at once (`extend` below, under the lock).
                 self.request(&mut cold, second);
                 self.extend_locked(&mut cold);
@@ -293,7 +293,7 @@ impl Inner {
         self.limit.store(limit, Release);
     }
 
-    /// One pass of the reservation thread (`Inner::reservation_thread`): the
+    /// One pass of the shard thread (`Inner::shard_thread`): the
     /// wanted reservation written, the trigger moved, the limit
     /// published.
     pub fn extend(&self) {

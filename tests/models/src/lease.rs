@@ -357,7 +357,7 @@ impl LeasedShard {
         h.cursor = to + 1;
     }
 
-    /// The reservation thread's raise to `target` (`Lease::raise`).
+    /// The shard thread's raise to `target` (`Lease::raise`).
     fn raise(&self, s: &State, i: usize, target: u32) -> Option<State> {
         let h = &s.holders[i];
         if !h.running || target <= h.reserved {

@@ -496,7 +496,7 @@ impl SharedShard {
         Some(n)
     }
 
-    /// The reservation thread's write: `shared::save` of a mark at
+    /// The shard thread's write: `shared::save` of a mark at
     /// `target`.
     fn reserve(&self, s: &State, i: usize, target: u8) -> Option<State> {
         let mut claims = self.claims(s, i);

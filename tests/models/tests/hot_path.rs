@@ -1,6 +1,6 @@
 //! The hot path under loom (see `idutil_models::hot`): two threads of one
 //! generator take values and batches while another process draws from
-//! the shared counter, the clock moves and the reservation thread
+//! the shared counter, the clock moves and the shard thread
 //! publishes a new limit. No value is handed out twice, each thread's
 //! values increase, and every value lies in a block the generator drew.
 
@@ -60,7 +60,7 @@ fn scenario(variant: Variant, second: &'static [u64]) {
         let (shard, clock, inner) = (Arc::clone(&shard), Arc::clone(&clock), Arc::clone(&inner));
         loom::thread::spawn(move || {
             // Another process draws one value, the clock moves on, the
-            // reservation thread writes what was asked.
+            // shard thread writes what was asked.
             let (start, end, _) = shard.lock().unwrap().draw(0, 1, 1, 0);
             clock.store(1, Relaxed);
             inner.extend();
