@@ -60,8 +60,11 @@ pub fn renewal_and_fence<E: Engine>() {
         a_last - cut,
         b_at - cut
     );
+    // A was issuing at the cut, so its last renewal was sent less than
+    // three quarters of the TTL before it; the store keeps the lease a
+    // full TTL from that renewal, and frees it soon after.
     assert!(
-        b_at >= cut + TTL / 2 && b_at < cut + TTL + Duration::from_secs(1),
+        b_at > cut + TTL / 4 && b_at < cut + TTL + Duration::from_secs(1),
         "{}: the store freed the shard {:?} after the cut (TTL {TTL:?})",
         E::NAME,
         b_at - cut
