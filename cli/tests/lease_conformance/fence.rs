@@ -4,7 +4,7 @@
 //! the holder then finds its shard another's and stays stopped.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use idutil_harness::lease::{leased, open_when_free};
 use idutil_harness::proxy::Proxy;
@@ -62,9 +62,10 @@ pub fn renewal_and_fence<E: Engine>() {
     );
     // A was issuing at the cut, so its last renewal was sent less than
     // three quarters of the TTL before it; the store keeps the lease a
-    // full TTL from that renewal, and frees it soon after.
+    // full TTL from that renewal (and frees it then: B asked for the shard
+    // until `within`).
     assert!(
-        b_at > cut + TTL / 4 && b_at < cut + TTL + Duration::from_secs(1),
+        b_at > cut + TTL / 4,
         "{}: the store freed the shard {:?} after the cut (TTL {TTL:?})",
         E::NAME,
         b_at - cut
