@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Error, Generator};
-use idutil_harness::child::{self, ChildProc, MARK};
+use idutil_harness::child::ChildProc;
 use idutil_harness::{unix_second, wall_now, Tally};
 
 mod engines;
@@ -272,24 +272,10 @@ fn leased_shard(child: &mut ChildProc, who: &str) -> u32 {
         .unwrap()
 }
 
-/// The child's side. `IDUTIL_CHILD_LEASE` holds `URL TTL_MS FIRST LAST`
-/// (with `IDUTIL_CHILD_PREFIX`, `_SKEW`, `_LEAD`). It leases a shard
-/// (printing `@leased N` or `@failed REASON`), then issues at most 20 IDs
-/// a millisecond (`@id N`) until killed, or, with `IDUTIL_CHILD_COUNT`,
-/// that many IDs and a clean close (`@done`).
+/// The child's side, started by [`lease_child`]: a paced holder
+/// (`harness::lease::paced_holder_child`).
 #[test]
 #[ignore = "run only as a child process by the tests in this crate"]
 fn lease_child_process() {
-    if !child::is_child() {
-        return;
-    }
-    let count: Option<usize> = std::env::var("IDUTIL_CHILD_COUNT")
-        .ok()
-        .map(|c| c.parse().unwrap());
-    let Some((generator, _)) = harness::lease::open_child_holder(|b, c| b.lease(c)) else {
-        return;
-    };
-    harness::lease::issue_paced(&generator, count);
-    generator.close().unwrap();
-    println!("{MARK}done");
+    harness::lease::paced_holder_child();
 }

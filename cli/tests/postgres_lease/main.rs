@@ -147,26 +147,12 @@ fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// The child's side. `IDUTIL_CHILD_LEASE` holds `URL TTL_MS FIRST LAST`;
-/// the layout comes from `IDUTIL_LAYOUT`. It leases a shard (printing
-/// `@leased N` or `@failed REASON`), then issues at most 20 IDs a
-/// millisecond (`@id N`) until killed, or, with `IDUTIL_CHILD_COUNT`, that
-/// many IDs and a clean close (`@done`).
+/// The child's side: a paced holder
+/// (`harness::lease::paced_holder_child`), its layout from `IDUTIL_LAYOUT`.
 #[test]
 #[ignore = "run only as a child process by the tests in this file"]
 fn lease_child_process() {
-    if !child::is_child() {
-        return;
-    }
-    let count: Option<usize> = std::env::var("IDUTIL_CHILD_COUNT")
-        .ok()
-        .map(|c| c.parse().unwrap());
-    let Some((generator, _)) = harness::lease::open_child_holder(|b, c| b.lease(c)) else {
-        return;
-    };
-    harness::lease::issue_paced(&generator, count);
-    generator.close().unwrap();
-    println!("{MARK}done");
+    harness::lease::paced_holder_child();
 }
 
 /// A holder that bursts ahead of the clock, then hangs until killed: it

@@ -82,6 +82,25 @@ pub fn open_child_holder(
     Some((generator, rest))
 }
 
+/// A child holder from start to end, the entry point's whole body:
+/// leases as [`open_child_holder`] says, then issues as [`issue_paced`]
+/// does until killed or, with `IDUTIL_CHILD_COUNT`, that many IDs, then
+/// closes cleanly and prints `@done`. Does nothing outside a child.
+pub fn paced_holder_child() {
+    if !crate::child::is_child() {
+        return;
+    }
+    let count: Option<usize> = std::env::var("IDUTIL_CHILD_COUNT")
+        .ok()
+        .map(|c| c.parse().unwrap());
+    let Some((generator, _)) = open_child_holder(|b, c| b.lease(c)) else {
+        return;
+    };
+    issue_paced(&generator, count);
+    generator.close().unwrap();
+    println!("{MARK}done");
+}
+
 /// A child holder's loop: issues 20 IDs a millisecond at most, so that it
 /// never borrows seconds ahead of the clock, printing each (`@id N`) and
 /// each failed call (`@error REASON`, not fatal); returns once `count` IDs
