@@ -130,6 +130,22 @@
 //!   than that never raises the mark to it, so one bad clock cannot push a
 //!   shard into the future (to 2136, say) for the whole fleet.
 //!
+//! What an engine does not keep of these, and why:
+//!
+//! - **Redis: a mark lowered by hand while nobody holds the shard** (an
+//!   `HSET` of an older `high_water`, a `RESTORE` of the record, data
+//!   loaded without a restart) is not told apart: the record still carries
+//!   the server's current run ID, and nothing else in Redis says who wrote
+//!   it, so the next holder on another host resumes after the lowered mark
+//!   ([*Restarts, restores and
+//!   failovers*](redis#restarts-restores-and-failovers), *Not detected*).
+//!   A mark lowered under a live holder, a record deleted, and a copy put
+//!   back by a restart are told apart as on PostgreSQL.
+//!
+//! The repository's conformance suite, `cli/tests/lease_conformance/`,
+//! checks each of these promises against every engine, and each exception
+//! as documented.
+//!
 //! # The TTL trade-off
 //!
 //! A short TTL ([`LeaseConfig::ttl`]) frees a crashed holder's shard

@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use idutil::lease::{LeaseConfig, LeaseError};
-use idutil::{Error, Generator};
+use idutil::lease::LeaseConfig;
+use idutil::Generator;
 use idutil_harness::child::{self, MARK};
+use idutil_harness::lease::{is_no_free_shard, leased};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::{state_dir, Tally};
 
@@ -51,31 +52,9 @@ fn server() -> Option<Postgres> {
     })
 }
 
-/// A generator on `host` (its own state directory and ID space) that
-/// leases its shard with `config`.
-fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> idutil::Builder {
-    Generator::builder()
-        .id_space(harness::space_for(host.path()))
-        .state_dir(host.path())
-        .lease(config)
-}
-
-fn is_no_free_shard(e: &Error) -> bool {
-    matches!(e, Error::Lease(LeaseError::NoFreeShard { .. }))
-}
-
 /// Opens `builder`, retrying while no shard is free, until `within`.
 fn open_when_free(builder: &idutil::Builder, within: Duration) -> Generator {
-    let deadline = Instant::now() + within;
-    loop {
-        match builder.clone().open() {
-            Ok(g) => return g,
-            Err(e) if is_no_free_shard(&e) && Instant::now() < deadline => {
-                thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => panic!("could not lease a shard within {within:?}: {e}"),
-        }
-    }
+    harness::lease::open_when_free(builder, within).0
 }
 
 /// Issues 20 IDs a millisecond at most (never ahead of the clock) from
@@ -83,25 +62,17 @@ fn open_when_free(builder: &idutil::Builder, within: Duration) -> Generator {
 struct Driver {
     ids: Arc<Mutex<Vec<u64>>>,
     errors: Arc<Mutex<Vec<String>>>,
-    /// When the last call that issued was made: a call made after a
-    /// moment issued after it, however late its answer is read.
-    last_issue: Arc<Mutex<Option<Instant>>>,
     handle: Option<thread::JoinHandle<()>>,
 }
 impl Driver {
     fn start(g: Arc<Generator>, stop: Arc<AtomicBool>) -> Driver {
         let ids = Arc::new(Mutex::new(Vec::new()));
         let errors = Arc::new(Mutex::new(Vec::new()));
-        let last_issue = Arc::new(Mutex::new(None));
-        let (i, e, last) = (ids.clone(), errors.clone(), last_issue.clone());
+        let (i, e) = (ids.clone(), errors.clone());
         let handle = thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let asked = Instant::now();
                 match g.next_ids(20) {
-                    Ok(batch) => {
-                        i.lock().unwrap().extend(batch.map(u64::from));
-                        *last.lock().unwrap() = Some(asked);
-                    }
+                    Ok(batch) => i.lock().unwrap().extend(batch.map(u64::from)),
                     Err(err) => e.lock().unwrap().push(err.to_string()),
                 }
                 thread::sleep(Duration::from_millis(1));
@@ -110,7 +81,6 @@ impl Driver {
         Driver {
             ids,
             errors,
-            last_issue,
             handle: Some(handle),
         }
     }
@@ -177,26 +147,12 @@ fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// The child's side. `IDUTIL_CHILD_LEASE` holds `URL TTL_MS FIRST LAST`;
-/// the layout comes from `IDUTIL_LAYOUT`. It leases a shard (printing
-/// `@leased N` or `@failed REASON`), then issues at most 20 IDs a
-/// millisecond (`@id N`) until killed, or, with `IDUTIL_CHILD_COUNT`, that
-/// many IDs and a clean close (`@done`).
+/// The child's side: a paced holder
+/// (`harness::lease::paced_holder_child`), its layout from `IDUTIL_LAYOUT`.
 #[test]
 #[ignore = "run only as a child process by the tests in this file"]
 fn lease_child_process() {
-    if !child::is_child() {
-        return;
-    }
-    let count: Option<usize> = std::env::var("IDUTIL_CHILD_COUNT")
-        .ok()
-        .map(|c| c.parse().unwrap());
-    let Some((generator, _)) = harness::lease::open_child_holder(|b, c| b.lease(c)) else {
-        return;
-    };
-    harness::lease::issue_paced(&generator, count);
-    generator.close().unwrap();
-    println!("{MARK}done");
+    harness::lease::paced_holder_child();
 }
 
 /// A holder that bursts ahead of the clock, then hangs until killed: it

@@ -9,12 +9,11 @@ use idutil_harness as harness;
 
 use std::io::Write;
 use std::path::Path;
-use std::thread;
-use std::time::{Duration, Instant};
 
-use idutil::lease::{LeaseConfig, LeaseError};
+use idutil::lease::LeaseConfig;
 use idutil::{Error, Generator};
 use idutil_harness::child::{self, ChildProc, MARK};
+use idutil_harness::lease::{is_no_free_shard, leased, open_when_free};
 
 mod command;
 mod edges;
@@ -23,37 +22,6 @@ mod holders;
 mod outages;
 mod records;
 mod restarts;
-
-/// A generator on `host` (its own state directory and ID space) that
-/// leases its shard with `config`.
-fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> idutil::Builder {
-    Generator::builder()
-        .id_space(harness::space_for(host.path()))
-        .state_dir(host.path())
-        .lease(config)
-}
-
-fn is_no_free_shard(e: &Error) -> bool {
-    matches!(e, Error::Lease(LeaseError::NoFreeShard { .. }))
-}
-
-/// Opens a generator on a leased shard, retrying while every allowed shard
-/// is leased, until `within` has passed.
-fn open_when_free<C: idutil::Clock + Clone>(
-    builder: &idutil::Builder<C>,
-    within: Duration,
-) -> (Generator<C>, Instant) {
-    let deadline = Instant::now() + within;
-    loop {
-        match builder.clone().open() {
-            Ok(g) => return (g, Instant::now()),
-            Err(e) if is_no_free_shard(&e) && Instant::now() < deadline => {
-                thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("could not lease a shard within {within:?}: {e}"),
-        }
-    }
-}
 
 /// The child's side. `IDUTIL_CHILD_LEASE` holds `URL TTL_MS FIRST LAST
 /// MODE`. It leases a shard (printing `@leased N` or `@failed REASON`),

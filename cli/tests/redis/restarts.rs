@@ -1,5 +1,5 @@
-//! Redis started again: restored from an older copy of its data, between
-//! runs or under live holders; emptied; restarted again and again; or
+//! Redis started again: restored from an older copy of its data under
+//! live holders; emptied; restarted again and again; or
 //! without an append-only file at all. A shard whose record was not
 //! confirmed since Redis last started is held one TTL, then starts past
 //! what a holder can have issued (see the `redis` module's *Restarts,
@@ -48,38 +48,6 @@ fn drive(g: Arc<Generator>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Issued>
         }
         (batches, errors)
     })
-}
-
-/// A holder borrows seconds ahead of the clock (up to its lead cap) after a
-/// copy of Redis's data was taken, and closes; Redis is then restarted from
-/// that copy, whose record of the shard is older than what the holder
-/// issued. The next holder finds the record written before Redis last
-/// started, holds the lease one TTL and starts past the lead cap: after
-/// every ID issued before.
-#[test]
-fn restarted_from_an_older_copy_between_runs_issues_nothing_twice() {
-    let Some(mut redis) = RedisServer::start() else {
-        return;
-    };
-    seed_records(&redis, 3..=3);
-    let mut ledger = Ledger::new();
-    let (host_a, host_b) = (state_dir(), state_dir());
-    let a = leased(&host_a, config(&redis, 3..=3)).open().unwrap();
-    ledger.record(&ids(a.next_ids(1000)));
-    let copy = redis.snapshot();
-    // About 7 seconds ahead of the clock.
-    let burst = ids(a.next_ids(450_000));
-    assert!(a.lead() >= 5, "lead {}", a.lead());
-    ledger.record(&burst);
-    a.close().unwrap();
-    redis.restore(&copy);
-    // The copy holds the holder's lease, until it expires.
-    let (b, _) = crate::open_when_free(
-        &leased(&host_b, config(&redis, 3..=3)),
-        Duration::from_secs(20),
-    );
-    ledger.record_after_all(&ids(b.next_ids(1000)));
-    b.close().unwrap();
 }
 
 /// Two holders issue far ahead of the clock while Redis is killed and

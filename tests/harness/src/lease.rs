@@ -1,4 +1,4 @@
-//! What the lease tests of every engine share: child holders, paced issuing, hanging stores, 2136.
+//! What the lease tests of every engine share: leased builders, child holders, paced issuing, hanging stores, 2136.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -9,12 +9,45 @@ use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Builder, Clock, Error, Generator, Layout, ManualClock};
 
 use crate::child::{child_var, MARK};
-use crate::space::{state_dir, wall_now};
+use crate::space::{space_for, state_dir, wall_now};
+
+/// A generator on `host` (its own state directory and ID space) that
+/// leases its shard with `config`.
+pub fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> Builder {
+    Generator::builder()
+        .id_space(space_for(host.path()))
+        .state_dir(host.path())
+        .lease(config)
+}
+
+/// Whether opening failed because every shard that may be leased is.
+pub fn is_no_free_shard(e: &Error) -> bool {
+    matches!(e, Error::Lease(LeaseError::NoFreeShard { .. }))
+}
+
+/// Opens `builder`, retrying while every allowed shard is leased, until
+/// `within` has passed; the generator and when it opened.
+pub fn open_when_free<C: Clock + Clone>(
+    builder: &Builder<C>,
+    within: Duration,
+) -> (Generator<C>, Instant) {
+    let deadline = Instant::now() + within;
+    loop {
+        match builder.clone().open() {
+            Ok(g) => return (g, Instant::now()),
+            Err(e) if is_no_free_shard(&e) && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("could not lease a shard within {within:?}: {e}"),
+        }
+    }
+}
 
 /// A child holder's start: the lease `IDUTIL_CHILD_LEASE` names (`URL
 /// TTL_MS FIRST LAST`, then the fields of the test's own, returned; the
 /// skew limit and the lead cap from `IDUTIL_CHILD_SKEW` and
-/// `IDUTIL_CHILD_LEAD`, in seconds, if set),
+/// `IDUTIL_CHILD_LEAD`, in seconds, and the ID space from
+/// `IDUTIL_CHILD_PREFIX`, if set),
 /// opened with `lease` (the engine's builder method). Prints `@leased N`,
 /// or `@failed REASON` and returns `None`.
 pub fn open_child_holder(
@@ -32,6 +65,9 @@ pub fn open_child_holder(
     if let Ok(lead) = std::env::var("IDUTIL_CHILD_LEAD") {
         config = config.max_lead(Duration::from_secs(lead.parse().unwrap()));
     }
+    if let Ok(prefix) = std::env::var("IDUTIL_CHILD_PREFIX") {
+        config = config.prefix(prefix);
+    }
     let rest = f[4..].iter().map(|s| s.to_string()).collect();
     let mut out = std::io::stdout().lock();
     let generator = match lease(Generator::builder(), config).open() {
@@ -44,6 +80,25 @@ pub fn open_child_holder(
     writeln!(out, "{MARK}leased {}", generator.shard()).unwrap();
     out.flush().unwrap();
     Some((generator, rest))
+}
+
+/// A child holder from start to end, the entry point's whole body:
+/// leases as [`open_child_holder`] says, then issues as [`issue_paced`]
+/// does until killed or, with `IDUTIL_CHILD_COUNT`, that many IDs, then
+/// closes cleanly and prints `@done`. Does nothing outside a child.
+pub fn paced_holder_child() {
+    if !crate::child::is_child() {
+        return;
+    }
+    let count: Option<usize> = std::env::var("IDUTIL_CHILD_COUNT")
+        .ok()
+        .map(|c| c.parse().unwrap());
+    let Some((generator, _)) = open_child_holder(|b, c| b.lease(c)) else {
+        return;
+    };
+    issue_paced(&generator, count);
+    generator.close().unwrap();
+    println!("{MARK}done");
 }
 
 /// A child holder's loop: issues 20 IDs a millisecond at most, so that it

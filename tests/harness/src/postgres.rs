@@ -356,6 +356,26 @@ impl Postgres {
         }
     }
 
+    /// Runs one of the server's client programs (`pg_dump`, `pg_restore`)
+    /// as its superuser on database `postgres`, over the socket, with
+    /// `args`; panics if it fails.
+    pub fn client(&self, program: &str, args: &[&str]) {
+        let out = Command::new(self.program(program))
+            .arg("-h")
+            .arg(&self.socket_dir)
+            .args(["-p", &self.port.to_string(), "-U", "postgres"])
+            .args(["-d", "postgres"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Kills the server the way `pg_ctl stop -m immediate` does (SIGQUIT:
     /// no checkpoint, crash recovery at the next start).
     pub fn kill_immediate(&mut self) {

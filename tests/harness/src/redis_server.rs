@@ -223,16 +223,21 @@ impl Drop for RedisServer {
 /// so that opening them does not wait one TTL and start past the lead cap,
 /// as a shard whose history is unknown does.
 pub fn seed_records(redis: &RedisServer, shards: RangeInclusive<u32>) {
+    seed_records_in(redis, "idutil", shards);
+}
+
+/// [`seed_records`] in the ID space `prefix`.
+pub fn seed_records_in(redis: &RedisServer, prefix: &str, shards: RangeInclusive<u32>) {
     let mut conn = redis.conn();
     let now = wall_now();
     let run = redis.run_id();
     for shard in shards {
         redis::cmd("DEL")
-            .arg(format!("idutil:mark:{shard}"))
+            .arg(format!("{prefix}:mark:{shard}"))
             .exec(&mut conn)
             .unwrap();
         redis::cmd("HSET")
-            .arg(format!("idutil:mark:{shard}"))
+            .arg(format!("{prefix}:mark:{shard}"))
             .arg("high_water")
             .arg(now)
             .arg("seen")
