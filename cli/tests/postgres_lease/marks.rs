@@ -38,24 +38,30 @@ fn wait_for_loss(g: &Generator, how: &str) -> LeaseError {
 #[test]
 fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
     let Some(pg) = server() else { return };
-    // A deleted or truncated row makes the next holder raise past every
-    // reach (the lease docs' *Restores and rewound histories*): with this
-    // TTL and skew limit its first ID waits 7 s, not the 13 s the default
-    // skew limit (5 s) costs. The holder's own write-back of its mark is
-    // checked on the row itself, before the next holder comes.
+    // A truncated table (a new file node) makes the next holder raise past
+    // every reach (the lease docs' *Restores and rewound histories*): with
+    // this TTL and skew limit its first ID waits 7 s at most, not the 13 s
+    // the default skew limit (5 s) costs. The holder's own write-back of
+    // its mark is checked on the row itself, before the next holder comes.
     let (ttl, skew) = (Duration::from_secs(1), Duration::from_secs(2));
-    for (how, sql) in [
+    // Each round on a shard of its own, never used before: a round on the
+    // shard of the one before, its row deleted at the end, started with a
+    // raise, its holder issuing up to its lead cap ahead and writing back a
+    // mark a window and more beyond that, which the next holder then
+    // waited for (12 s).
+    for (shard, how, sql) in [
         (
+            3,
             "lowered",
             "UPDATE idutil_lease SET high_water = high_water - 100 WHERE shard = 3",
         ),
-        ("deleted", "DELETE FROM idutil_lease WHERE shard = 3"),
-        ("truncated", "TRUNCATE idutil_lease"),
+        (4, "deleted", "DELETE FROM idutil_lease WHERE shard = 4"),
+        (5, "truncated", "TRUNCATE idutil_lease"),
     ] {
         let config = LeaseConfig::new(pg.tcp_url())
             .ttl(ttl)
             .max_skew(skew)
-            .shards(3..=3);
+            .shards(shard..=shard);
         let (host_a, host_b) = (state_dir(), state_dir());
         let a = leased(&host_a, config.clone()).open().unwrap();
         let mut all = Tally::new();
@@ -65,11 +71,13 @@ fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
         all.add(burst, "A");
         pg.psql(sql);
         let err = wait_for_loss(&a, how);
-        assert_eq!(err.shard(), Some(3), "{how}");
+        assert_eq!(err.shard(), Some(shard), "{how}");
         thread::sleep(ttl);
         assert!(a.next_id().is_err(), "{how}: stopped for good");
         let mark: u64 = pg
-            .psql("SELECT high_water FROM idutil_lease WHERE shard = 3")
+            .psql(&format!(
+                "SELECT high_water FROM idutil_lease WHERE shard = {shard}"
+            ))
             .parse()
             .unwrap_or_else(|e| panic!("{how}: the row is not back: {e}"));
         let last_second = Id::from_u64(last).unwrap().unix_seconds();
@@ -86,7 +94,6 @@ fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
         );
         all.add(b.next_ids(10_000).unwrap().map(u64::from), "B");
         drop(b);
-        pg.psql("DELETE FROM idutil_lease");
     }
 }
 
