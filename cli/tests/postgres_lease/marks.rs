@@ -38,16 +38,30 @@ fn wait_for_loss(g: &Generator, how: &str) -> LeaseError {
 #[test]
 fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
     let Some(pg) = server() else { return };
-    let ttl = Duration::from_secs(1);
-    for (how, sql) in [
+    // A truncated table (a new file node) makes the next holder raise past
+    // every reach (the lease docs' *Restores and rewound histories*): with
+    // this TTL and skew limit its first ID waits 7 s at most, not the 13 s
+    // the default skew limit (5 s) costs. The holder's own write-back of
+    // its mark is checked on the row itself, before the next holder comes.
+    let (ttl, skew) = (Duration::from_secs(1), Duration::from_secs(2));
+    // Each round on a shard of its own, never used before: a round on the
+    // shard of the one before, its row deleted at the end, started with a
+    // raise, its holder issuing up to its lead cap ahead and writing back a
+    // mark a window and more beyond that, which the next holder then
+    // waited for (12 s).
+    for (shard, how, sql) in [
         (
+            3,
             "lowered",
             "UPDATE idutil_lease SET high_water = high_water - 100 WHERE shard = 3",
         ),
-        ("deleted", "DELETE FROM idutil_lease WHERE shard = 3"),
-        ("truncated", "TRUNCATE idutil_lease"),
+        (4, "deleted", "DELETE FROM idutil_lease WHERE shard = 4"),
+        (5, "truncated", "TRUNCATE idutil_lease"),
     ] {
-        let config = LeaseConfig::new(pg.tcp_url()).ttl(ttl).shards(3..=3);
+        let config = LeaseConfig::new(pg.tcp_url())
+            .ttl(ttl)
+            .max_skew(skew)
+            .shards(shard..=shard);
         let (host_a, host_b) = (state_dir(), state_dir());
         let a = leased(&host_a, config.clone()).open().unwrap();
         let mut all = Tally::new();
@@ -57,11 +71,13 @@ fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
         all.add(burst, "A");
         pg.psql(sql);
         let err = wait_for_loss(&a, how);
-        assert_eq!(err.shard(), Some(3), "{how}");
+        assert_eq!(err.shard(), Some(shard), "{how}");
         thread::sleep(ttl);
         assert!(a.next_id().is_err(), "{how}: stopped for good");
         let mark: u64 = pg
-            .psql("SELECT high_water FROM idutil_lease WHERE shard = 3")
+            .psql(&format!(
+                "SELECT high_water FROM idutil_lease WHERE shard = {shard}"
+            ))
             .parse()
             .unwrap_or_else(|e| panic!("{how}: the row is not back: {e}"));
         let last_second = Id::from_u64(last).unwrap().unix_seconds();
@@ -78,7 +94,6 @@ fn a_row_lowered_deleted_or_truncated_under_a_holder_gets_its_mark_back() {
         );
         all.add(b.next_ids(10_000).unwrap().map(u64::from), "B");
         drop(b);
-        pg.psql("DELETE FROM idutil_lease");
     }
 }
 
@@ -152,14 +167,23 @@ fn a_table_restored_from_an_earlier_dump_issues_nothing_twice() {
     // The dump files are read by the clients, which run as this user.
     let custom = dumps.path().join("lease.dump");
     let plain = dumps.path().join("all.sql");
-    let ttl = Duration::from_secs(2);
+    // The restore makes the next holder raise past every reach: with this
+    // TTL and skew limit (the killed holder's too) its first ID waits 8 s
+    // (the lease docs' *Restores and rewound histories*), not the 14 s the
+    // default skew limit (5 s) costs, and the raise (37 s past the clock)
+    // still lands past the burst (20 s): only a restore told apart gets
+    // the next holder there.
+    let (ttl, skew) = (Duration::from_secs(2), 2);
     for (round, how) in ["pg_restore --clean", "psql", "pg_restore --data-only"]
         .into_iter()
         .enumerate()
     {
         let shard = 5 + u32::try_from(round).unwrap();
         let url = pg.tcp_url();
-        let config = LeaseConfig::new(url.clone()).ttl(ttl).shards(shard..=shard);
+        let config = LeaseConfig::new(url.clone())
+            .ttl(ttl)
+            .max_skew(Duration::from_secs(skew))
+            .shards(shard..=shard);
         let host = state_dir();
         let g = leased(&host, config.clone()).open().unwrap();
         g.next_ids(1000).unwrap();
@@ -179,6 +203,7 @@ fn a_table_restored_from_an_earlier_dump_issues_nothing_twice() {
                     "IDUTIL_CHILD_LEASE",
                     format!("{url} {} {shard} {shard}", ttl.as_millis()),
                 ),
+                ("IDUTIL_CHILD_SKEW", skew.to_string()),
                 ("IDUTIL_CHILD_BURST", "1300000".to_string()),
                 ("IDUTIL_STATE_DIR", child_host.display().to_string()),
                 ("IDUTIL_ID_SPACE", harness::space_for(&child_host)),
@@ -319,9 +344,13 @@ fn a_restore_into_a_server_behind_a_holder_ahead_issues_nothing_twice() {
 }
 
 /// A host keeps the marks of the shards it leased in its state file: a
-/// row lowered by hand while nobody holds it (an `UPDATE`, which no
-/// history can tell) does not make a holder on that host start below what
-/// the host issued on the shard.
+/// row lowered by hand while nobody holds it does not make a holder on
+/// that host start below what the host issued on the shard. The `UPDATE`
+/// writes `written_by` too, the one hand edit the history cannot tell (the
+/// lease docs' *Restores and rewound histories*): no raise covers the
+/// lowered row, the host's own mark alone does. (An edit that leaves
+/// `written_by` is told apart and raises the row past the burst anyway, a
+/// wait of 57 s with the default TTL, which checked nothing of the host's.)
 #[test]
 fn a_host_never_starts_below_its_own_mark() {
     let Some(pg) = server() else { return };
@@ -333,7 +362,7 @@ fn a_host_never_starts_below_its_own_mark() {
     drop(a);
     pg.psql(
         "UPDATE idutil_lease SET high_water = high_water - 100, last_second = NULL, \
-         last_sequence = NULL WHERE shard = 2",
+         last_sequence = NULL, written_by = txid_current() WHERE shard = 2",
     );
     let b = leased(&host, config).open().unwrap();
     let first = u64::from(b.next_id().unwrap());

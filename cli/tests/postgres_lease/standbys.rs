@@ -12,6 +12,12 @@ use idutil_harness::state_dir;
 
 use crate::{driven, driven_one, leased, open_when_free, server, wait_until, Driver, Tally};
 
+/// The skew limit of these tests' holders. A promotion makes the first
+/// holder after it raise by twice this limit among the rest, and wait for
+/// it (the lease docs' *Restores and rewound histories*): 4 s here, not
+/// the default limit's 10 s.
+const SKEW: Duration = Duration::from_secs(2);
+
 /// A primary with a synchronous streaming standby; holders reach them
 /// through a two-host URL (`target_session_attrs=read-write`). Each holder
 /// bursts about 7 seconds ahead of the clock, so its mark runs ahead of
@@ -63,7 +69,12 @@ fn failover_on(primary: &mut Postgres, synchronous: bool) -> Result<(), String> 
     );
     let ttl = Duration::from_secs(3);
     let stop = Arc::new(AtomicBool::new(false));
-    let config = LeaseConfig::new(url.clone()).ttl(ttl).shards(0..=3);
+    // The promotion's new timeline makes the new holders raise past every
+    // reach: their first ID waits 9 s at most, not 15 s.
+    let config = LeaseConfig::new(url.clone())
+        .ttl(ttl)
+        .max_skew(SKEW)
+        .shards(0..=3);
     let (_hosts, holders, drivers) = driven(3, &config, &stop);
     wait_until("issuing", Duration::from_secs(10), || {
         drivers.iter().all(|d| d.issued() > 2000)
@@ -118,10 +129,7 @@ fn failover_on(primary: &mut Postgres, synchronous: bool) -> Result<(), String> 
     let mut behind = Vec::new();
     for i in 0..4 {
         let host = state_dir();
-        let g = open_when_free(
-            &leased(&host, LeaseConfig::new(url.clone()).ttl(ttl).shards(0..=3)),
-            Duration::from_secs(10),
-        );
+        let g = open_when_free(&leased(&host, config.clone()), Duration::from_secs(10));
         let ids: Vec<u64> = g
             .next_ids(3000)
             .map_err(|e| format!("new holder {i}: {e}"))?
@@ -168,8 +176,8 @@ fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
     primary.psql("CREATE TABLE probe (x int); INSERT INTO probe VALUES (1)");
     let ttl = Duration::from_secs(3);
     let stop = Arc::new(AtomicBool::new(false));
-    let config = LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(2..=2);
-    let (_host_a, a, driver_a) = driven_one(&config, &stop);
+    let config = |url: String| LeaseConfig::new(url).ttl(ttl).max_skew(SKEW).shards(2..=2);
+    let (_host_a, a, driver_a) = driven_one(&config(primary.tcp_url()), &stop);
     wait_until("A issues", Duration::from_secs(10), || {
         driver_a.issued() > 2000
     });
@@ -178,19 +186,16 @@ fn split_brain_with_a_synchronous_standby_issues_nothing_twice() {
     standby.promote();
     let host_b = state_dir();
     let b = Arc::new(open_when_free(
-        &leased(
-            &host_b,
-            LeaseConfig::new(standby.tcp_url()).ttl(ttl).shards(2..=2),
-        ),
+        &leased(&host_b, config(standby.tcp_url())),
         Duration::from_secs(20),
     ));
     let driver_b = Driver::start(b.clone(), stop.clone());
     // The promotion's new timeline raises the shard past what any holder
     // can issue: the lead cap, the fence (3 s) and twice the skew limit
-    // (10 s) plus a second past the server's clock, so B's first ID waits
-    // 14 s for its clock to come within its cap (the lease docs'
+    // (4 s) plus a second past the server's clock, so B's first ID waits
+    // 9 s at most for its clock to come within its cap (the lease docs'
     // *Restores and rewound histories*); then it issues.
-    wait_until("B issues", Duration::from_secs(14 + 10), || {
+    wait_until("B issues", Duration::from_secs(9 + 10), || {
         driver_b.issued() > 3000
     });
     // A has stopped: its renewals cannot commit on the old primary.
@@ -278,8 +283,11 @@ fn failover_to_an_asynchronous_standby_issues_nothing_twice() {
     let standby = primary.standby(Some(link.port()));
     let ttl = Duration::from_secs(2);
     let stop = Arc::new(AtomicBool::new(false));
-    let config = LeaseConfig::new(primary.tcp_url()).ttl(ttl).shards(1..=1);
-    let (_host_a, a, driver_a) = driven_one(&config, &stop);
+    // B's raise (the lead cap, the fence, twice the skew limit and a
+    // second: 37 s past the clock) lands past A's burst (30 s); its first
+    // ID waits 8 s at most, not 14 s.
+    let config = |url: String| LeaseConfig::new(url).ttl(ttl).max_skew(SKEW).shards(1..=1);
+    let (_host_a, a, driver_a) = driven_one(&config(primary.tcp_url()), &stop);
     wait_until("A issues", Duration::from_secs(10), || {
         driver_a.issued() > 2000
     });
@@ -295,10 +303,7 @@ fn failover_to_an_asynchronous_standby_issues_nothing_twice() {
     thread::sleep(ttl);
     let host_b = state_dir();
     let b = open_when_free(
-        &leased(
-            &host_b,
-            LeaseConfig::new(standby.tcp_url()).ttl(ttl).shards(1..=1),
-        ),
+        &leased(&host_b, config(standby.tcp_url())),
         Duration::from_secs(20),
     );
     let mut all = Tally::new();
@@ -313,22 +318,33 @@ fn failover_to_an_asynchronous_standby_issues_nothing_twice() {
 }
 
 /// Mixed lead caps across the promotion of an asynchronous standby: B
-/// (the default cap) takes shard 1 and gives it back, which the standby
+/// (a cap of 23 s) takes shard 1 and gives it back, which the standby
 /// hears (the ID space's history and the shard's record B's reach); the
-/// standby's replication is cut; B2 (the default cap too) takes shard 1
-/// on the primary alone and bursts about 30 seconds ahead; the primary
-/// dies and the standby is promoted. C, capped at 1 s, finds the new
-/// timeline and raises the rows by the reach in force, which counts the
-/// reach recorded for shard 1's last holder, B, although the row names no
-/// holder: B2, on no record, is covered by it. (Counting only the holders
-/// the rows name, C re-issued all 100,000 of B2's IDs.)
+/// standby's replication is cut; B2 (the same cap) takes shard 1 on the
+/// primary alone and bursts about 22 seconds ahead; the primary dies and
+/// the standby is promoted. C, capped at 1 s, finds the new timeline and
+/// raises the rows by the reach in force, which counts the reach recorded
+/// for shard 1's last holder, B, although the row names no holder: B2, on
+/// no record, is covered by it. (Counting only the holders the rows name,
+/// C re-issued all 100,000 of B2's IDs: its own reach, 1 s + 2 s, twice
+/// the skew limit and a second put its first ID 9 s past the clock,
+/// inside B2's burst while C opens within 13 s of it, as with the default
+/// cap and skew limit.) C's first ID waits for the difference of the caps
+/// (the lease docs' *Restores and rewound histories*): 30 s with these
+/// caps, 43 s with the default cap (30 s) and skew limit.
 #[test]
 fn mixed_caps_across_an_asynchronous_failover_issue_nothing_twice() {
     let Some(mut primary) = server() else { return };
     let link = Proxy::start(primary.port());
     let standby = primary.standby(Some(link.port()));
     let ttl = Duration::from_secs(2);
-    let config = |url: String| LeaseConfig::new(url).ttl(ttl).shards(1..=1);
+    let config = |url: String| {
+        LeaseConfig::new(url)
+            .ttl(ttl)
+            .max_skew(SKEW)
+            .max_lead(Duration::from_secs(23))
+            .shards(1..=1)
+    };
     let mut all = Tally::new();
     let host_b = state_dir();
     let b = leased(&host_b, config(primary.tcp_url())).open().unwrap();
@@ -345,7 +361,7 @@ fn mixed_caps_across_an_asynchronous_failover_issue_nothing_twice() {
     link.cut();
     let host_b2 = state_dir();
     let b2 = leased(&host_b2, config(primary.tcp_url())).open().unwrap();
-    all.add(b2.next_ids(1_900_000).unwrap().map(u64::from), "B2");
+    all.add(b2.next_ids(1_470_000).unwrap().map(u64::from), "B2");
     primary.kill_immediate();
     standby.promote();
     thread::sleep(ttl);
