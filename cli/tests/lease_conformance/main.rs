@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Error, Generator};
 use idutil_harness::child::ChildProc;
+use idutil_harness::threads::wait_until;
 use idutil_harness::{unix_second, wall_now, Tally};
 
 mod engines;
@@ -218,15 +219,6 @@ impl Driver {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap();
         std::mem::take(&mut *self.log.lock().unwrap())
-    }
-}
-
-/// Waits until `f` holds, or panics after `within`.
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -13,19 +13,19 @@ use idutil_harness as harness;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idutil::lease::LeaseConfig;
 use idutil::Generator;
 use idutil_harness::child::{self, MARK};
-use idutil_harness::lease::{is_no_free_shard, leased};
+use idutil_harness::lease::{is_no_free_shard, leased, WIDE};
 use idutil_harness::postgres::{Options, Postgres};
+use idutil_harness::threads::wait_until;
 use idutil_harness::{state_dir, Tally};
 
 mod answers;
 mod check;
 mod command;
-mod crowds;
 mod database;
 mod database_faults;
 mod fleet;
@@ -40,9 +40,6 @@ mod settings;
 mod standbys;
 mod stuck;
 mod waiters;
-
-/// 1,024 shards of 2,048 IDs a second.
-const WIDE: &str = "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800";
 
 /// A server for the lease tests: TCP, room for many holders.
 fn server() -> Option<Postgres> {
@@ -136,15 +133,6 @@ fn wait_for_each_to_issue(drivers: &[Driver], more: usize, what: &str, within: D
             .zip(&issued)
             .all(|(d, before)| d.issued() > before + more)
     });
-}
-
-/// Waits until `f` holds, or panics after `within`.
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The child's side: a paced holder

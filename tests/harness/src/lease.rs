@@ -11,6 +11,10 @@ use idutil::{Builder, Clock, Error, Generator, Layout, ManualClock};
 use crate::child::{child_var, MARK};
 use crate::space::{space_for, state_dir, wall_now};
 
+/// A layout of 1,024 shards of 2,048 IDs a second, for tests that lease
+/// many shards at once.
+pub const WIDE: &str = "seconds:32 clock:0 sequence:11 shard:10 epoch:946684800";
+
 /// A generator on `host` (its own state directory and ID space) that
 /// leases its shard with `config`.
 pub fn leased(host: &tempfile::TempDir, config: LeaseConfig) -> Builder {

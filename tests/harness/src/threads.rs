@@ -1,4 +1,5 @@
-//! Watching this process's own threads: whether one is blocked in a call.
+//! Waiting in a test: for a condition, and for one of this process's own
+//! threads to block in a call.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -44,4 +45,14 @@ pub fn wait_until_asleep(
         thread::sleep(Duration::from_millis(20));
     }
     true
+}
+
+/// Waits until `f` holds, checking every 10 ms, or panics after `within`
+/// naming `what`.
+pub fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -3,6 +3,11 @@
 //! smaller than the crowd, and with a server connection each. An open on
 //! a busy machine or server is slower, never failed, within the lease's
 //! open deadline (`LeaseConfig::open_timeout`); so is a close.
+//!
+//! A test binary of its own: the load these tests make on purpose (threads
+//! spinning on every core) would otherwise fall on the other lease tests
+//! running beside them, and starve their servers' starts.
+#![cfg(feature = "postgres-lease")]
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +21,9 @@ use idutil_harness::pgbouncer::{PgBouncer, Pool};
 use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::state_dir;
 
-use crate::{leased, Tally, WIDE};
+use idutil_harness::lease::{leased, WIDE};
+use idutil_harness::threads::wait_until;
+use idutil_harness::Tally;
 
 /// Threads that spin until dropped, three for each core: the other work
 /// of an overloaded machine (a build beside a test suite).
@@ -369,7 +376,7 @@ fn a_crowd_opens_through_a_server_crash_and_cancelled_statements() {
         let opening = s.spawn(|| open_crowd(&hosts, &config));
         // The crash once the first of them has leased: the others are
         // between their steps.
-        crate::wait_until("a first lease", Duration::from_secs(20), || {
+        wait_until("a first lease", Duration::from_secs(20), || {
             held_rows(&pg) > 1
         });
         pg.kill_immediate();
@@ -453,7 +460,7 @@ fn a_pooler_paused_past_the_open_deadline_fails_the_open_naming_the_deadline() {
         close_took < ttl * 2,
         "closing took {close_took:?}, more than twice the TTL"
     );
-    crate::wait_until("no row held", ttl * 3, || held_rows(&pg) == 0);
+    wait_until("no row held", ttl * 3, || held_rows(&pg) == 0);
     let after = state_dir();
     let g = leased(&after, config).open().unwrap();
     g.next_ids(100).unwrap();
