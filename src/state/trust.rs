@@ -253,7 +253,11 @@ fn create_private_dirs(dir: &Path, with_parents: bool) -> Result<()> {
             // The parent is there as a symbolic link to nothing, or was
             // removed meanwhile: missing all the same.
             Err(e) if e.kind() == io::ErrorKind::NotFound && !with_parents => {
-                return Err(missing_parent(dir, path.parent().unwrap_or(path)));
+                let parent = path.parent().unwrap_or(path);
+                if fs::metadata(parent).is_err_and(|m| m.kind() == io::ErrorKind::NotFound) {
+                    return Err(missing_parent(dir, parent));
+                }
+                return Err(Error::io("create the state directory", path, e));
             }
             Err(e) => return Err(Error::io("create the state directory", path, e)),
         }

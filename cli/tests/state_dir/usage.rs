@@ -146,6 +146,11 @@ fn a_named_state_dir_under_a_link_to_nothing_is_refused_as_a_missing_parent() {
         Err(Error::UnusableStateDir { .. })
     ));
     assert!(!root.path().join("nowhere").exists(), "nothing is created");
+    // A parent that exists where no directory can be made (procfs says
+    // ENOENT too) is not called missing.
+    let r = harness::run(harness::idutil(3, std::path::Path::new("/proc/1/state")).arg("next"))
+        .expect_code(1, "--state-dir in /proc");
+    assert!(!r.stderr.contains("does not exist;"), "{}", r.stderr);
 }
 
 #[test]
