@@ -381,7 +381,8 @@
 //!   ([`Builder::state_dir`](crate::Builder::state_dir),
 //!   [`IDUTIL_STATE_DIR`](crate::env::STATE_DIR), the command's
 //!   `--state-dir`) is created when its parent exists, as `mkdir` makes
-//!   it; under a missing parent it is refused with
+//!   it; under a missing parent (a symbolic link to nothing included) it
+//!   is refused with
 //!   [`Error::UnusableStateDir`](crate::Error::UnusableStateDir) naming the
 //!   parent (the command exits 2), since a mistyped path would otherwise
 //!   start the shard afresh in a new tree, as `mkdir -p` would make it. The

@@ -200,6 +200,20 @@ fn not_a_directory(dir: &Path) -> Error {
     }
 }
 
+/// [`Error::UnusableStateDir`] for a named `dir` whose `parent` does not
+/// exist (a symbolic link to nothing included).
+fn missing_parent(dir: &Path, parent: &Path) -> Error {
+    Error::UnusableStateDir {
+        path: dir.to_path_buf(),
+        reason: format!(
+            "its parent {} does not exist; create it, or correct the path: only the last \
+             component of a state directory that is named is created, so that a mistyped \
+             path is refused rather than starting the shard afresh",
+            parent.display()
+        ),
+    }
+}
+
 /// Creates `dir` with mode 0700 whatever the umask, and its missing
 /// parents alike when `with_parents`; without, a missing parent is
 /// [`Error::UnusableStateDir`] (the rule: [`state`](super), *Security:
@@ -222,15 +236,7 @@ fn create_private_dirs(dir: &Path, with_parents: bool) -> Result<()> {
         }
     }
     if let (false, [_, parent, ..]) = (with_parents, missing.as_slice()) {
-        return Err(Error::UnusableStateDir {
-            path: dir.to_path_buf(),
-            reason: format!(
-                "its parent {} does not exist; create it, or correct the path: only the \
-                 last component of a state directory that is named is created, so that a \
-                 mistyped path is refused rather than starting the shard afresh",
-                parent.display()
-            ),
-        });
+        return Err(missing_parent(dir, parent));
     }
     for path in missing.into_iter().rev() {
         match fs::DirBuilder::new().mode(0o700).create(path) {
@@ -244,6 +250,15 @@ fn create_private_dirs(dir: &Path, with_parents: bool) -> Result<()> {
             }
             // Made by someone else meanwhile: checked when opened.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            // The parent is there as a symbolic link to nothing, or was
+            // removed meanwhile: missing all the same.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !with_parents => {
+                let parent = path.parent().unwrap_or(path);
+                if fs::metadata(parent).is_err_and(|m| m.kind() == io::ErrorKind::NotFound) {
+                    return Err(missing_parent(dir, parent));
+                }
+                return Err(Error::io("create the state directory", path, e));
+            }
             Err(e) => return Err(Error::io("create the state directory", path, e)),
         }
     }

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use idutil_harness::lease::{leased, open_when_free};
-use idutil_harness::state_dir;
+use idutil_harness::{state_dir, unix_second, wall_now};
 
 use crate::{config, lease_child, leased_shard, shared, Engine, Seen, TTL};
 
@@ -28,12 +28,25 @@ pub fn the_mark_goes_to_the_next_holder_after_a_clean_close<E: Engine>() {
     );
     let b = leased(&host_b, config).open().unwrap();
     let b_ids: Vec<u64> = b.next_ids(1000).unwrap().map(u64::from).collect();
+    let b_issued = wall_now();
+    let a_last = *a_ids.last().unwrap();
     assert!(
-        b_ids[0] > *a_ids.last().unwrap(),
-        "{}: B starts at {} before A's last ID {}",
+        b_ids[0] > a_last,
+        "{}: B starts at {} before A's last ID {a_last}",
         E::NAME,
-        b_ids[0],
-        a_ids.last().unwrap()
+        b_ids[0]
+    );
+    // Right after A's exact last ID, not after the mark A raised ahead of
+    // it: in that ID's second (or the next, if it was the second's last)
+    // unless the clock has passed it.
+    let resume = (unix_second(a_last) + 1).max(b_issued);
+    assert!(
+        unix_second(b_ids[0]) <= resume,
+        "{}: B starts in second {}, past A's last ID {a_last} (second {}) and the clock \
+         ({b_issued}): the clean close's exact last ID was not handed over",
+        E::NAME,
+        unix_second(b_ids[0]),
+        unix_second(a_last)
     );
     let mut seen = Seen::new();
     seen.add(a_ids, "A");

@@ -123,6 +123,36 @@ fn a_named_state_dir_under_a_missing_parent_is_refused_and_nothing_is_created() 
     assert!(harness::state_file(&dir, 3).exists());
 }
 
+/// A parent that is a symbolic link to nothing is a missing parent too:
+/// exit status 2 naming it, as the help promises for a state directory
+/// whose parent is missing, not an I/O failure (exit status 1).
+#[test]
+fn a_named_state_dir_under_a_link_to_nothing_is_refused_as_a_missing_parent() {
+    let root = private_dir();
+    let parent = root.path().join("link");
+    std::os::unix::fs::symlink(root.path().join("nowhere"), &parent).unwrap();
+    let dir = parent.join("state");
+    let r = harness::run(harness::idutil(3, &dir).args(["next", "-n", "2"]))
+        .expect_code(2, "--state-dir under a link to nothing");
+    assert!(
+        r.stderr.starts_with("idutil: usage error: ")
+            && r.stderr
+                .contains(&format!("its parent {} does not exist", parent.display())),
+        "{}",
+        r.stderr
+    );
+    assert!(matches!(
+        harness::builder(&dir).shard(3).open(),
+        Err(Error::UnusableStateDir { .. })
+    ));
+    assert!(!root.path().join("nowhere").exists(), "nothing is created");
+    // A parent that exists where no directory can be made (procfs says
+    // ENOENT too) is not called missing.
+    let r = harness::run(harness::idutil(3, std::path::Path::new("/proc/1/state")).arg("next"))
+        .expect_code(1, "--state-dir in /proc");
+    assert!(!r.stderr.contains("does not exist;"), "{}", r.stderr);
+}
+
 #[test]
 fn a_bad_id_space_is_a_usage_error() {
     let dir = private_dir();

@@ -318,8 +318,11 @@
 //! the calling transaction; if it rolls back, the counter stays raised (a
 //! sequence is not rolled back) and the next session's first call raises
 //! the rows again from the second the first one raised from (while the
-//! server, the lease table and the recorded history are the ones it raised
-//! for), so the wait is paid once, however many first calls roll back. Installing a second
+//! server, in the same run, the lease table and the recorded history are
+//! the ones it raised for), so the wait is paid once, however many first
+//! calls roll back. A server started anew on the same data (a physical
+//! backup restored, a crash) raises from its own clock: the server that
+//! ran before may have handed out more since the raise. Installing a second
 //! ID space under the same name (or another shard for the same one) is
 //! refused.
 //!

@@ -68,8 +68,8 @@ CREATE SEQUENCE IF NOT EXISTS @FN@_seen AS bigint MINVALUE 0 START 0 CACHE 1 NO 
 -- restart or a promoted standby, after which draws that were never flushed
 -- may be drawn again unless the counter jumps.
 CREATE SEQUENCE IF NOT EXISTS @FN@_started AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE;
--- The server's identity (a hash of its system identifier, timeline, the
--- lease table's OID and file node, and the history it recorded) the
+-- The server's identity (a hash of its system identifier, timeline, start
+-- time, the lease table's OID and file node, and the history it recorded) the
 -- history check last raised the ID space for, and the second (Unix) it
 -- raised from: a raise whose caller's transaction rolled back is made
 -- again from that second, not from a later one (a sequence is not rolled
@@ -141,10 +141,14 @@ BEGIN
     -- rolled-back first call would push the counter a raise further ahead
     -- of the clock, and every call wait for it. Rows the lease did not
     -- write are raised from the clock as ever.
-    -- The memo holds for the same server and table, and the same recorded
-    -- history (its row as it stands, the version included): a history
-    -- row deleted, rewritten or restored since is raised for afresh.
+    -- The memo holds for the same server and table, the same run of the
+    -- server (its start time: a backup restored, or the same data started
+    -- again, keeps the rest, though the server before it may have handed
+    -- out more since), and the same recorded history (its row as it
+    -- stands, the version included): a history row deleted, rewritten or
+    -- restored since is raised for afresh.
     v_identity := ('x' || pg_catalog.left(pg_catalog.md5(pg_catalog.concat_ws(' ', v_sys, v_tl,
+        pg_catalog.pg_postmaster_start_time(),
         pg_catalog.to_regclass(@TABLE_TEXT@)::oid,
         pg_catalog.pg_relation_filenode(pg_catalog.to_regclass(@TABLE_TEXT@)),
         (SELECT h.xmin::text || ' ' || h::text FROM @HISTORY@ AS h
