@@ -3,14 +3,12 @@
 
 use idutil_harness as harness;
 
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use idutil::lease::{LeaseConfig, LeaseError, DEFAULT_MAX_LEAD};
 use idutil::{Error, Generator, Id};
 use idutil_harness::child::{sigkill, ChildProc};
-use idutil_harness::postgres::Postgres;
 use idutil_harness::state_dir;
 
 use crate::{leased, open_when_free, server, Tally};
@@ -128,30 +126,6 @@ fn burst_under_the_lead_cap_is_measured() {
     }
 }
 
-/// `pg_dump`, `pg_restore` or `psql` against the test's server, as its
-/// superuser; panics if it fails.
-fn client(pg: &Postgres, program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .arg("-h")
-        .arg(pg.socket_dir())
-        .args([
-            "-p",
-            &pg.port().to_string(),
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-        ])
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The lease table restored from a dump taken before a holder borrowed
 /// about 20 seconds ahead of the clock and was killed (SIGKILL): the
 /// restored rows hold the marks of before, but the table's history tells
@@ -189,12 +163,11 @@ fn a_table_restored_from_an_earlier_dump_issues_nothing_twice() {
         g.next_ids(1000).unwrap();
         g.close().unwrap();
         drop(g);
-        client(
-            &pg,
+        pg.client(
             "pg_dump",
             &["-Fc", "-t", "idutil_lease", "-f", custom.to_str().unwrap()],
         );
-        client(&pg, "pg_dump", &["-f", plain.to_str().unwrap()]);
+        pg.client("pg_dump", &["-f", plain.to_str().unwrap()]);
         let child_host = state_dir().keep();
         let mut a = ChildProc::spawn(
             "lease_burst_child_process",
@@ -219,13 +192,10 @@ fn a_table_restored_from_an_earlier_dump_issues_nothing_twice() {
         };
         sigkill(&mut a.child);
         match how {
-            "pg_restore --clean" => {
-                client(&pg, "pg_restore", &["--clean", custom.to_str().unwrap()])
-            }
+            "pg_restore --clean" => pg.client("pg_restore", &["--clean", custom.to_str().unwrap()]),
             "psql" => {
                 pg.psql("DROP TABLE idutil_lease, idutil_lease_history");
-                client(
-                    &pg,
+                pg.client(
                     "psql",
                     &[
                         "-X",
@@ -239,8 +209,7 @@ fn a_table_restored_from_an_earlier_dump_issues_nothing_twice() {
             }
             _ => {
                 pg.psql("TRUNCATE idutil_lease");
-                client(
-                    &pg,
+                pg.client(
                     "pg_restore",
                     &[
                         "--data-only",
@@ -293,8 +262,7 @@ fn a_restore_into_a_server_behind_a_holder_ahead_issues_nothing_twice() {
         .unwrap();
     let dumps = tempfile::tempdir().unwrap();
     let dump = dumps.path().join("lease.dump");
-    client(
-        &pg,
+    pg.client(
         "pg_dump",
         &["-Fc", "-t", "idutil_lease", "-f", dump.to_str().unwrap()],
     );
@@ -328,7 +296,7 @@ fn a_restore_into_a_server_behind_a_holder_ahead_issues_nothing_twice() {
     // The dump (its row free: taken after the first holder closed),
     // restored at once into the server with its clock 5.9 s behind.
     assert!(pg.restart_with_clock(Some("-5.9")));
-    client(&pg, "pg_restore", &["--clean", dump.to_str().unwrap()]);
+    pg.client("pg_restore", &["--clean", dump.to_str().unwrap()]);
     // On the true clock, 5.9 s ahead of the server's. (Its first ID waits
     // for the clock to come within its lead cap of the raised mark.)
     let b_host = state_dir();

@@ -7,7 +7,6 @@
 //! restored rows were written by the restore, not by the lease, which is
 //! what gives them away. Each restore happens while no holder is alive.
 
-use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
@@ -38,24 +37,6 @@ fn app_role(pg: &Postgres) {
             "SELECT has_function_privilege('{ROLE}', 'pg_control_system()', 'EXECUTE')"
         )),
         "f"
-    );
-}
-
-/// One of `pg`'s client programs (`pg_dump`, `pg_restore`) as its
-/// superuser; panics if it fails.
-fn client(pg: &Postgres, program: &str, args: &[&str]) {
-    let out = Command::new(pg.program(program))
-        .arg("-h")
-        .arg(pg.socket_dir())
-        .args(["-p", &pg.port().to_string(), "-U", "postgres"])
-        .args(["-d", "postgres"])
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -130,7 +111,7 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
     if matches!(restore, Restore::Aligned { .. }) {
         dump_args.push("--inserts");
     }
-    client(pg, "pg_dump", &dump_args);
+    pg.client("pg_dump", &dump_args);
     // With --inserts: a marked row whose alignment (the transactions to
     // run on a fresh cluster before the restore so that its `INSERT` gets
     // the ID its row recorded) no other row shares, worked out on `probe`.
@@ -144,7 +125,7 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
         for _ in 0..50 {
             probe.psql("DROP TABLE IF EXISTS idutil_lease, idutil_lease_history");
             let start = probe.psql("SELECT txid_snapshot_xmax(txid_current_snapshot())");
-            client(probe, "pg_restore", &[dump.to_str().unwrap()]);
+            probe.client("pg_restore", &[dump.to_str().unwrap()]);
             // Each row: the ID its row recorded, and how far into the
             // restore its `INSERT` came.
             let found = probe.psql(&format!(
@@ -161,7 +142,7 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
                 break;
             }
             thread::sleep(Duration::from_millis(150));
-            client(pg, "pg_dump", &dump_args);
+            pg.client("pg_dump", &dump_args);
         }
         assert!(aligned.is_some(), "no dump with a row to align alone");
     }
@@ -173,7 +154,7 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
     let dump = dump.to_str().unwrap();
     let into = match restore {
         Restore::Fresh(fresh) => {
-            client(fresh, "pg_restore", &[dump]);
+            fresh.client("pg_restore", &[dump]);
             fresh
         }
         Restore::Reload { history } => {
@@ -185,7 +166,7 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
                 args.extend(["-t", "idutil_lease"]);
             }
             args.push(dump);
-            client(pg, "pg_restore", &args);
+            pg.client("pg_restore", &args);
             pg
         }
         Restore::Aligned { fresh, .. } => {
@@ -203,7 +184,7 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
                 "DO $$ BEGIN FOR i IN 1..{gap} LOOP PERFORM txid_current(); COMMIT; \
                  END LOOP; END $$"
             ));
-            client(fresh, "pg_restore", &[dump]);
+            fresh.client("pg_restore", &[dump]);
             assert_eq!(
                 fresh.psql(&format!(
                     "SELECT written_by % 4294967296 = xmin::text::bigint \
@@ -215,12 +196,11 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
             fresh
         }
         Restore::Earlier { scratch, fresh } => {
-            client(scratch, "pg_restore", &[dump]);
+            scratch.client("pg_restore", &[dump]);
             scratch.psql("ALTER TABLE idutil_lease DROP COLUMN written_by");
             let earlier = dumps.path().join("earlier.dump");
             let earlier = earlier.to_str().unwrap();
-            client(
-                scratch,
+            scratch.client(
                 "pg_dump",
                 &[
                     "-Fc",
@@ -232,7 +212,7 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
                     earlier,
                 ],
             );
-            client(fresh, "pg_restore", &[earlier]);
+            fresh.client("pg_restore", &[earlier]);
             fresh
         }
     };
