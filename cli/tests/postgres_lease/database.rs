@@ -393,7 +393,8 @@ fn a_promoted_synchronous_standby_repeats_no_id() {
     // back; the next session's first call raises again, from the second
     // the first one raised from, not from its own: the counter is not
     // pushed a raise further (and every call made to wait for it) each
-    // time a first call rolls back.
+    // time a first call rolls back, whatever the sessions' settings (the
+    // second runs in another time zone and date style).
     let first_call = |sql: &str| -> u64 {
         let out = standby.psql(sql);
         let id = out.lines().find_map(|l| l.trim().parse().ok());
@@ -401,7 +402,10 @@ fn a_promoted_synchronous_standby_repeats_no_id() {
     };
     let rolled_back = first_call("BEGIN; SELECT idutil_next_id(); ROLLBACK;");
     thread::sleep(Duration::from_secs(3));
-    let next = first_call("SELECT idutil_next_id()");
+    let next = first_call(
+        "SET TimeZone = 'Pacific/Chatham'; SET DateStyle = 'SQL, DMY'; \
+         SET extra_float_digits = 3; SELECT idutil_next_id()",
+    );
     assert!(
         unix_second(next) <= unix_second(rolled_back) + 1,
         "a rolled-back first call's raise was made again from a later clock: \

@@ -146,9 +146,11 @@ BEGIN
     -- again, keeps the rest, though the server before it may have handed
     -- out more since), and the same recorded history (its row as it
     -- stands, the version included): a history row deleted, rewritten or
-    -- restored since is raised for afresh.
+    -- restored since is raised for afresh. Every part is written as text
+    -- no session setting changes (the start time in microseconds, not a
+    -- timestamp, whose text follows TimeZone and DateStyle).
     v_identity := ('x' || pg_catalog.left(pg_catalog.md5(pg_catalog.concat_ws(' ', v_sys, v_tl,
-        pg_catalog.pg_postmaster_start_time(),
+        (pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time()) * 1000000)::bigint,
         pg_catalog.to_regclass(@TABLE_TEXT@)::oid,
         pg_catalog.pg_relation_filenode(pg_catalog.to_regclass(@TABLE_TEXT@)),
         (SELECT h.xmin::text || ' ' || h::text FROM @HISTORY@ AS h
