@@ -6,10 +6,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use idutil::Id;
-use idutil_harness::lease::{is_no_free_shard, leased};
+use idutil_harness::lease::{is_no_free_shard, leased, leased_shard};
 use idutil_harness::state_dir;
 
-use crate::{config, lease_child, leased_shard, shared, Engine, Seen};
+use crate::{config, lease_child, shared, Engine, Seen};
 
 /// Holders per kind (threads, processes); the range has a shard for each.
 const EACH: usize = 4;

@@ -5,10 +5,10 @@
 
 use std::time::Instant;
 
-use idutil_harness::lease::{leased, open_when_free};
+use idutil_harness::lease::{leased, leased_shard, open_when_free};
 use idutil_harness::{state_dir, unix_second, wall_now};
 
-use crate::{config, lease_child, leased_shard, shared, Engine, Seen, TTL};
+use crate::{config, lease_child, shared, Engine, Seen, TTL};
 
 pub fn the_mark_goes_to_the_next_holder_after_a_clean_close<E: Engine>() {
     let Some(server) = shared::<E>() else { return };

@@ -255,15 +255,6 @@ fn lease_child(
     ChildProc::spawn("lease_child_process", &envs)
 }
 
-/// The shard a [`lease_child`] reports it leased; panics on anything else.
-fn leased_shard(child: &mut ChildProc, who: &str) -> u32 {
-    let line = child.next().unwrap_or_else(|| panic!("{who} said nothing"));
-    line.strip_prefix("leased ")
-        .unwrap_or_else(|| panic!("{who}: {line}"))
-        .parse()
-        .unwrap()
-}
-
 /// The child's side, started by [`lease_child`]: a paced holder
 /// (`harness::lease::paced_holder_child`).
 #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use idutil::lease::LeaseConfig;
 use idutil::{Generator, Layout};
 use idutil_harness::child::{child_command, ChildProc};
+use idutil_harness::lease::leased_shard;
 use idutil_harness::{state_dir, Rng};
 
 use crate::{leased, server, Tally, WIDE};
@@ -96,12 +97,7 @@ fn forty_concurrent_and_forty_sequential_holders_with_kills_and_skewed_clocks() 
         .collect();
     let mut shards = HashSet::new();
     for (i, c) in children.iter_mut().enumerate() {
-        let line = c.next().expect("the child reports its lease");
-        let shard: u32 = line
-            .strip_prefix("leased ")
-            .unwrap_or_else(|| panic!("child {i}: {line}"))
-            .parse()
-            .unwrap();
+        let shard = leased_shard(c, &format!("child {i}"));
         assert!(shards.insert(shard), "shard {shard} leased twice");
     }
     if let Some(ft) = &faketime {
@@ -234,12 +230,7 @@ fn the_processes_of_one_host_lease_a_shard_each() {
         .collect();
     let mut shards = HashSet::new();
     for (i, c) in children.iter_mut().enumerate() {
-        let line = c.next().expect("the child reports its lease");
-        let shard: u32 = line
-            .strip_prefix("leased ")
-            .unwrap_or_else(|| panic!("child {i}: {line}"))
-            .parse()
-            .unwrap();
+        let shard = leased_shard(c, &format!("child {i}"));
         assert!(
             shards.insert(shard),
             "shard {shard} leased twice on one host"

@@ -86,6 +86,14 @@ impl Driver {
         self.ids.lock().unwrap().len()
     }
 
+    /// Asserts that the holder issues nothing more for half a second: it
+    /// has stopped (`who` names it in the failure).
+    fn assert_stopped(&self, who: &str) {
+        let now = self.issued();
+        thread::sleep(Duration::from_millis(500));
+        assert_eq!(self.issued(), now, "{who} still issues");
+    }
+
     fn finish(mut self) -> (Vec<u64>, Vec<String>) {
         self.handle.take().unwrap().join().unwrap();
         let ids = std::mem::take(&mut *self.ids.lock().unwrap());

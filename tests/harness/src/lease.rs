@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idutil::lease::{LeaseConfig, LeaseError};
 use idutil::{Builder, Clock, Error, Generator, Layout, ManualClock};
 
-use crate::child::{child_var, MARK};
+use crate::child::{child_var, ChildProc, MARK};
 use crate::space::{space_for, state_dir, wall_now};
 
 /// A layout of 1,024 shards of 2,048 IDs a second, for tests that lease
@@ -45,6 +45,16 @@ pub fn open_when_free<C: Clock + Clone>(
             Err(e) => panic!("could not lease a shard within {within:?}: {e}"),
         }
     }
+}
+
+/// The shard a child holder ([`open_child_holder`]) reports it leased;
+/// panics, naming `who`, on anything else.
+pub fn leased_shard(child: &mut ChildProc, who: &str) -> u32 {
+    let line = child.next().unwrap_or_else(|| panic!("{who} said nothing"));
+    line.strip_prefix("leased ")
+        .unwrap_or_else(|| panic!("{who}: {line}"))
+        .parse()
+        .unwrap()
 }
 
 /// A child holder's start: the lease `IDUTIL_CHILD_LEASE` names (`URL
