@@ -1,20 +1,13 @@
-//! Where time comes from: the wall clock, or a clock a test drives.
+//! The wall clock the generators read: [`SystemClock`], cached per second
+//! by a thread of its own. The [`Clock`] trait and [`ManualClock`] are
+//! `idutil-core`'s, re-exported here.
+
+pub use idutil_core::clock::{wall_now, whole_seconds, Clock, ManualClock};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// A source of whole seconds since the Unix epoch.
-///
-/// The generator asks it once per ID, so it should be cheap. It may go
-/// backwards; the generator copes ([`Generator`](crate::Generator), *Clock
-/// rollbacks*).
-pub trait Clock: Send + Sync + 'static {
-    /// Whole seconds since 1970-01-01T00:00:00Z. A clock set before 1970
-    /// reads 0.
-    fn now(&self) -> u64;
-}
 
 /// The wall clock, read through the C library (as `std` does, so tools like
 /// `faketime` move it), cached per second.
@@ -54,13 +47,6 @@ pub(crate) fn since_boot() -> Option<Duration> {
     {
         None
     }
-}
-
-/// One read of the wall clock, uncached.
-pub(crate) fn wall_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 impl Clock for SystemClock {
@@ -119,70 +105,6 @@ fn start_ticker() -> u64 {
     }
 }
 
-/// A clock that only moves when told to: for tests and simulations,
-/// including clocks that go backwards.
-///
-/// Clones share the same time, so a test can keep one and hand another to a
-/// generator.
-///
-/// ```
-/// use idutil::{Clock, ManualClock};
-/// let clock = ManualClock::new(1_700_000_000);
-/// let handle = clock.clone();
-/// handle.rewind(3600); // the wall clock goes back an hour
-/// assert_eq!(clock.now(), 1_700_000_000 - 3600);
-/// ```
-#[derive(Clone, Debug)]
-pub struct ManualClock(Arc<AtomicU64>);
-
-impl ManualClock {
-    /// A clock reading `unix_seconds`.
-    pub fn new(unix_seconds: u64) -> ManualClock {
-        ManualClock(Arc::new(AtomicU64::new(unix_seconds)))
-    }
-
-    /// A clock reading the current wall-clock second.
-    pub fn starting_now() -> ManualClock {
-        ManualClock::new(wall_now())
-    }
-
-    /// Sets the time.
-    pub fn set(&self, unix_seconds: u64) {
-        self.0.store(unix_seconds, Relaxed);
-    }
-
-    /// Moves the time forward.
-    pub fn advance(&self, seconds: u64) {
-        self.0.fetch_add(seconds, Relaxed);
-    }
-
-    /// Moves the time back (not below 0).
-    pub fn rewind(&self, seconds: u64) {
-        let _ = self
-            .0
-            .fetch_update(Relaxed, Relaxed, |t| Some(t.saturating_sub(seconds)));
-    }
-}
-
-impl Clock for ManualClock {
-    #[inline]
-    fn now(&self) -> u64 {
-        self.0.load(Relaxed)
-    }
-}
-
-impl<C: Clock> Clock for Arc<C> {
-    #[inline]
-    fn now(&self) -> u64 {
-        (**self).now()
-    }
-}
-
-/// A duration in seconds, a started second counting as a whole one.
-pub(crate) fn whole_seconds(d: std::time::Duration) -> u64 {
-    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,16 +119,5 @@ mod tests {
         thread::sleep(Duration::from_millis(1300));
         let t2 = SystemClock.now();
         assert!(t2 > t && t2 + 1 >= wall_now(), "{t} -> {t2}");
-    }
-
-    #[test]
-    fn manual_clock_goes_both_ways() {
-        let c = ManualClock::new(100);
-        c.advance(5);
-        assert_eq!(c.now(), 105);
-        c.rewind(50);
-        assert_eq!(c.now(), 55);
-        c.rewind(1000);
-        assert_eq!(c.now(), 0);
     }
 }

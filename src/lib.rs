@@ -107,6 +107,30 @@
 //! - [`lease`]: shards for a fleet, what every lease engine promises, and
 //!   each engine's deployments.
 //!
+//! # The crates
+//!
+//! `idutil` is the crate an application names; its features bring in the
+//! rest. Each crate is a folder of the repository:
+//!
+//! ```text
+//! idutil-core             crates/core            Id, Layout, the Clock trait, env names,
+//!  │                                              LeaseError, the ID's integrations
+//!  ├── idutil-lease       crates/lease           the lease, whatever the store: holder,
+//!  │    │                                         renewal (renewal.rs), the record, and
+//!  │    │                                         what an engine implements (interface.rs)
+//!  │    ├── idutil-lease-postgres  crates/lease-postgres   the PostgreSQL engine
+//!  │    └── idutil-lease-redis     crates/lease-redis      the Redis engine
+//!  └── idutil             src/                   the generator (src/generator/, where an
+//!                                                 ID is built), the state files (src/state/,
+//!                                                 where the disk is touched), the shard
+//!                                                 (src/shard/), and the lease module that
+//!                                                 knows the engines (src/lease/)
+//! ```
+//!
+//! Without a lease feature no lease crate is built. The generator knows a
+//! lease only as two crate-private traits (`src/durable/port.rs`); the
+//! engines are chosen by URL scheme in one file, `src/lease/engines.rs`.
+//!
 //! # In tests
 //!
 //! An application's tests call `IdUtil` as production does, with no
@@ -172,26 +196,26 @@ compile_error!("idutil runs on Unix only (it locks its state files with flock an
 
 mod clock;
 mod durable;
-pub mod env;
 mod error;
 mod exit;
-mod external;
 mod flock;
 mod fork;
 mod generator;
 mod global;
 pub mod host_lock;
-mod id;
-mod layout;
-#[cfg(lease)]
+#[cfg(any(feature = "postgres-lease", feature = "redis"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "postgres-lease", feature = "redis"))))]
 pub mod lease;
-#[cfg(feature = "serde")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub mod serde;
 pub mod shard;
 pub mod state;
-mod sync;
+
+// The values every idutil crate shares (`idutil-core`), by the paths this
+// crate's modules use for them.
+pub use idutil_core::env;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use idutil_core::serde;
+use idutil_core::{id, layout, sync};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, IdError, Result};

@@ -151,11 +151,11 @@ fn init(lease: Option<String>) -> idutil::Result<&'static Generator> {
     let Some(url) = lease else {
         return IdUtil::init();
     };
-    #[cfg(lease)]
+    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
     {
         IdUtil::init_with(Generator::builder().lease(idutil::lease::LeaseConfig::new(url)))
     }
-    #[cfg(not(lease))]
+    #[cfg(not(any(feature = "postgres-lease", feature = "redis")))]
     {
         eprintln!("web: --lease {url:?} needs a lease engine's feature (postgres-lease, redis)");
         std::process::exit(2)

@@ -9,20 +9,15 @@
 //! the lease, and counts only once both have it.
 
 mod open;
+pub(crate) mod port;
 mod shared;
-#[cfg(not(lease))]
-mod unleased;
 
 use std::path::Path;
 use std::sync::{Arc, Weak};
 
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-#[cfg(lease)]
-use crate::lease::{Lease, LeaseConfig};
 use crate::state::{StateFile, Store};
-#[cfg(not(lease))]
-use unleased::{Lease, LeaseConfig};
 
 pub(crate) use open::{open, Request, Settings};
 pub(crate) use shared::{Ask, Block, ClockVerdict};
@@ -32,7 +27,7 @@ pub(crate) use shared::{Ask, Block, ClockVerdict};
 /// shard's locks.
 pub(crate) struct Durable {
     store: Arc<Store>,
-    lease: Option<Arc<Lease>>,
+    lease: Option<Arc<dyn port::HeldShard>>,
 }
 
 /// The generator's hold on its shard beyond the state file, which the
@@ -40,7 +35,7 @@ pub(crate) struct Durable {
 /// pauses (the lease's fence), and giving the shard back. Without a lease
 /// issuing never pauses and there is nothing to give back.
 pub(crate) struct ShardHold {
-    lease: Option<Arc<Lease>>,
+    lease: Option<Arc<dyn port::HeldShard>>,
     /// A member's store, to draw blocks from; `None` for an exclusive
     /// holder, which never draws. Owned by the shard thread: gone,
     /// with the shard's locks, once the generator closed.
@@ -55,7 +50,7 @@ impl Durable {
         }
     }
 
-    fn leased(store: Store, lease: Arc<Lease>) -> Durable {
+    fn leased(store: Store, lease: Arc<dyn port::HeldShard>) -> Durable {
         Durable {
             store: Arc::new(store),
             lease: Some(lease),
@@ -136,7 +131,7 @@ impl Durable {
     }
 
     /// The generator's lead cap: `asked`, or with a lease at most the
-    /// lease's ([`LeaseConfig::max_lead`](crate::lease::LeaseConfig::max_lead)).
+    /// lease's (the lease settings' `max_lead`).
     pub(crate) fn max_lead(&self, asked: Option<u64>) -> Option<u64> {
         match &self.lease {
             Some(lease) => Some(lease.max_lead(asked)),
@@ -227,7 +222,7 @@ impl ShardHold {
     /// (`false`). Without a lease it is never called.
     pub(crate) fn on_fence(&self, hook: impl Fn(bool) + Send + Sync + 'static) {
         if let Some(lease) = &self.lease {
-            lease.set_hook(hook);
+            lease.set_hook(Box::new(hook));
         }
     }
 

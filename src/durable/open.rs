@@ -4,7 +4,10 @@
 
 use std::path::Path;
 
-use super::{Durable, Lease, LeaseConfig};
+use std::sync::Arc;
+
+use super::port::LeaseSource;
+use super::Durable;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::host_lock;
@@ -16,7 +19,7 @@ use crate::state::{self, Store};
 /// lease engine, the lease asked for (if any).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Settings {
-    pub(crate) lease: Option<LeaseConfig>,
+    pub(crate) lease: Option<Arc<dyn LeaseSource>>,
 }
 
 /// Where a generator's state lives, as the builder asked for it.
@@ -36,7 +39,6 @@ pub(crate) struct Request<'a> {
     pub(crate) member_wait: std::time::Duration,
     /// The generator's own lead cap (whole seconds), if it has one: with a
     /// lease, the smaller of it and the lease's is the cap in force.
-    #[cfg_attr(not(lease), expect(dead_code))]
     pub(crate) max_lead: Option<u64>,
 }
 
@@ -50,7 +52,7 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
         Some(config) => Some(config),
         None if req.ephemeral => None,
         None => {
-            from_env = LeaseConfig::from_env()?;
+            from_env = lease_from_env()?;
             from_env.as_ref()
         }
     };
@@ -73,7 +75,10 @@ pub(crate) fn open(req: &Request<'_>) -> Result<(Durable, u32, ShardSource)> {
     Ok((Durable::new(store), shard, source))
 }
 
-fn open_leased(req: &Request<'_>, config: &LeaseConfig) -> Result<(Durable, u32, ShardSource)> {
+fn open_leased(
+    req: &Request<'_>,
+    config: &Arc<dyn LeaseSource>,
+) -> Result<(Durable, u32, ShardSource)> {
     if req.shard.is_none() && std::env::var_os(crate::env::SHARD).is_some() {
         log::warn!("{} is ignored: the shard is leased", crate::env::SHARD);
     }
@@ -82,11 +87,10 @@ fn open_leased(req: &Request<'_>, config: &LeaseConfig) -> Result<(Durable, u32,
     // A holder can lead no further than its generator's cap: the history
     // check's raise counts from the reach it records (lease::postgres,
     // *Restores and rewound histories*).
-    #[cfg(lease)]
-    let config = &config.capped(req.max_lead);
+    let config = config.capped(req.max_lead);
     let mut skip = Vec::new();
     loop {
-        let lease = Lease::acquire(config, req.layout, req.shard, &skip, req.time)?;
+        let lease = config.acquire(req.layout, req.shard, &skip, req.time)?;
         let shard = lease.shard();
         match Store::open_for_generator(&dir, shard, &id_space) {
             Ok(store) => {
@@ -99,5 +103,28 @@ fn open_leased(req: &Request<'_>, config: &LeaseConfig) -> Result<(Durable, u32,
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// The lease [`IDUTIL_LEASE_URL`](crate::env::LEASE_URL) asks for, if it
+/// is set. A build without a lease engine refuses a set URL rather than
+/// silently not leasing: [`Error::InvalidEnv`].
+fn lease_from_env() -> Result<Option<Arc<dyn LeaseSource>>> {
+    #[cfg(any(feature = "postgres-lease", feature = "redis"))]
+    return crate::lease::from_env();
+    #[cfg(not(any(feature = "postgres-lease", feature = "redis")))]
+    match std::env::var_os(crate::env::LEASE_URL) {
+        None => Ok(None),
+        Some(url) => Err(Error::InvalidEnv {
+            var: crate::env::LEASE_URL,
+            // A URL may hold a password.
+            value: if url.is_empty() {
+                String::new()
+            } else {
+                "***".into()
+            },
+            reason: "set, but this build of idutil has no lease engine (features \
+                     `postgres-lease`, `redis`); unset it, or build with one",
+        }),
     }
 }

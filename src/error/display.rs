@@ -274,7 +274,6 @@ impl fmt::Display for Error {
             Error::AlreadyInitialized => {
                 write!(f, "the process-wide generator is already initialized")
             }
-            #[cfg(lease)]
             Error::Lease(e) => e.fmt(f),
         }
     }
@@ -324,7 +323,6 @@ impl Error {
             Error::Forked { .. } => "Forked",
             Error::Closed => "Closed",
             Error::AlreadyInitialized => "AlreadyInitialized",
-            #[cfg(lease)]
             Error::Lease(_) => "Lease",
         }
     }
@@ -337,7 +335,6 @@ impl std::error::Error for Error {
             Error::Hostname(e) | Error::Io { source: e, .. } => Some(&**e),
             // Its message includes the inner error's; skip to that one's cause.
             Error::DefaultStateDir { source, .. } => std::error::Error::source(&**source),
-            #[cfg(lease)]
             Error::Lease(e) => std::error::Error::source(e),
             _ => None,
         }

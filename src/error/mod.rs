@@ -3,91 +3,14 @@
 
 mod display;
 
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::shard::{HostnameProblem, ShardSource};
 use crate::state::{ClaimHolder, Remedy};
-
-/// A value that is not an ID: text or a number that cannot be parsed or
-/// converted into an [`Id`](crate::Id), or parts that do not fit a
-/// [`Layout`](crate::Layout).
-///
-/// Returned by `FromStr` and `TryFrom` for `Id` and by
-/// [`Layout::encode`](crate::Layout::encode) and
-/// [`Layout::decode`](crate::Layout::decode). It converts into [`Error`],
-/// so `?` works in functions that return either.
-///
-/// ```
-/// use idutil::{Id, IdError};
-/// let err = "12x".parse::<Id>().unwrap_err();
-/// assert!(matches!(err, IdError::Invalid { .. }));
-/// assert_eq!(err.to_string(), r#"invalid ID "12x": not a decimal integer"#);
-///
-/// // A long input is cut short in the error, so it can go back to a client.
-/// let err = "x".repeat(10_000).parse::<Id>().unwrap_err().to_string();
-/// assert!(err.len() < 100, "{err}");
-/// assert!(err.contains("... (10000 bytes)"));
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum IdError {
-    /// Text or a number that is not a valid ID (negative, above
-    /// 2<sup>53</sup> − 1, not a decimal integer, or not fitting the layout).
-    #[non_exhaustive]
-    Invalid {
-        /// The input, as given, or its first [`IdError::MAX_INPUT`]
-        /// characters followed by `...` and its length in bytes if it is
-        /// longer: an error that may reach a log or an HTTP response never
-        /// echoes a huge input back.
-        input: String,
-        /// Why it was rejected.
-        reason: &'static str,
-    },
-    /// A part given to [`Layout::encode`](crate::Layout::encode) does not fit
-    /// its field.
-    #[non_exhaustive]
-    PartOutOfRange {
-        /// `"seconds"`, `"clock"`, `"sequence"` or `"shard"`.
-        part: &'static str,
-        /// The value given.
-        value: u64,
-        /// The largest value the field holds.
-        max: u64,
-    },
-}
-
-impl IdError {
-    /// How many characters of a rejected input [`IdError::Invalid`] keeps:
-    /// 2<sup>53</sup> − 1 has 16 digits, so any longer text is not an ID,
-    /// and 32 show plenty of what it was.
-    pub const MAX_INPUT: usize = 32;
-
-    pub(crate) fn invalid(input: impl Into<String>, reason: &'static str) -> IdError {
-        let mut input = input.into();
-        if let Some((cut, _)) = input.char_indices().nth(IdError::MAX_INPUT) {
-            let len = input.len();
-            input.truncate(cut);
-            input.push_str(&format!("... ({len} bytes)"));
-        }
-        IdError::Invalid { input, reason }
-    }
-}
-
-impl fmt::Display for IdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IdError::Invalid { input, reason } => write!(f, "invalid ID {input:?}: {reason}"),
-            IdError::PartOutOfRange { part, value, max } => {
-                write!(f, "{part} {value} does not fit the layout (at most {max})")
-            }
-        }
-    }
-}
-
-impl std::error::Error for IdError {}
+pub use idutil_core::error::{EnvError, IdError};
+use idutil_core::lease_error::LeaseError;
 
 /// Everything that can go wrong while opening a generator, issuing IDs, or
 /// looking after a shard's state.
@@ -414,8 +337,7 @@ pub enum Error {
     /// The shard lease (features `postgres-lease`, `redis`): no free shard,
     /// the lease could not be renewed in time or was lost, the clocks
     /// disagree, or the store could not be reached.
-    #[cfg(lease)]
-    Lease(crate::lease::LeaseError),
+    Lease(LeaseError),
 }
 
 impl Error {
@@ -487,7 +409,6 @@ impl Error {
             | Error::MemberStalled { shard, .. }
             | Error::EndMarginReached { shard, .. }
             | Error::Forked { shard } => Some(*shard),
-            #[cfg(lease)]
             Error::Lease(e) => e.shard(),
             _ => None,
         }
@@ -508,9 +429,15 @@ impl From<IdError> for Error {
     }
 }
 
-#[cfg(lease)]
-impl From<crate::lease::LeaseError> for Error {
-    fn from(e: crate::lease::LeaseError) -> Self {
+impl From<EnvError> for Error {
+    fn from(e: EnvError) -> Self {
+        let EnvError { var, value, reason } = e;
+        Error::InvalidEnv { var, value, reason }
+    }
+}
+
+impl From<LeaseError> for Error {
+    fn from(e: LeaseError) -> Self {
         Error::Lease(e)
     }
 }

@@ -104,7 +104,7 @@ impl std::iter::FusedIterator for IdBatch {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::test_support::counter;
+    use crate::generator::test_support::counter;
 
     const L: Layout = Layout::DEFAULT;
     const T: u64 = 1_700_000_000;

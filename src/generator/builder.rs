@@ -18,8 +18,6 @@ use crate::durable;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::layout::Layout;
-#[cfg(lease)]
-use crate::lease::LeaseConfig;
 
 /// Configures and opens a [`Generator`].
 ///
@@ -337,7 +335,8 @@ impl<C: Clock> Builder<C> {
     }
 }
 
-#[cfg(lease)]
+#[cfg(any(feature = "postgres-lease", feature = "redis"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres-lease", feature = "redis"))))]
 impl<C: Clock> Builder<C> {
     /// Leases the shard from the store `config` names (PostgreSQL with
     /// feature `postgres-lease`, Redis with feature `redis`) instead of
@@ -345,9 +344,10 @@ impl<C: Clock> Builder<C> {
     /// [`shard`](crate::Builder::shard) narrows the lease to that one shard.
     /// Without this call, `IDUTIL_LEASE_URL` turns
     /// the lease on when it is set (set but empty or blank, opening fails
-    /// with [`Error::InvalidEnv`]). See [`lease`](crate::lease).
-    pub fn lease(mut self, config: LeaseConfig) -> Self {
-        self.durable.lease = Some(config);
+    /// with [`Error::InvalidEnv`](crate::Error::InvalidEnv)). See
+    /// [`lease`](crate::lease).
+    pub fn lease(mut self, config: crate::lease::LeaseConfig) -> Self {
+        self.durable.lease = Some(std::sync::Arc::new(config));
         self
     }
 }

@@ -516,3 +516,15 @@ impl<C: Clock> std::fmt::Debug for Generator<C> {
             .finish_non_exhaustive()
     }
 }
+
+/// Counters for unit tests, worked out apart from the functions they test.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::layout::Layout;
+
+    /// The counter of sequence number `sequence` in `unix_second` (at or
+    /// after the layout's epoch).
+    pub(crate) fn counter(layout: &Layout, unix_second: u64, sequence: u64) -> u64 {
+        layout.counter_from(unix_second - layout.epoch(), sequence)
+    }
+}

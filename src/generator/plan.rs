@@ -149,8 +149,8 @@ pub(crate) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generator::test_support::counter;
     use crate::generator::DEFAULT_WINDOW;
-    use crate::layout::test_support::counter;
     use std::collections::BTreeMap;
 
     const L: Layout = Layout::DEFAULT;

@@ -4,8 +4,7 @@
 //! `idutil lease` runs.
 
 use super::engines::engine_for;
-use super::reports::{Finding, Released, ShardLease};
-use super::{LeaseConfig, LeaseResult};
+use super::{Finding, LeaseConfig, LeaseResult, Released, ShardLease};
 use crate::layout::Layout;
 
 /// Reads every shard's lease and record from the store, for display.
@@ -33,10 +32,10 @@ pub fn inspect(config: &LeaseConfig, layout: &Layout) -> LeaseResult<Vec<ShardLe
 ///
 /// # Errors
 ///
-/// [`LeaseError::InvalidConfig`](crate::lease::LeaseError::InvalidConfig)
+/// [`LeaseError::InvalidConfig`](super::LeaseError::InvalidConfig)
 /// for a live lease, a shard without a row, or a Redis lease (whose keys
 /// always expire: delete a `PERSIST`ed `PREFIX:lease:N` by hand);
-/// [`LeaseError::Store`](crate::lease::LeaseError::Store) if the store
+/// [`LeaseError::Store`](super::LeaseError::Store) if the store
 /// fails.
 pub fn release(config: &LeaseConfig, layout: &Layout, shard: u32) -> LeaseResult<Released> {
     engine_for(config)?.release(config, layout, shard)
@@ -48,7 +47,7 @@ pub fn release(config: &LeaseConfig, layout: &Layout, shard: u32) -> LeaseResult
 ///
 /// For PostgreSQL: the durability settings (`fsync`, `full_page_writes`,
 /// `synchronous_commit`), the standbys and the synchronous setup (see
-/// [replication](crate::lease::postgres#replication)), a pooler in front
+/// [replication](super::postgres#replication)), a pooler in front
 /// and its mode, the schema of the table and any other `idutil_lease` a
 /// search path would find, the privileges the lease needs, the clocks, rows
 /// that never expire or belong to another layout, and how many shards of
@@ -56,7 +55,7 @@ pub fn release(config: &LeaseConfig, layout: &Layout, shard: u32) -> LeaseResult
 /// `appendfsync`), the eviction policy, the replicas and any replicas of
 /// theirs, whether `DEBUG` may load older data, the clocks, which shards'
 /// records their next holder settles first (see [Restarts, restores and
-/// failovers](crate::lease::redis#restarts-restores-and-failovers)), and
+/// failovers](super::redis#restarts-restores-and-failovers)), and
 /// free shards. A store that cannot be reached is one
 /// [`Verdict::Fail`](super::Verdict::Fail) finding, not an error.
 ///

@@ -1,14 +1,14 @@
 //! The engine a lease URL names, as this build has it: the one place that
-//! knows every engine (their schemes and features are `schemes.rs`'s).
+//! knows every engine (their schemes and features are `idutil_lease::schemes`').
 
-use super::interface::Engine;
-use super::redact::redact;
-use super::schemes::{scheme, SCHEMES};
-use super::{LeaseConfig, LeaseError, LeaseResult};
+use idutil_core::redact::redact;
+use idutil_lease::interface::Engine;
+use idutil_lease::schemes::{scheme, SCHEMES};
+use idutil_lease::{LeaseConfig, LeaseError, LeaseResult};
 
 /// The engine `config`'s URL names, if this build has it.
 pub(crate) fn engine_for(config: &LeaseConfig) -> LeaseResult<&'static dyn Engine> {
-    let url = config.url.trim();
+    let url = config.get_url().trim();
     let invalid = LeaseError::invalid_config;
     let Some(scheme) = scheme(url) else {
         return Err(invalid(format!(
@@ -24,9 +24,9 @@ pub(crate) fn engine_for(config: &LeaseConfig) -> LeaseResult<&'static dyn Engin
     };
     match *feature {
         #[cfg(feature = "postgres-lease")]
-        "postgres-lease" => Ok(&super::postgres::Postgres),
+        "postgres-lease" => Ok(&idutil_lease_postgres::Postgres),
         #[cfg(feature = "redis")]
-        "redis" => Ok(&super::redis::Redis),
+        "redis" => Ok(&idutil_lease_redis::Redis),
         _ => Err(invalid(format!(
             "a {scheme}:// lease needs idutil built with the feature `{feature}`"
         ))),

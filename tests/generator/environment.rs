@@ -34,10 +34,11 @@ fn a_lease_url_in_the_environment_is_never_ignored() {
             "{stdout}"
         );
         assert!(
-            refusal.contains("IDUTIL_LEASE_URL") || cfg!(lease),
+            refusal.contains("IDUTIL_LEASE_URL")
+                || cfg!(any(feature = "postgres-lease", feature = "redis")),
             "{refusal}"
         );
-        if cfg!(not(lease)) {
+        if cfg!(not(any(feature = "postgres-lease", feature = "redis"))) {
             assert!(refusal.contains("no lease engine"), "{refusal}");
         }
     }

@@ -73,7 +73,7 @@ fn env_child_process() {
     let dir = harness::state_dir();
     let from_env = match LeaseConfig::from_env() {
         Ok(c) => format!("ok {}", c.is_some()),
-        Err(e) => format!("err {}", matches!(e, Error::InvalidEnv { .. })),
+        Err(e) => format!("err {}", matches!(Error::from(e), Error::InvalidEnv { .. })),
     };
     let open = match Generator::builder().shard(1).state_dir(dir.path()).open() {
         Ok(_) => "ok".to_string(),

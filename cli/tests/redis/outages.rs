@@ -72,9 +72,9 @@ fn a_close_whose_reply_is_lost_reports_nothing_false() {
     };
     harness::redis_server::seed_records(&redis, 0..=31);
     let finish = [
-        include_str!("../../../src/lease/redis/scripts/check.lua"),
-        include_str!("../../../src/lease/redis/scripts/run.lua"),
-        include_str!("../../../src/lease/redis/scripts/finish.lua"),
+        include_str!("../../../crates/lease-redis/src/scripts/check.lua"),
+        include_str!("../../../crates/lease-redis/src/scripts/run.lua"),
+        include_str!("../../../crates/lease-redis/src/scripts/finish.lua"),
     ]
     .concat();
     let mut conn = redis.conn();

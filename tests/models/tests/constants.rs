@@ -55,11 +55,11 @@ fn the_lease_model_runs_on_the_code_s_timing() {
 
 #[test]
 fn the_lease_model_s_rules_are_the_code_s() {
-    let config = include_str!("../../../src/lease/config.rs");
+    let config = include_str!("../../../crates/lease/src/config.rs");
     has("lease/config.rs", config, "self.ttl / 3");
     has("lease/config.rs", config, "self.ttl - self.margin()");
     has("lease/config.rs", config, "self.ttl / 4");
-    let sql = include_str!("../../../src/lease/postgres/sql/mod.rs");
+    let sql = include_str!("../../../crates/lease-postgres/src/sql/mod.rs");
     has(
         "postgres/sql/mod.rs",
         sql,
@@ -80,7 +80,7 @@ fn the_lease_model_s_rules_are_the_code_s() {
         sql,
         "WHERE {} AND COALESCE(high_water, 0) >= {known}",
     );
-    let history = include_str!("../../../src/lease/postgres/sql/history.rs");
+    let history = include_str!("../../../crates/lease-postgres/src/sql/history.rs");
     has(
         "postgres/sql/history.rs",
         history,
@@ -114,19 +114,19 @@ fn the_lease_model_s_rules_are_the_code_s() {
         sql,
         "ON CONFLICT (space, shard) DO UPDATE SET max_lead = EXCLUDED.max_lead)",
     );
-    let caps = include_str!("../../../src/lease/postgres/history.rs");
+    let caps = include_str!("../../../crates/lease-postgres/src/history.rs");
     has(
         "postgres/history.rs",
         caps,
         "let reach = whole_seconds(config.max_lead).saturating_add(whole_seconds(config.fence_after()));",
     );
-    let renewal = include_str!("../../../src/lease/renewal.rs");
+    let renewal = include_str!("../../../crates/lease/src/renewal.rs");
     has(
         "lease/renewal.rs",
         renewal,
         "if renewed.mark.unwrap_or(0) < known {",
     );
-    let skew = include_str!("../../../src/lease/skew.rs");
+    let skew = include_str!("../../../crates/lease/src/skew.rs");
     has(
         "lease/skew.rs",
         skew,
@@ -137,11 +137,11 @@ fn the_lease_model_s_rules_are_the_code_s() {
         renewal,
         "check_skew(&self.config, Some(self.shard), host_time(), server)",
     );
-    let acquire = include_str!("../../../src/lease/postgres/acquire.rs");
+    let acquire = include_str!("../../../crates/lease-postgres/src/acquire.rs");
     has("postgres/acquire.rs", acquire, "history::check_space(");
     // The history is checked where a shard is leased, and nowhere else
     // (what the lease model's holders do).
-    let held = include_str!("../../../src/lease/postgres/held.rs");
+    let held = include_str!("../../../crates/lease-postgres/src/held.rs");
     assert!(
         !held.contains("history::"),
         "held.rs checks the history now: update the model"
