@@ -1,7 +1,7 @@
 //! What .ci/ends checks at each end of every integration's range: code
 //! that uses `Id` through each crate's own traits and types, so that a
 //! release whose traits no longer fit idutil's impls fails to compile.
-//! Each crate is named by its key in idutil's Cargo.toml, each check by the
+//! Each crate is named by its key in idutil-core's Cargo.toml, each check by the
 //! feature it needs (the scratch app has features of the same names).
 
 #![allow(dead_code)]

@@ -86,11 +86,11 @@ impl Failure {
                  transaction or session mode, or to the server itself",
                 lease.url_redacted()
             )),
-            Failure::Db(e) => LeaseError::store(ENGINE, action, &lease.url, PgError(e)),
+            Failure::Db(e) => LeaseError::store(ENGINE, action, lease.get_url(), PgError(e)),
             Failure::Unreplicated(notice) => LeaseError::store(
                 ENGINE,
                 action,
-                &lease.url,
+                lease.get_url(),
                 io::Error::other(format!(
                     "the commit is not known to be on the synchronous standby, so it does not \
                      count (the server said: {notice})"
@@ -99,13 +99,13 @@ impl Failure {
             Failure::Answer(what) => LeaseError::store(
                 ENGINE,
                 action,
-                &lease.url,
+                lease.get_url(),
                 io::Error::new(io::ErrorKind::InvalidData, what),
             ),
             Failure::Timeout(d) => LeaseError::store(
                 ENGINE,
                 action,
-                &lease.url,
+                lease.get_url(),
                 io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {d:?}")),
             ),
         }
@@ -219,7 +219,7 @@ impl Conn {
         let rt = Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| LeaseError::store(ENGINE, "start a connection to", &lease.url, e))?;
+            .map_err(|e| LeaseError::store(ENGINE, "start a connection to", lease.get_url(), e))?;
         Ok(Conn {
             rt: Some(rt),
             session: None,

@@ -45,10 +45,10 @@ impl Target {
     pub(super) fn parse(lease: &LeaseConfig) -> Result<Target, LeaseError> {
         let invalid = |reason: String| LeaseError::invalid_config(reason);
         let (rest, options) = take_options(
-            lease.url.trim(),
+            lease.get_url().trim(),
             &["sslmode", "sslrootcert", "schema", "replication"],
         );
-        let schema = match (options[2].as_deref(), lease.schema.as_deref()) {
+        let schema = match (options[2].as_deref(), lease.get_schema()) {
             (Some(url), Some(config)) if url != config => {
                 return Err(invalid(format!(
                     "the lease URL names the schema {url:?} and the configuration {config:?}; \
@@ -65,9 +65,9 @@ impl Target {
             )));
         }
         let strict = match options[3].as_deref() {
-            None => lease.strict_replication,
+            None => lease.get_strict_replication(),
             Some("strict") => true,
-            Some("warn") => lease.strict_replication,
+            Some("warn") => lease.get_strict_replication(),
             Some(other) => {
                 return Err(invalid(format!(
                     "the lease URL's replication={other} is neither `strict` nor `warn`"

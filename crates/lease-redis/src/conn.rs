@@ -23,7 +23,7 @@ pub(super) fn fail<'a>(
 pub(super) fn client(config: &LeaseConfig) -> Result<Client> {
     setup::strict(config)?;
     if config
-        .url
+        .get_url()
         .trim_start()
         .to_ascii_lowercase()
         .starts_with("rediss://")

@@ -93,15 +93,15 @@ pub const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`std::process::Command`].
 #[derive(Clone)]
 pub struct LeaseConfig {
-    pub url: String,
-    pub prefix: String,
-    pub ttl: Duration,
-    pub shards: Option<RangeInclusive<u32>>,
-    pub max_skew: Duration,
-    pub max_lead: Duration,
-    pub schema: Option<String>,
-    pub strict_replication: bool,
-    pub open_timeout: Duration,
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+    pub(crate) ttl: Duration,
+    pub(crate) shards: Option<RangeInclusive<u32>>,
+    pub(crate) max_skew: Duration,
+    pub(crate) max_lead: Duration,
+    pub(crate) schema: Option<String>,
+    pub(crate) strict_replication: bool,
+    pub(crate) open_timeout: Duration,
 }
 
 impl fmt::Debug for LeaseConfig {
