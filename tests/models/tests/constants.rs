@@ -118,7 +118,7 @@ fn the_lease_model_s_rules_are_the_code_s() {
     has(
         "postgres/history.rs",
         caps,
-        "let reach = whole_seconds(config.max_lead).saturating_add(whole_seconds(config.fence_after()));",
+        "let reach = whole_seconds(config.get_max_lead()).saturating_add(whole_seconds(config.fence_after()));",
     );
     let renewal = include_str!("../../../crates/lease/src/renewal.rs");
     has(
