@@ -47,7 +47,8 @@ pub fn release(config: &LeaseConfig, layout: &Layout, shard: u32) -> LeaseResult
 ///
 /// For PostgreSQL: the durability settings (`fsync`, `full_page_writes`,
 /// `synchronous_commit`), the standbys and the synchronous setup (see
-/// [replication](super::postgres#replication)), a pooler in front
+/// [replication](https://docs.rs/idutil-lease-postgres/latest/idutil_lease_postgres/#replication)),
+/// a pooler in front
 /// and its mode, the schema of the table and any other `idutil_lease` a
 /// search path would find, the privileges the lease needs, the clocks, rows
 /// that never expire or belong to another layout, and how many shards of
@@ -55,7 +56,8 @@ pub fn release(config: &LeaseConfig, layout: &Layout, shard: u32) -> LeaseResult
 /// `appendfsync`), the eviction policy, the replicas and any replicas of
 /// theirs, whether `DEBUG` may load older data, the clocks, which shards'
 /// records their next holder settles first (see [Restarts, restores and
-/// failovers](super::redis#restarts-restores-and-failovers)), and
+/// failovers](https://docs.rs/idutil-lease-redis/latest/idutil_lease_redis/#restarts-restores-and-failovers)),
+/// and
 /// free shards. A store that cannot be reached is one
 /// [`Verdict::Fail`](super::Verdict::Fail) finding, not an error.
 ///

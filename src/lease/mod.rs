@@ -3,13 +3,19 @@
 //! kept in the store so that it travels from holder to holder (features
 //! `postgres-lease`, `redis`).
 //!
-//! This module is the crate [`idutil_lease`], whose docs say what every
-//! engine promises, with the engines this build has: [`postgres`]
+//! The guide to the lease is the crate page of [`idutil_lease`], whose
+//! items this module re-exports: when to lease a shard, a Kubernetes
+//! Deployment with a lease, [*What every engine
+//! promises*](idutil_lease#what-every-engine-promises), [*The TTL
+//! trade-off*](idutil_lease#the-ttl-trade-off), [*Many processes on one
+//! host*](idutil_lease#many-processes-on-one-host) and [*When the store
+//! fails*](idutil_lease#when-the-store-fails). Each engine's own guide is
+//! its module here, as this build has it: [`postgres`]
 //! (`idutil-lease-postgres`, feature `postgres-lease`) and [`redis`]
 //! (`idutil-lease-redis`, feature `redis`). What needs to know every
-//! engine lives here: which engine a URL names (`engines.rs`), the
-//! commands that run in any store ([`inspect`], [`release`], [`check`]),
-//! and [`IDUTIL_LEASE_URL`](crate::env::LEASE_URL).
+//! engine lives here: which engine a URL names, the commands that run in
+//! any store ([`inspect`], [`release`], [`check`]), and
+//! [`IDUTIL_LEASE_URL`](crate::env::LEASE_URL).
 //!
 //! ```no_run
 //! use idutil::lease::LeaseConfig;
@@ -21,6 +27,15 @@
 //! println!("leased shard {}", generator.shard());
 //! # Ok::<(), idutil::Error>(())
 //! ```
+// In a build without one of the engines, its name links to its crate's docs.
+#![cfg_attr(
+    not(feature = "postgres-lease"),
+    doc = "[`postgres`]: https://docs.rs/idutil-lease-postgres"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`redis`]: https://docs.rs/idutil-lease-redis"
+)]
 
 mod commands;
 mod engines;
@@ -41,9 +56,11 @@ pub use idutil_lease::{
 };
 #[cfg(feature = "postgres-lease")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres-lease")))]
+#[doc(inline)]
 pub use idutil_lease_postgres as postgres;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[doc(inline)]
 pub use idutil_lease_redis as redis;
 
 /// Measures what renewing a lease costs against the store `config` names:

@@ -578,6 +578,12 @@ fn server_time(seconds: Option<f64>) -> Option<Duration> {
 }
 
 /// The PostgreSQL engine ([`LeaseConfig::new`] with `postgres://`).
+///
+/// Public only so that `idutil` can choose it for a URL; applications
+/// name a store by its URL, never by this type, and `idutil` re-exports
+/// this crate as `idutil::lease::postgres`, so it is hidden from
+/// the docs there and here.
+#[doc(hidden)]
 pub struct Postgres;
 
 impl Engine for Postgres {

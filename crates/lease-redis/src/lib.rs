@@ -179,6 +179,12 @@ pub(crate) fn key(config: &LeaseConfig, kind: &str, shard: u32) -> String {
 }
 
 /// The Redis engine ([`LeaseConfig::new`] with `redis://`).
+///
+/// Public only so that `idutil` can choose it for a URL; applications
+/// name a store by its URL, never by this type, and `idutil` re-exports
+/// this crate as `idutil::lease::redis`, so it is hidden from
+/// the docs there and here.
+#[doc(hidden)]
 pub struct Redis;
 
 impl Engine for Redis {

@@ -271,7 +271,9 @@ impl LeaseConfig {
 
     /// The PostgreSQL schema of the lease table (default `public`, or the
     /// URL's `schema=` option), whatever the connection's `search_path`:
-    /// see the table (`idutil::lease::postgres`). It must exist;
+    /// see [the
+    /// table](https://docs.rs/idutil-lease-postgres/latest/idutil_lease_postgres/#the-table).
+    /// It must exist;
     /// the table in it is created on first use. Redis ignores it.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = Some(schema.into());
@@ -281,7 +283,8 @@ impl LeaseConfig {
     /// Refuses to lease from a PostgreSQL server whose replication setup
     /// lets a standby that may lack a raise be promoted, instead of the
     /// loud warning (default `false`; the URL's `replication=strict` sets
-    /// it too): see replication (`idutil::lease::postgres`).
+    /// it too): see
+    /// [replication](https://docs.rs/idutil-lease-postgres/latest/idutil_lease_postgres/#replication).
     /// For Redis, refuses a server with a replica the lease cannot ask
     /// whether it has replicas of its own (a chain it sees is refused
     /// either way): see [the Redis lease's

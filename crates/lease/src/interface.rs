@@ -32,13 +32,13 @@ pub trait Engine: Sync {
     /// needs it). With every shard leased: [`LeaseError::NoFreeShard`].
     fn connect(&self, ask: &Ask<'_>, time: &dyn Clock) -> LeaseResult<(Box<dyn Held>, Grant)>;
 
-    /// Every shard's lease and record, for display (`idutil::lease::inspect`(crate::inspect)).
+    /// Every shard's lease and record, for display ([`idutil::lease::inspect`](https://docs.rs/idutil/latest/idutil/lease/fn.inspect.html)).
     fn inspect(&self, config: &LeaseConfig, layout: &Layout) -> LeaseResult<Vec<ShardLease>>;
 
-    /// Frees a lease that never expires by itself (`idutil::lease::release`(crate::release)).
+    /// Frees a lease that never expires by itself ([`idutil::lease::release`](https://docs.rs/idutil/latest/idutil/lease/fn.release.html)).
     fn release(&self, config: &LeaseConfig, layout: &Layout, shard: u32) -> LeaseResult<Released>;
 
-    /// Audits the store's setup (`idutil::lease::check`(crate::check)).
+    /// Audits the store's setup ([`idutil::lease::check`](https://docs.rs/idutil/latest/idutil/lease/fn.check.html)).
     fn check(&self, config: &LeaseConfig, layout: &Layout) -> LeaseResult<Vec<Finding>>;
 }
 

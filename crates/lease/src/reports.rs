@@ -1,7 +1,7 @@
 //! What the lease's commands report: every shard's lease and record
-//! ([`ShardLease`], from `idutil::lease::inspect`(crate::inspect)), a freed lease
-//! ([`Released`], from `idutil::lease::release`(crate::release)) and an audit's findings
-//! ([`Finding`], from `idutil::lease::check`(crate::check)). Engines fill them in.
+//! ([`ShardLease`], from [`idutil::lease::inspect`](https://docs.rs/idutil/latest/idutil/lease/fn.inspect.html)), a freed lease
+//! ([`Released`], from [`idutil::lease::release`](https://docs.rs/idutil/latest/idutil/lease/fn.release.html)) and an audit's findings
+//! ([`Finding`], from [`idutil::lease::check`](https://docs.rs/idutil/latest/idutil/lease/fn.check.html)). Engines fill them in.
 
 use std::fmt;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::layout::Layout;
 use crate::record::{read_record, RawRecord};
 
-/// One shard's lease and record, as `idutil::lease::inspect`(crate::inspect) finds them. A field that is
+/// One shard's lease and record, as [`idutil::lease::inspect`](https://docs.rs/idutil/latest/idutil/lease/fn.inspect.html) finds them. A field that is
 /// not valid is `None` here and named in [`invalid`](ShardLease::invalid).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -70,7 +70,7 @@ impl ShardLease {
     }
 }
 
-/// A lease `idutil::lease::release`(crate::release) freed.
+/// A lease [`idutil::lease::release`](https://docs.rs/idutil/latest/idutil/lease/fn.release.html) freed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Released {
@@ -94,7 +94,7 @@ impl Released {
     }
 }
 
-/// How one finding of `idutil::lease::check`(crate::check) bears on the lease's promise.
+/// How one finding of [`idutil::lease::check`](https://docs.rs/idutil/latest/idutil/lease/fn.check.html) bears on the lease's promise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Verdict {
@@ -117,7 +117,7 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// One line of `idutil::lease::check`(crate::check)'s audit.
+/// One line of [`idutil::lease::check`](https://docs.rs/idutil/latest/idutil/lease/fn.check.html)'s audit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Finding {

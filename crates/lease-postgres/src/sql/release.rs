@@ -1,4 +1,4 @@
-//! The statements of stuck leases (see `idutil::lease::release`(super::super::release)):
+//! The statements of stuck leases (see [`idutil::lease::release`](https://docs.rs/idutil/latest/idutil/lease/fn.release.html)):
 //! naming them, and freeing one.
 
 use super::super::conn::literal;
