@@ -69,6 +69,7 @@ impl Id {
     /// 53 bits. No check in release builds (it is on the generator's hot
     /// path); a larger value is the caller's bug, caught in debug builds.
     /// Anything else uses [`Id::from_u64`].
+    #[doc(hidden)]
     pub const fn from_valid(value: u64) -> Id {
         debug_assert!(value <= Id::MAX.0 as u64);
         Id(value as i64)
@@ -87,7 +88,7 @@ impl Id {
     /// The value as `i64`, by reference, for database bindings that keep a
     /// reference to what they write.
     #[cfg(feature = "diesel")]
-    pub const fn as_i64_ref(&self) -> &i64 {
+    pub(crate) const fn as_i64_ref(&self) -> &i64 {
         &self.0
     }
 

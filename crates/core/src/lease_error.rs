@@ -151,6 +151,7 @@ pub enum LeaseError {
 
 impl LeaseError {
     /// [`LeaseError::InvalidConfig`].
+    #[doc(hidden)]
     pub fn invalid_config(reason: impl Into<String>) -> LeaseError {
         LeaseError::InvalidConfig {
             reason: reason.into(),
@@ -159,6 +160,7 @@ impl LeaseError {
 
     /// [`LeaseError::NoFreeShard`] over `range`, before any shard is
     /// skipped.
+    #[doc(hidden)]
     pub fn no_free_shard(range: &RangeInclusive<u32>, prefix: &str) -> LeaseError {
         LeaseError::NoFreeShard {
             first: *range.start(),
@@ -171,6 +173,7 @@ impl LeaseError {
 
     /// [`LeaseError::ClockSkew`]: the host's clock is `ahead` seconds of
     /// the store's (negative: behind), beyond `limit`.
+    #[doc(hidden)]
     pub fn clock_skew(shard: Option<u32>, ahead: f64, limit: Duration) -> LeaseError {
         LeaseError::ClockSkew {
             shard,
@@ -180,6 +183,7 @@ impl LeaseError {
     }
 
     /// [`LeaseError::Fenced`]: the lease is not known to be held for now.
+    #[doc(hidden)]
     pub fn fenced(shard: u32, reason: impl Into<String>) -> LeaseError {
         LeaseError::Fenced {
             shard,
@@ -188,6 +192,7 @@ impl LeaseError {
     }
 
     /// [`LeaseError::Lost`]: gone for good.
+    #[doc(hidden)]
     pub fn lost(shard: u32, reason: impl Into<String>) -> LeaseError {
         LeaseError::Lost {
             shard,
@@ -196,6 +201,7 @@ impl LeaseError {
     }
 
     /// The lease was gone when the holder closed with the exact last ID.
+    #[doc(hidden)]
     pub fn lost_at_close(shard: u32) -> LeaseError {
         LeaseError::lost(
             shard,
@@ -206,6 +212,7 @@ impl LeaseError {
     /// A record whose mark is below what this holder raised it to:
     /// rewritten, restored from an older copy, or an acknowledged write
     /// lost.
+    #[doc(hidden)]
     pub fn mark_lowered(shard: u32, record: &str) -> LeaseError {
         LeaseError::lost(
             shard,
@@ -218,6 +225,7 @@ impl LeaseError {
     }
 
     /// [`LeaseError::InvalidRecord`] for `field` of the record at `key`.
+    #[doc(hidden)]
     pub fn invalid_record(
         shard: u32,
         key: impl Into<String>,
@@ -234,6 +242,7 @@ impl LeaseError {
 
     /// [`LeaseError::LayoutMismatch`]: the record was written under
     /// `recorded`, not `ours`.
+    #[doc(hidden)]
     pub fn layout_mismatch(
         shard: u32,
         prefix: &str,
@@ -250,6 +259,7 @@ impl LeaseError {
 
     /// [`LeaseError::Store`]: `engine` could not `action` at `url` (its
     /// password hidden in the message).
+    #[doc(hidden)]
     pub fn store(
         engine: &'static str,
         action: &'static str,
@@ -265,6 +275,7 @@ impl LeaseError {
     }
 
     /// [`LeaseError::RecordLost`]: the shard's record, `key`, is gone.
+    #[doc(hidden)]
     pub fn record_lost(shard: u32, key: impl Into<String>) -> LeaseError {
         LeaseError::RecordLost {
             shard,
@@ -274,6 +285,7 @@ impl LeaseError {
 
     /// [`LeaseError::NotReplicated`]: `confirmed` of the `replicas` waited
     /// for confirmed a raise in time.
+    #[doc(hidden)]
     pub fn not_replicated(shard: u32, replicas: i64, confirmed: i64) -> LeaseError {
         LeaseError::NotReplicated {
             shard,
@@ -284,6 +296,7 @@ impl LeaseError {
 
     /// [`LeaseError::UnsafeStore`]: the store at `url` (password already
     /// hidden) is set up so that it may lose a raise, and the lease refuses it.
+    #[doc(hidden)]
     pub fn unsafe_store(url: impl Into<String>, reason: impl Into<String>) -> LeaseError {
         LeaseError::UnsafeStore {
             url: url.into(),

@@ -27,6 +27,10 @@
 #[cfg(not(unix))]
 compile_error!("idutil runs on Unix only (it locks its state files with flock and follows fork)");
 
+// What the idutil crates share among themselves but applications never
+// call (the counter arithmetic, the error constructors, the settings the
+// engines read) is public, as crates need it, and `#[doc(hidden)]`: it is
+// no part of the API that `idutil` re-exports (.ci/api keeps that list).
 pub mod clock;
 pub mod env;
 pub mod error;

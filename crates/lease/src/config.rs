@@ -261,6 +261,7 @@ impl LeaseConfig {
     /// seconds), if that is lower: the cap a generator asked for
     /// (`idutil::Builder::max_lead`) is the one in
     /// force, and the lease records and counts the holder's reach from it.
+    #[doc(hidden)]
     pub fn capped(&self, max_lead: Option<u64>) -> LeaseConfig {
         let mut config = self.clone();
         if let Some(cap) = max_lead {
@@ -348,6 +349,7 @@ impl LeaseConfig {
 
     /// The URL as given, password and all: for an engine to connect with,
     /// never for a message ([`url_redacted`](Self::url_redacted)).
+    #[doc(hidden)]
     pub fn get_url(&self) -> &str {
         &self.url
     }
@@ -385,18 +387,19 @@ impl LeaseConfig {
         self.ttl - self.margin()
     }
 
-    pub fn margin(&self) -> Duration {
+    pub(crate) fn margin(&self) -> Duration {
         self.ttl / 4
     }
 
     /// Pause between retries after a failed renewal.
-    pub fn retry_every(&self) -> Duration {
+    pub(crate) fn retry_every(&self) -> Duration {
         (self.ttl / 20).max(Duration::from_millis(10))
     }
 
     /// Longest wait for one round trip to the store: a fifth of the TTL,
     /// at most `MAX_ROUND_TRIP` (2 s) (a long TTL is for fewer renewals, not
     /// for calls that wait longer on a store that does not answer).
+    #[doc(hidden)]
     pub fn op_timeout(&self) -> Duration {
         (self.ttl / 5).min(MAX_ROUND_TRIP)
     }
@@ -404,11 +407,13 @@ impl LeaseConfig {
     /// The close's deadline: a quarter of the TTL, at most
     /// `MAX_ROUND_TRIP` (2 s) and a half (room for a round trip and a second
     /// try); past it the lease expires by itself within a TTL.
+    #[doc(hidden)]
     pub fn close_timeout(&self) -> Duration {
         (self.ttl / 4).min(MAX_ROUND_TRIP * 5 / 4)
     }
 
     /// The shards that may be leased under `layout`, narrowed to `only`.
+    #[doc(hidden)]
     pub fn range(&self, layout: &Layout, only: Option<u32>) -> Result<RangeInclusive<u32>> {
         let max = layout.max_shard();
         let range = match (only, &self.shards) {

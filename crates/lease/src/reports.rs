@@ -40,6 +40,7 @@ pub struct ShardLease {
 
 impl ShardLease {
     /// A shard with no lease and no record found yet.
+    #[doc(hidden)]
     pub fn empty(shard: u32) -> ShardLease {
         ShardLease {
             shard,
@@ -56,6 +57,7 @@ impl ShardLease {
 
     /// Fills the record's fields from `raw`, read as a generator reads it:
     /// a field that does not pass is left `None` and named in `invalid`.
+    #[doc(hidden)]
     pub fn show_record(&mut self, raw: &RawRecord, layout: &Layout) {
         let (record, problems) = read_record(raw, layout);
         self.high_water = record.high_water;
@@ -85,6 +87,7 @@ pub struct Released {
 
 impl Released {
     /// What an engine's release freed.
+    #[doc(hidden)]
     pub fn new(shard: u32, holder: Option<String>, expires_at: impl Into<String>) -> Released {
         Released {
             shard,
@@ -133,6 +136,7 @@ pub struct Finding {
 
 impl Finding {
     /// A finding of an engine's audit.
+    #[doc(hidden)]
     pub fn new(verdict: Verdict, topic: &'static str, text: impl Into<String>) -> Finding {
         Finding {
             verdict,
@@ -144,6 +148,7 @@ impl Finding {
     /// The `clock` line of either engine's audit: this host's clock against
     /// the store's (`server`, since 1970), failing beyond the skew limit
     /// and warning beyond half of it.
+    #[doc(hidden)]
     pub fn clock(config: &crate::LeaseConfig, server: Duration) -> Finding {
         let ahead = crate::skew::host_time().as_secs_f64() - server.as_secs_f64();
         let limit = config.max_skew.as_secs_f64();

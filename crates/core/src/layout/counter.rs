@@ -15,6 +15,7 @@ impl Layout {
     /// The counter of sequence number `sequence` in the seconds field
     /// `seconds` (seconds since the epoch).
     #[inline]
+    #[doc(hidden)]
     pub const fn counter_from(&self, seconds: u64, sequence: u64) -> u64 {
         (seconds << self.sequence_bits()) | sequence
     }
@@ -22,7 +23,7 @@ impl Layout {
     /// A counter's seconds field (seconds since the epoch) and sequence
     /// number: what [`Layout::pack`] lays into an ID.
     #[inline]
-    pub const fn counter_fields(&self, counter: u64) -> (u64, u64) {
+    pub(crate) const fn counter_fields(&self, counter: u64) -> (u64, u64) {
         let s = self.sequence_bits();
         (counter >> s, counter & mask(s))
     }
@@ -32,6 +33,7 @@ impl Layout {
     /// second (a wild clock, a damaged record) reaches the end of the range
     /// instead of wrapping.
     #[inline]
+    #[doc(hidden)]
     pub const fn counter_at(&self, unix_second: u64) -> u64 {
         let seconds = unix_second.saturating_sub(self.epoch);
         let past = self.max_seconds() + 1;
@@ -40,6 +42,7 @@ impl Layout {
 
     /// The counter one past the layout's last second: the end of the range.
     #[inline]
+    #[doc(hidden)]
     pub const fn counter_end(&self) -> u64 {
         self.counter_from(self.max_seconds() + 1, 0)
     }
@@ -49,24 +52,28 @@ impl Layout {
     /// 2<sup>63</sup>, and so is the epoch ([`Layout::new`] keeps every
     /// second of the layout within a signed 64-bit count).
     #[inline]
+    #[doc(hidden)]
     pub const fn counter_second(&self, counter: u64) -> u64 {
         self.epoch + self.counter_fields(counter).0
     }
 
     /// The sequence number `counter` holds within its second.
     #[inline]
+    #[doc(hidden)]
     pub const fn counter_sequence(&self, counter: u64) -> u32 {
         self.counter_fields(counter).1 as u32
     }
 
     /// How many counter values one second holds: 2<sup>sequence bits</sup>.
     #[inline]
+    #[doc(hidden)]
     pub const fn counters_per_second(&self) -> u64 {
         1 << self.sequence_bits()
     }
 
     /// The first counter of the second after the one `counter` lies in.
     #[inline]
+    #[doc(hidden)]
     pub const fn counter_next_second(&self, counter: u64) -> u64 {
         (counter | mask(self.sequence_bits())) + 1
     }

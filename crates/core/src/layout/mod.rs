@@ -329,6 +329,7 @@ impl Layout {
     /// The bits of an ID that do not change within a generator: clock value
     /// and shard, in place.
     #[inline]
+    #[doc(hidden)]
     pub const fn base(&self, clock: u32, shard: u32) -> u64 {
         ((clock as u64) << (self.sequence_bits() + self.shard_bits())) | shard as u64
     }
@@ -338,6 +339,7 @@ impl Layout {
     /// sequence are laid into their bits. The caller guarantees the
     /// counter's seconds fit the layout.
     #[inline]
+    #[doc(hidden)]
     pub const fn pack(&self, counter: u64, base: u64) -> u64 {
         let h = self.shard_bits();
         let (seconds, sequence) = self.counter_fields(counter);
