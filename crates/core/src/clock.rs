@@ -1,6 +1,6 @@
 //! Where time comes from, as every idutil crate reads it: the [`Clock`]
 //! trait, and [`ManualClock`], a clock a test drives. The wall clock that
-//! generators read by default, `idutil::SystemClock`, is the `idutil`
+//! generators read by default, [`idutil::SystemClock`](https://docs.rs/idutil/latest/idutil/struct.SystemClock.html), is the `idutil`
 //! crate's.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// A source of whole seconds since the Unix epoch.
 ///
 /// The generator asks it once per ID, so it should be cheap. It may go
-/// backwards; the generator copes (`idutil::Generator`, *Clock
+/// backwards; the generator copes ([`idutil::Generator`](https://docs.rs/idutil/latest/idutil/struct.Generator.html), *Clock
 /// rollbacks*).
 pub trait Clock: Send + Sync + 'static {
     /// Whole seconds since 1970-01-01T00:00:00Z. A clock set before 1970

@@ -1,16 +1,16 @@
 //! The errors of the values every idutil crate shares: [`IdError`] for a
 //! value that is not an ID, and [`EnvError`] for an environment variable
-//! that cannot be used. Both convert into `idutil::Error`.
+//! that cannot be used. Both convert into [`idutil::Error`](https://docs.rs/idutil/latest/idutil/enum.Error.html).
 
 use std::fmt;
 
 /// A value that is not an ID: text or a number that cannot be parsed or
-/// converted into an `idutil::Id`, or parts that do not fit a
+/// converted into an [`idutil::Id`](https://docs.rs/idutil/latest/idutil/struct.Id.html), or parts that do not fit a
 /// [`Layout`](crate::Layout).
 ///
 /// Returned by `FromStr` and `TryFrom` for `Id` and by
 /// [`Layout::encode`](crate::Layout::encode) and
-/// [`Layout::decode`](crate::Layout::decode). It converts into `idutil::Error`,
+/// [`Layout::decode`](crate::Layout::decode). It converts into [`idutil::Error`](https://docs.rs/idutil/latest/idutil/enum.Error.html),
 /// so `?` works in functions that return either.
 ///
 /// ```
@@ -86,7 +86,7 @@ impl std::error::Error for IdError {}
 /// that cannot be used. A setting that was asked for is never silently
 /// replaced by a default: reading it fails instead.
 ///
-/// It converts into `idutil::Error` (as its `InvalidEnv`), so `?` works in
+/// It converts into [`idutil::Error`](https://docs.rs/idutil/latest/idutil/enum.Error.html) (as its `InvalidEnv`), so `?` works in
 /// functions that return either.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnvError {

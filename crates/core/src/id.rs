@@ -54,8 +54,8 @@ impl Id {
     pub const MAX: Id = Id((1 << 53) - 1);
 
     /// The ID with this value, or `None` above [`Id::MAX`]. (New IDs come
-    /// from `idutil::IdUtil::next` or a
-    /// `idutil::Generator`; this only wraps a value.)
+    /// from [`idutil::IdUtil::next`](https://docs.rs/idutil/latest/idutil/struct.IdUtil.html#method.next) or a
+    /// [`idutil::Generator`](https://docs.rs/idutil/latest/idutil/struct.Generator.html); this only wraps a value.)
     pub const fn from_u64(value: u64) -> Option<Id> {
         if value <= Id::MAX.0 as u64 {
             Some(Id(value as i64))
@@ -102,8 +102,8 @@ impl Id {
     /// every shard, are exactly those with
     /// `Id::min_at(from) <= id <= Id::max_at(to)`. Time is in whole
     /// seconds, so the bounds round down to the second; a generator that
-    /// borrowed seconds (`idutil::Generator`, *How it issues*) gave its IDs the borrowed
-    /// second, up to its lead (`idutil::Generator::lead`) after the wall
+    /// borrowed seconds ([`idutil::Generator`](https://docs.rs/idutil/latest/idutil/struct.Generator.html), *How it issues*) gave its IDs the borrowed
+    /// second, up to its lead ([`idutil::Generator::lead`](https://docs.rs/idutil/latest/idutil/struct.Generator.html#method.lead)) after the wall
     /// clock.
     ///
     /// ```
@@ -198,7 +198,7 @@ impl fmt::Display for Id {
 /// itself is fine). So each ID has exactly one text, and a string that
 /// parses can be compared, hashed or used as a cache key as it is:
 /// `"007"` is not read as 7. The string schemas
-/// (`idutil::serde::string::PATTERN`, feature
+/// ([`idutil::serde::string::PATTERN`](https://docs.rs/idutil/latest/idutil/serde/string/constant.PATTERN.html), feature
 /// `serde`) admit exactly what this accepts.
 impl FromStr for Id {
     type Err = IdError;

@@ -31,7 +31,7 @@ pub enum LeaseError {
         /// Shards whose lease never expires by itself (PostgreSQL:
         /// `expires_at` more than a day ahead, or `'infinity'`: a row
         /// edited by hand), each with its expiry. `idutil lease release`
-        /// (`idutil::lease::release`) frees them.
+        /// ([`idutil::lease::release`](https://docs.rs/idutil/latest/idutil/lease/fn.release.html)) frees them.
         stuck: Vec<(u32, String)>,
     },
     /// The lease could not be renewed in time, or expired: the generator
@@ -92,7 +92,7 @@ pub enum LeaseError {
         ours: String,
     },
     /// The host's wall clock and the store's differ by more than the
-    /// configured limit (`idutil::lease::LeaseConfig::max_skew`):
+    /// configured limit ([`idutil::lease::LeaseConfig::max_skew`](https://docs.rs/idutil/latest/idutil/lease/struct.LeaseConfig.html#method.max_skew)):
     /// opening is refused, and a running generator issues nothing until
     /// they agree again.
     #[non_exhaustive]

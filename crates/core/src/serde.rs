@@ -48,7 +48,7 @@
 //! [`Id`] is a `u64` and the [`string`] adapter writes a string; each reads
 //! back what it wrote.
 //!
-//! An `i64` from `idutil::IdUtil::next_id` needs none of
+//! An `i64` from [`idutil::IdUtil::next_id`](https://docs.rs/idutil/latest/idutil/struct.IdUtil.html#method.next_id) needs none of
 //! this: serde writes it as the same JSON number. Convert it with
 //! `Id::try_from(i64)` where the typed value, its parts or the string form
 //! are wanted.

@@ -18,7 +18,7 @@ use Verdict::{Fail, Ok as Fine, Warn};
 /// An expiry this far ahead is a row no holder renews: it is never freed.
 const STUCK_AFTER: Duration = Duration::from_secs(24 * 3600);
 
-/// Audits the server `config` names; see `idutil::lease::check`.
+/// Audits the server `config` names; see [`idutil::lease::check`](https://docs.rs/idutil/latest/idutil/lease/fn.check.html).
 pub(crate) fn audit(config: &LeaseConfig, layout: &Layout) -> Result<Vec<Finding>> {
     off_runtime(|| audit_here(config, layout))
 }

@@ -13,7 +13,7 @@
 //!
 //! Or without code: `IDUTIL_LEASE_URL=postgres://...`
 //! ([`env::LEASE_URL`](idutil_core::env::LEASE_URL), which
-//! `idutil::IdUtil` reads), `idutil --lease postgres://... next`.
+//! [`idutil::IdUtil`](https://docs.rs/idutil/latest/idutil/struct.IdUtil.html) reads), `idutil --lease postgres://... next`.
 //!
 //! # The table
 //!
@@ -46,7 +46,7 @@
 //! A lease whose `expires_at` is more than a day ahead (`'infinity'`, as a
 //! row edited by hand leaves it) never expires by itself: it is named in
 //! [`LeaseError::NoFreeShard`](idutil_lease::LeaseError::NoFreeShard) and freed by
-//! `idutil::lease::release` (`idutil lease release --shard N`),
+//! [`idutil::lease::release`](https://docs.rs/idutil/latest/idutil/lease/fn.release.html) (`idutil lease release --shard N`),
 //! which keeps the mark. A row whose `high_water` is `NULL` is a
 //! shard never used: with a database that keeps what it commits, there is
 //! no first-use wait (Redis needs one). Acquiring a free shard is one
@@ -113,7 +113,7 @@
 //! leased from, and that server's against this one: 10 s by default),
 //! plus one second. A holder's reach is its lead cap (the smaller of
 //! [`LeaseConfig::max_lead`], 30 s by default, and the generator's own,
-//! `idutil::Builder::max_lead` or the command's
+//! [`idutil::Builder::max_lead`](https://docs.rs/idutil/latest/idutil/struct.Builder.html#method.max_lead) or the command's
 //! `--max-lead`) plus its fence (three quarters of its TTL), each rounded
 //! up to whole seconds: 75 s with the defaults (a 45 s fence; 38 s with
 //! a TTL of 10 s). The reach in force is the
@@ -245,7 +245,7 @@
 //! `NAME_time(id)` (an ID's second, as `timestamptz`; an error for a
 //! number that is not an ID), and `NAME_min_at(t)` / `NAME_max_at(t)`, the
 //! first and last ID of the second that holds `t` on any shard
-//! (`idutil::Id::min_at`, `idutil::Id::max_at`;
+//! ([`idutil::Id::min_at`](https://docs.rs/idutil/latest/idutil/struct.Id.html#method.min_at), [`idutil::Id::max_at`](https://docs.rs/idutil/latest/idutil/struct.Id.html#method.max_at);
 //! `NULL` outside the layout), so that `WHERE id BETWEEN
 //! idutil_min_at(now() - interval '1 hour') AND idutil_max_at(now())` works
 //! from psql. A writer needs only its own table's privileges: the
@@ -440,7 +440,7 @@
 //!
 //! # Deploying the PostgreSQL lease
 //!
-//! `idutil lease check URL` (or `idutil::lease::check`) audits a
+//! `idutil lease check URL` (or [`idutil::lease::check`](https://docs.rs/idutil/latest/idutil/lease/fn.check.html)) audits a
 //! deployment, line by line: durability settings, standbys and the
 //! synchronous setup, a pooler in front, the schema and search path,
 //! privileges, clock skew, rows that never expire and free shards.

@@ -48,7 +48,7 @@ pub(super) fn stuck_shards(
     (stuck, database)
 }
 
-/// `idutil::lease::release` in PostgreSQL.
+/// [`idutil::lease::release`](https://docs.rs/idutil/latest/idutil/lease/fn.release.html) in PostgreSQL.
 pub(crate) fn release(config: &LeaseConfig, layout: &Layout, shard: u32) -> Result<Released> {
     off_runtime(|| release_here(config, layout, shard))
 }

@@ -16,7 +16,7 @@ use idutil_lease::{Finding, LeaseConfig, Verdict};
 
 use Verdict::{Fail, Ok as Fine, Warn};
 
-/// Audits the server `config` names; see `idutil::lease::check`.
+/// Audits the server `config` names; see [`idutil::lease::check`](https://docs.rs/idutil/latest/idutil/lease/fn.check.html).
 pub(crate) fn audit(config: &LeaseConfig, layout: &Layout) -> Result<Vec<Finding>> {
     let range = config.range(layout, None)?;
     let strict = setup::strict(config)?;

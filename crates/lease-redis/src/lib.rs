@@ -10,7 +10,7 @@
 //! with **`appendonly yes`** and **`appendfsync always`**,
 //! **`maxmemory-policy noeviction`** (or no `maxmemory`), and **no
 //! automatic failover**. The server's setup is read at open, and again at
-//! every renewal; `idutil lease check` (`idutil::lease::check`)
+//! every renewal; `idutil lease check` ([`idutil::lease::check`](https://docs.rs/idutil/latest/idutil/lease/fn.check.html))
 //! names each setting below:
 //!
 //! - **Refused** at open with [`LeaseError::UnsafeStore`], naming the
@@ -57,7 +57,7 @@
 //!
 //! For anything else (Sentinel or managed failover, Redis as a cache, a
 //! fleet that must survive losing its store), use the
-//! PostgreSQL engine (`idutil::lease::postgres`). Redis Cluster is not
+//! PostgreSQL engine ([`idutil::lease::postgres`](https://docs.rs/idutil/latest/idutil/lease/postgres/)). Redis Cluster is not
 //! supported (the acquisition script reads the keys of every shard).
 //!
 //! # Keys
@@ -139,7 +139,7 @@
 //! between runs, nothing in Redis is left to tell. The bound rests on the
 //! holders' lead caps: give every holder of an ID space the same cap in
 //! force, [`LeaseConfig::max_lead`] or a generator's own
-//! (`idutil::Builder::max_lead`) where it is lower (the
+//! ([`idutil::Builder::max_lead`](https://docs.rs/idutil/latest/idutil/struct.Builder.html#method.max_lead)) where it is lower (the
 //! record keeps the largest, but a copy put back keeps the one of its
 //! time).
 //!

@@ -13,8 +13,8 @@ use idutil_core::EnvError;
 
 /// Default name of the lease's ID space, the fleet's in the store: the
 /// Redis key prefix, the `space` column in PostgreSQL. Not the host's ID
-/// space's default (`idutil::host_lock::DEFAULT_ID_SPACE`,
-/// `default`): see `idutil::host_lock`, *ID spaces*.
+/// space's default ([`idutil::host_lock::DEFAULT_ID_SPACE`](https://docs.rs/idutil/latest/idutil/host_lock/constant.DEFAULT_ID_SPACE.html),
+/// `default`): see [`idutil::host_lock`](https://docs.rs/idutil/latest/idutil/host_lock/), *ID spaces*.
 pub const DEFAULT_PREFIX: &str = "idutil";
 /// Default limit on the difference between the host's clock and the
 /// store's.
@@ -47,7 +47,7 @@ pub const DEFAULT_MAX_LEAD: Duration = Duration::from_secs(30);
 ///   the lead cap plus the fence plus twice the skew limit plus a second,
 ///   86 s by default (49 s with a 10 s TTL), and its first ID waits until
 ///   the clock is within the lead cap of that, up to 57 s (20 s) (see
-///   `idutil::lease::postgres`, *Restores and rewound
+///   [`idutil::lease::postgres`](https://docs.rs/idutil/latest/idutil/lease/postgres/), *Restores and rewound
 ///   histories*);
 /// - none on closing: a round trip's deadline is a fifth of the TTL and
 ///   the close's a quarter, but at most 2 s and 2.5 s whatever the TTL, so
@@ -62,7 +62,7 @@ pub const DEFAULT_MAX_LEAD: Duration = Duration::from_secs(30);
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
 /// Default lease TTL of a Redis lease: 10 s. A Redis renewal costs the
 /// server little, and the first lease of a shard with no known history
-/// waits one whole TTL (see `idutil::lease::redis`), so
+/// waits one whole TTL (see [`idutil::lease::redis`](https://docs.rs/idutil/latest/idutil/lease/redis/)), so
 /// the Redis lease keeps the shorter TTL.
 pub const DEFAULT_REDIS_TTL: Duration = Duration::from_secs(10);
 /// Longest wait for one round trip to the store, whatever the TTL: a
@@ -123,7 +123,7 @@ impl fmt::Debug for LeaseConfig {
 impl LeaseConfig {
     /// A lease from the store at `url`, whose scheme names the engine:
     /// `postgres://` or `postgresql://` (feature `postgres-lease`; see
-    /// `idutil::lease::postgres` for the URL's options),
+    /// [`idutil::lease::postgres`](https://docs.rs/idutil/latest/idutil/lease/postgres/) for the URL's options),
     /// `redis://` (feature `redis`). A string of PostgreSQL `key=value`
     /// options (`host=a,b dbname=app`) is a PostgreSQL lease too. Every
     /// other setting at its default:
@@ -151,7 +151,7 @@ impl LeaseConfig {
     ///
     /// # Errors
     ///
-    /// [`EnvError`] (`idutil::Error::InvalidEnv` once converted) if the variable is set but empty, blank or not
+    /// [`EnvError`] ([`idutil::Error::InvalidEnv`](https://docs.rs/idutil/latest/idutil/enum.Error.html#variant.InvalidEnv) once converted) if the variable is set but empty, blank or not
     /// UTF-8: a lease that was meant to be on is never silently turned off
     /// (the shard would then come from `IDUTIL_SHARD` or the host name).
     pub fn from_env() -> std::result::Result<Option<Self>, EnvError> {
@@ -184,10 +184,10 @@ impl LeaseConfig {
     /// this one.
     ///
     /// It is not the host's ID space
-    /// (`idutil::Builder::id_space`, default
+    /// ([`idutil::Builder::id_space`](https://docs.rs/idutil/latest/idutil/struct.Builder.html#method.id_space), default
     /// `default`), which only scopes the per-host lock: a leased generator
     /// has both, and the two names need not match (see
-    /// `idutil::host_lock`, *ID spaces*).
+    /// [`idutil::host_lock`](https://docs.rs/idutil/latest/idutil/host_lock/), *ID spaces*).
     #[doc(alias = "lease ID space", alias = "key prefix", alias = "space")]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
@@ -222,7 +222,7 @@ impl LeaseConfig {
 
     /// Caps how far a leased generator's second may run ahead of its
     /// clock by borrowing (whole seconds; default 30 s,
-    /// [`DEFAULT_MAX_LEAD`]), whatever `idutil::Builder::max_lead`
+    /// [`DEFAULT_MAX_LEAD`]), whatever [`idutil::Builder::max_lead`](https://docs.rs/idutil/latest/idutil/struct.Builder.html#method.max_lead)
     /// says (the smaller of the two applies).
     ///
     /// It bounds what a store that forgot its history can cost. Every
@@ -232,10 +232,10 @@ impl LeaseConfig {
     /// holders issued; a holder that finds such a history starts this
     /// lead, plus the fence, plus twice [`max_skew`](LeaseConfig::max_skew),
     /// past the store's clock, after every ID a holder can have issued (see
-    /// `idutil::lease::postgres`, *Restores and rewound
-    /// histories*, and `idutil::lease::redis`, *Restarts,
+    /// [`idutil::lease::postgres`](https://docs.rs/idutil/latest/idutil/lease/postgres/), *Restores and rewound
+    /// histories*, and [`idutil::lease::redis`](https://docs.rs/idutil/latest/idutil/lease/redis/), *Restarts,
     /// restores and failovers*). The lead counted is the cap in force: the
-    /// generator's own (`idutil::Builder::max_lead`)
+    /// generator's own ([`idutil::Builder::max_lead`](https://docs.rs/idutil/latest/idutil/struct.Builder.html#method.max_lead))
     /// where it is lower. Give every holder of an ID space the same cap:
     /// the new holder's first ID then waits the fence plus twice the skew
     /// limit plus two seconds whatever the cap (20 s with the defaults),
@@ -259,7 +259,7 @@ impl LeaseConfig {
 
     /// This configuration with its lead cap lowered to `max_lead` (whole
     /// seconds), if that is lower: the cap a generator asked for
-    /// (`idutil::Builder::max_lead`) is the one in
+    /// ([`idutil::Builder::max_lead`](https://docs.rs/idutil/latest/idutil/struct.Builder.html#method.max_lead)) is the one in
     /// force, and the lease records and counts the holder's reach from it.
     #[doc(hidden)]
     pub fn capped(&self, max_lead: Option<u64>) -> LeaseConfig {

@@ -166,7 +166,7 @@ impl Lease {
     }
 
     /// The generator's lead cap (whole seconds): `asked`
-    /// (`idutil::Builder::max_lead`), at most
+    /// ([`idutil::Builder::max_lead`](https://docs.rs/idutil/latest/idutil/struct.Builder.html#method.max_lead)), at most
     /// [`LeaseConfig::max_lead`].
     pub fn max_lead(&self, asked: Option<u64>) -> u64 {
         let cap = self.config.max_lead.as_secs();

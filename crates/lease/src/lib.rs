@@ -3,16 +3,16 @@
 //! kept in the store so that it travels from holder to holder.
 //!
 //! A generator leases its shard instead of taking it from the host name
-//! when it is given a lease: `idutil::Builder::lease` in
+//! when it is given a lease: [`idutil::Builder::lease`](https://docs.rs/idutil/latest/idutil/struct.Builder.html#method.lease) in
 //! code, [`env::LEASE_URL`] (which
-//! `idutil::IdUtil` also reads), or `idutil --lease URL`. Use it
+//! [`idutil::IdUtil`](https://docs.rs/idutil/latest/idutil/struct.IdUtil.html) also reads), or `idutil --lease URL`. Use it
 //! when instances come and go under names that are not unique numbers:
 //! Kubernetes Deployments, autoscaling groups, containers without
 //! persistent volumes. The shard's high-water second travels with the
 //! lease, so each holder resumes after everything the shard's previous
 //! holders issued, and a container needs no persistent state directory.
 //! Where names are numbered and stable (StatefulSets, numbered VMs), the
-//! host-name shard (`idutil::shard`) needs no extra moving part and
+//! host-name shard ([`idutil::shard`](https://docs.rs/idutil/latest/idutil/shard/)) needs no extra moving part and
 //! is the better choice.
 //!
 //! ```no_run
@@ -124,7 +124,7 @@
 //!   failovers*](https://docs.rs/idutil-lease-redis/latest/idutil_lease_redis/#restarts-restores-and-failovers)).
 //! - **A lease that never expires by itself** (a PostgreSQL row whose
 //!   `expires_at` was set to `'infinity'` by hand) is named when no shard
-//!   is free, and `idutil::lease::release` (`idutil lease release --shard N`) frees it,
+//!   is free, and [`idutil::lease::release`](https://docs.rs/idutil/latest/idutil/lease/fn.release.html) (`idutil lease release --shard N`) frees it,
 //!   keeping the mark.
 //! - **The host's clock is compared with the store's** at acquisition and
 //!   at every renewal, where the store tells its time: beyond
@@ -186,7 +186,7 @@
 //! process that issues under it. Where a host runs many short-lived
 //! processes, lease from a long-lived one and hand IDs out from it, or
 //! give the host a numbered name and use the host-name shard, which its
-//! processes share (*Processes sharing a shard* (`idutil::state`)).
+//! processes share (*Processes sharing a shard* ([`idutil::state`](https://docs.rs/idutil/latest/idutil/state/))).
 //!
 //! # When the store fails
 //!
@@ -212,7 +212,7 @@
 //! - All shards leased: opening fails; dead holders' shards come free
 //!   within one TTL.
 //! - An empty or blank URL (`IDUTIL_LEASE_URL=" "`, `--lease ''`) is an
-//!   error (`idutil::Error::InvalidEnv`; exit status
+//!   error ([`idutil::Error::InvalidEnv`](https://docs.rs/idutil/latest/idutil/enum.Error.html#variant.InvalidEnv); exit status
 //!   2), never a lease silently turned off.
 //! - One ID space is one layout: a shard recorded under another layout is
 //!   refused ([`LeaseError::LayoutMismatch`]); fleets that share a store

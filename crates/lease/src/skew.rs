@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::{LeaseConfig, LeaseError};
 
 /// The host's wall clock, to the nanosecond (through the C library, so
-/// `faketime` moves it as it moves `idutil::SystemClock`).
+/// `faketime` moves it as it moves [`idutil::SystemClock`](https://docs.rs/idutil/latest/idutil/struct.SystemClock.html)).
 pub fn host_time() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -1,5 +1,5 @@
 //! Integrations with other crates, each behind the feature of the same
-//! name. They add trait impls for `idutil::Id`; the core does not
+//! name. They add trait impls for [`idutil::Id`](https://docs.rs/idutil/latest/idutil/struct.Id.html); the core does not
 //! depend on them.
 
 #[cfg(feature = "diesel")]
@@ -30,7 +30,7 @@ mod time_support;
 /// The pattern of an ID written as a string: the canonical decimal form
 /// (no sign, no leading zero) of a number from 0 to 2<sup>53</sup> − 1 =
 /// 9007199254740991, exactly: a string it accepts always parses as an
-/// `idutil::Id`, and every `Id` is written in a string it accepts.
+/// [`idutil::Id`](https://docs.rs/idutil/latest/idutil/struct.Id.html), and every `Id` is written in a string it accepts.
 /// Each alternative after the first two keeps a prefix of 9007199254740991
 /// and puts a smaller digit after it; the tests build it again from that
 /// number and check it against the parser.

@@ -36,7 +36,7 @@ const MAX_UNIX_SECOND: u64 = i64::MAX as u64;
 /// Clock bits (`k > 0`) carry the generator's persistent clock id modulo
 /// 2<sup>k</sup>. They let a generator whose wall clock went back across a
 /// restart run on real time under a fresh clock value instead of borrowing
-/// seconds until the clock catches up (`idutil::Generator`,
+/// seconds until the clock catches up ([`idutil::Generator`](https://docs.rs/idutil/latest/idutil/struct.Generator.html),
 /// *Clock rollbacks*).
 ///
 /// ```

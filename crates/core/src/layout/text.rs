@@ -115,7 +115,7 @@ impl Layout {
     ///
     /// # Errors
     ///
-    /// [`EnvError`](crate::EnvError) (`idutil::Error::InvalidEnv` once
+    /// [`EnvError`](crate::EnvError) ([`idutil::Error::InvalidEnv`](https://docs.rs/idutil/latest/idutil/enum.Error.html#variant.InvalidEnv) once
     /// converted) if it is set but cannot be read: a layout that was asked for is never silently
     /// replaced by the default.
     pub fn from_env() -> Result<Option<Layout>, crate::EnvError> {
