@@ -3,8 +3,9 @@
 //! records, IDs as exact JSON numbers.
 //!
 //! ```text
-//! cargo run --example web --features sqlx,serde            # http://127.0.0.1:3000
-//! PORT=8080 cargo run --example web --features sqlx,serde  # or: ... -- --port 8080
+//! cargo run -p idutil-example-web            # http://127.0.0.1:3000
+//! PORT=8080 cargo run -p idutil-example-web  # or: ... -- --port 8080
+//! cargo run -p idutil-example-web --features redis -- --lease redis://...
 //! ```
 //!
 //! It prints one line, `listening on http://127.0.0.1:PORT`, and serves
