@@ -32,10 +32,11 @@
 //! ```
 //!
 //! The `id` column is a plain 64-bit integer: sqlx binds and reads an
-//! [`Id`] there directly (feature `sqlx`), and reading refuses a value that
-//! is not an ID. The time a record was created is its ID's second, so it
-//! needs no column of its own, and a time range is an ID range
-//! ([`Id::min_at`], [`Id::max_at`]).
+//! [`Id`](idutil::Id) there directly (feature `sqlx`), and reading
+//! refuses a value that is not an ID. The time a record was created is its
+//! ID's second, so it needs no column of its own, and a time range is an
+//! ID range ([`Id::min_at`](idutil::Id::min_at),
+//! [`Id::max_at`](idutil::Id::max_at)).
 //!
 //! The API:
 //!
