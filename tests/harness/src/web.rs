@@ -18,10 +18,9 @@ const IO_TIMEOUT: Duration = Duration::from_secs(20);
 /// this test's profile and target directory, and the lease engines of this
 /// test's features, so it is never stale.
 ///
-/// `cargo test` at the workspace's root builds the example too, but not when
-/// it is told to test only some packages or tests (`cargo test --test web`),
-/// and then an older binary may be lying around; asking cargo costs well
-/// under a second when it is up to date.
+/// The example is not a default member of the workspace, so `cargo test`
+/// does not build it, and an older binary may be lying around; asking cargo
+/// costs well under a second when it is up to date.
 pub fn binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
