@@ -31,9 +31,10 @@
 //! until its reservation catches up with the burst; it is reported apart
 //! from the median of the later rounds, the sustained rate.
 //!
-//! `cargo bench --bench burst [-- FILTER]`; FILTER (`1`, `2`, `batch`) runs
-//! only the matching part, for profiling. BENCHMARKS.md quotes the output.
-//! Under `cargo test --benches` it runs one short round as a smoke test.
+//! `cargo bench -p idutil-benches --bench burst [-- FILTER]`; FILTER (`1`,
+//! `2`, `batch`) runs only the matching part, for profiling. BENCHMARKS.md
+//! quotes the output. Under `cargo test -p idutil-benches --benches` it
+//! runs one short round as a smoke test.
 
 use std::hint::black_box;
 use std::sync::Barrier;

@@ -2,8 +2,9 @@
 //! one generator, batches), the clock options behind the hot path, and the
 //! cold path (opening a generator, the whole `idutil next` process).
 //!
-//! `cargo bench --bench generate`; BENCHMARKS.md quotes the medians
-//! (`python3 benches/report.py` rebuilds its table from `target/criterion`).
+//! `cargo bench -p idutil-benches --bench generate`; BENCHMARKS.md quotes
+//! the medians (`python3 benches/report.py` rebuilds its table from
+//! `target/criterion`).
 //!
 //! Every peer is set up so that it measures CPU, not its format's cap:
 //! the snowflake layouts get 22 sequence bits (4 million IDs per
@@ -375,15 +376,15 @@ fn cold(c: &mut Criterion, fx: &Fixture) {
         }
         None => eprintln!(
             "idutil next (whole process): skipped, the idutil command is not built \
-             beside this bench (cargo bench builds it with the workspace; \
-             cargo bench -p idutil does not)"
+             beside this bench (cargo build --release -p idutil-cli builds it)"
         ),
     }
     g.finish();
 }
 
-/// The `idutil` command of the `idutil-cli` package, built by the same
-/// `cargo bench` into the same profile directory as this bench.
+/// The `idutil` command of the `idutil-cli` package, built into the same
+/// profile directory as this bench (`cargo build --release -p idutil-cli`:
+/// `cargo bench` builds into `release`).
 fn idutil_binary() -> Option<PathBuf> {
     // <target>/<profile>/deps/generate-<hash> -> <target>/<profile>/idutil
     let exe = std::env::current_exe().ok()?;

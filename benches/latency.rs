@@ -11,8 +11,9 @@
 //! are the preemptions behind the worst calls. A counting allocator checks
 //! that the calls allocate nothing on the calling thread.
 //!
-//! `cargo bench --bench latency`; BENCHMARKS.md quotes the output. Under
-//! `cargo test --benches` it runs 100,000 calls as a smoke test.
+//! `cargo bench -p idutil-benches --bench latency`; BENCHMARKS.md quotes
+//! the output. Under `cargo test -p idutil-benches --benches` it runs
+//! 100,000 calls as a smoke test.
 //!
 //! Generating flat out borrows a second every 65,536 IDs, so the generator
 //! runs far ahead of the clock here and its shard thread keeps writing

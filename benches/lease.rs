@@ -3,8 +3,8 @@
 //! loopback, servers started here the way the tests start them), against
 //! a plain state directory; and one renewal's round trip.
 //!
-//! `cargo bench --features postgres-lease,redis --bench lease`; BENCHMARKS.md
-//! quotes the medians.
+//! `cargo bench -p idutil-benches --features postgres-lease,redis --bench
+//! lease`; BENCHMARKS.md quotes the medians.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -13,13 +13,13 @@
 //! `Generator::next_id` one generator opened for the whole run; both open
 //! their state in a fresh directory under the target directory.
 //!
-//! `cargo bench --bench plain [-- FILTER] [--burst-peer]`; FILTER (`1`,
-//! `2`, `Vec`, `IdUtil`, `Generator`) runs only the matching lines;
-//! `--burst-peer` compares with ferroid set up as `benches/burst.rs` sets
-//! it up (37 bits of milliseconds from a second ago, 5 machine bits)
-//! instead, to tell the loop from the peer's setup. BENCHMARKS.md
-//! quotes the output. Under `cargo test --benches` it runs one short
-//! round as a smoke test.
+//! `cargo bench -p idutil-benches --bench plain [-- FILTER]
+//! [--burst-peer]`; FILTER (`1`, `2`, `Vec`, `IdUtil`, `Generator`) runs
+//! only the matching lines; `--burst-peer` compares with ferroid set up as
+//! `benches/burst.rs` sets it up (37 bits of milliseconds from a second
+//! ago, 5 machine bits) instead, to tell the loop from the peer's setup.
+//! BENCHMARKS.md quotes the output. Under `cargo test -p idutil-benches
+//! --benches` it runs one short round as a smoke test.
 
 use std::hint::black_box;
 use std::thread;

@@ -22,9 +22,9 @@
 //! `fsync` and `synchronous_commit` on; the rest are the lease tests'
 //! settings.
 //!
-//! `cargo bench --features postgres-lease --bench renewals`, about 8
-//! minutes on 2 cores. `IDUTIL_RENEWALS_BENCH_SECONDS` sets each window
-//! (default 30 s). BENCHMARKS.md quotes the output.
+//! `cargo bench -p idutil-benches --features postgres-lease --bench
+//! renewals`, about 8 minutes on 2 cores. `IDUTIL_RENEWALS_BENCH_SECONDS`
+//! sets each window (default 30 s). BENCHMARKS.md quotes the output.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 
 Run after `cargo bench`:
 
-    cargo bench | tee target/bench.txt
+    cargo bench -p idutil-benches | tee target/bench.txt
     python3 benches/report.py                               # print the tables
     python3 benches/report.py --write --latency target/bench.txt
 

@@ -46,10 +46,11 @@
 //! for the CPU or a member's turn. Their median is what a draw costs the
 //! caller; one at a time, nobody else holds the lock.
 //!
-//! `cargo bench --bench shared [-- ROUNDS] [long|short|lone] [--command
-//! PATH]` (default 5 rounds, every part). BENCHMARKS.md quotes the
-//! output. Under `cargo test --benches` it runs one short round of each
-//! part as a smoke test, checking that every ID falls between the probes.
+//! `cargo bench -p idutil-benches --bench shared [-- ROUNDS]
+//! [long|short|lone] [--command PATH]` (default 5 rounds, every part).
+//! BENCHMARKS.md quotes the output. Under `cargo test -p idutil-benches
+//! --benches` it runs one short round of each part as a smoke test,
+//! checking that every ID falls between the probes.
 
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -44,11 +44,12 @@
 //! generate_series(1, 60000)`, timed here), and in 8 sessions at once
 //! (pgbench runs the same query over 1,000 calls; core time per call).
 //!
-//! `cargo bench --features postgres-lease --bench sql_default`, about 7
-//! minutes on 2 cores. `IDUTIL_SQL_BENCH_SECONDS` (a timed run, default 5),
-//! `IDUTIL_SQL_BENCH_ROUNDS` (default 3) and `IDUTIL_SQL_BENCH_SUSTAINED`
-//! (seconds, default 15; 0 leaves it out) shorten it: `=1`, `=1` and `=0`
-//! take about a minute and a half. BENCHMARKS.md quotes the output.
+//! `cargo bench -p idutil-benches --features postgres-lease --bench
+//! sql_default`, about 7 minutes on 2 cores. `IDUTIL_SQL_BENCH_SECONDS` (a
+//! timed run, default 5), `IDUTIL_SQL_BENCH_ROUNDS` (default 3) and
+//! `IDUTIL_SQL_BENCH_SUSTAINED` (seconds, default 15; 0 leaves it out)
+//! shorten it: `=1`, `=1` and `=0` take about a minute and a half.
+//! BENCHMARKS.md quotes the output.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -29,12 +29,12 @@
 //! (`id BETWEEN Id::min_at(from) AND Id::max_at(to)`), which needs no index
 //! of its own. Both counts are checked against what the client inserted.
 //!
-//! `cargo bench --bench database` runs the full plan (1 million rows for
-//! every database and client count, 10 million for PostgreSQL with one
-//! client); `-- --rows 1000000,10000000 --big-setups all` runs 10 million
-//! everywhere, `--setups pg-1,sqlite-8` picks setups, `--keys
-//! serial,counter,idutil` picks keys (and adds the diagnostic ones, see
-//! [`Key`]), `--chart-from FILE` redraws the chart from saved results;
+//! `cargo bench -p idutil-benches --bench database` runs the full plan (1
+//! million rows for every database and client count, 10 million for
+//! PostgreSQL with one client); `-- --rows 1000000,10000000 --big-setups
+//! all` runs 10 million everywhere, `--setups pg-1,sqlite-8` picks setups,
+//! `--keys serial,counter,idutil` picks keys (and adds the diagnostic ones,
+//! see [`Key`]), `--chart-from FILE` redraws the chart from saved results;
 //! `--engine` measures SQLite's own cost of each key shape instead
 //! (`engine.rs`). Under `cargo test` it runs a few thousand rows through
 //! every setup and the engine measurement as a smoke test, checks the

@@ -37,7 +37,7 @@ pub fn options() -> Result<Options, String> {
         keys: Key::DEFAULT.to_vec(),
         big_setups: vec![Setup::ALL[0]],
         results: Path::new(env!("CARGO_TARGET_TMPDIR")).join("database-bench.json"),
-        chart: Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/database.svg"),
+        chart: Path::new(env!("CARGO_MANIFEST_DIR")).join("database.svg"),
         chart_from: None,
         rounds: if smoke { 2 } else { 3 },
         engine: false,

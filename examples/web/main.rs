@@ -3,8 +3,9 @@
 //! records, IDs as exact JSON numbers.
 //!
 //! ```text
-//! cargo run --example web --features sqlx,serde            # http://127.0.0.1:3000
-//! PORT=8080 cargo run --example web --features sqlx,serde  # or: ... -- --port 8080
+//! cargo run -p idutil-example-web            # http://127.0.0.1:3000
+//! PORT=8080 cargo run -p idutil-example-web  # or: ... -- --port 8080
+//! cargo run -p idutil-example-web --features redis -- --lease redis://...
 //! ```
 //!
 //! It prints one line, `listening on http://127.0.0.1:PORT`, and serves
@@ -31,10 +32,11 @@
 //! ```
 //!
 //! The `id` column is a plain 64-bit integer: sqlx binds and reads an
-//! [`Id`] there directly (feature `sqlx`), and reading refuses a value that
-//! is not an ID. The time a record was created is its ID's second, so it
-//! needs no column of its own, and a time range is an ID range
-//! ([`Id::min_at`], [`Id::max_at`]).
+//! [`Id`](idutil::Id) there directly (feature `sqlx`), and reading
+//! refuses a value that is not an ID. The time a record was created is its
+//! ID's second, so it needs no column of its own, and a time range is an
+//! ID range ([`Id::min_at`](idutil::Id::min_at),
+//! [`Id::max_at`](idutil::Id::max_at)).
 //!
 //! The API:
 //!

@@ -14,13 +14,13 @@ use std::time::Duration;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The example's binary, built by `cargo build --example web` with this test's
-/// profile, target directory and features, so it is never stale.
+/// The example's binary, built by `cargo build -p idutil-example-web` with
+/// this test's profile and target directory, and the lease engines of this
+/// test's features, so it is never stale.
 ///
-/// `cargo test` builds the examples too, but not when it is told to build
-/// only some tests (`cargo test --test web`), and then an older binary may
-/// be lying around; asking cargo costs well under a second when it is up to
-/// date.
+/// The example is not a default member of the workspace, so `cargo test`
+/// does not build it, and an older binary may be lying around; asking cargo
+/// costs well under a second when it is up to date.
 pub fn binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
@@ -33,19 +33,14 @@ pub fn binary() -> &'static Path {
         let target_dir = profile_dir.parent().expect("a target directory");
         let mut cargo = Command::new(env!("CARGO"));
         cargo
-            .args(["build", "--quiet", "--example", "web", "--manifest-path"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml"))
+            .args(["build", "--quiet", "--bin", "web", "--manifest-path"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/web/Cargo.toml"))
             .arg("--target-dir")
-            .arg(target_dir)
-            .arg("--no-default-features");
+            .arg(target_dir);
+        // The example's own features: the engines `--lease URL` may name.
         let features: Vec<&str> = [
-            (cfg!(feature = "serde"), "serde"),
             (cfg!(feature = "redis"), "redis"),
             (cfg!(feature = "postgres-lease"), "postgres-lease"),
-            (cfg!(feature = "sqlx"), "sqlx"),
-            (cfg!(feature = "diesel"), "diesel"),
-            (cfg!(feature = "schemars"), "schemars"),
-            (cfg!(feature = "utoipa"), "utoipa"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -64,8 +59,11 @@ pub fn binary() -> &'static Path {
             None => {}
         }
         let status = cargo.status().expect("run cargo");
-        assert!(status.success(), "cargo build --example web: {status}");
-        let binary = profile_dir.join("examples").join("web");
+        assert!(
+            status.success(),
+            "cargo build -p idutil-example-web: {status}"
+        );
+        let binary = profile_dir.join("web");
         assert!(binary.exists(), "{} is missing", binary.display());
         binary
     })
