@@ -106,14 +106,26 @@ struct Crowd {
 
 impl Crowd {
     /// Every one of the `n` opened, each on a shard of its own, and each
-    /// issues 50 IDs, none of them twice.
-    fn assert_all_opened_and_issue(&self, n: usize) {
-        assert!(
-            self.failed.is_empty(),
-            "{} of {n} opens failed, the first: {}",
-            self.failed.len(),
-            self.failed[0]
-        );
+    /// issues 50 IDs, none of them twice. A failure names each kind of
+    /// error once, with its count, and the warnings and errors `logs`
+    /// (the server's and the pooler's) hold.
+    fn assert_all_opened_and_issue(&self, n: usize, logs: &[String]) {
+        if !self.failed.is_empty() {
+            let mut why: BTreeMap<String, usize> = BTreeMap::new();
+            for e in &self.failed {
+                *why.entry(shape(e)).or_default() += 1;
+            }
+            let why: Vec<String> = why.iter().map(|(e, c)| format!("{c} × {e}")).collect();
+            panic!(
+                "{} of {n} opens failed (open times {:?} to {:?}):\n{}\nwhat the logs \
+                 warned of:\n{}",
+                self.failed.len(),
+                self.open_times[0],
+                self.open_times[self.open_times.len() - 1],
+                why.join("\n"),
+                trouble(logs)
+            );
+        }
         let shards: HashSet<u32> = self.opened.iter().map(Generator::shard).collect();
         assert_eq!(shards.len(), n, "every holder has its own shard");
         let mut all = Tally::new();
@@ -124,6 +136,59 @@ impl Crowd {
             );
         }
     }
+}
+
+/// `text` with each figure (a run of digits, points, hexadecimal letters
+/// and `x` that holds a digit: a time, a count, an address) as one `#`, so
+/// that messages alike but for their figures read as one.
+fn shape(text: &str) -> String {
+    let figure = |c: char| c.is_ascii_hexdigit() || c == '.' || c == 'x';
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if figure(c) {
+            run.push(c);
+            continue;
+        }
+        if run.chars().any(|c| c.is_ascii_digit()) {
+            out.push('#');
+        } else {
+            out.push_str(&run);
+        }
+        run.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}
+
+/// The lines of `logs` that warn or say an error, each shape (figures
+/// left out) once with its count and its first line.
+fn trouble(logs: &[String]) -> String {
+    let mut seen: BTreeMap<String, (usize, &str)> = BTreeMap::new();
+    for line in logs.iter().flat_map(|l| l.lines()) {
+        if !["WARNING", "ERROR", "FATAL", "LOG: C-", "LOG: S-"]
+            .iter()
+            .any(|w| line.contains(w))
+        {
+            continue;
+        }
+        // From the level on: the time and the process before it differ.
+        let from = ["WARNING", "ERROR", "FATAL", "LOG"]
+            .iter()
+            .filter_map(|w| line.find(w))
+            .min()
+            .unwrap_or(0);
+        seen.entry(shape(&line[from..])).or_insert((0, line)).0 += 1;
+    }
+    let mut lines: Vec<_> = seen.into_values().collect();
+    lines.sort_by_key(|l| std::cmp::Reverse(l.0));
+    lines
+        .iter()
+        .take(40)
+        .map(|(count, line)| format!("{count} × {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `n` holders (each on a host of its own, kept in `hosts`) open at once
@@ -212,12 +277,20 @@ fn held_rows(pg: &Postgres) -> u64 {
 /// `n` holders open at once through `url` on an overloaded machine: every one
 /// opens, each on its own shard, no ID repeats, and all close, leaving no
 /// row held.
-fn every_one_opens_and_closes(pg: &Postgres, url: &str, n: usize) {
+fn every_one_opens_and_closes(pg: &Postgres, pooler: Option<&PgBouncer>, n: usize) {
+    let url = match pooler {
+        Some(p) => p.url("postgres"),
+        None => pg.tcp_url(),
+    };
     let _one = one_crowd();
     let hosts: Vec<_> = (0..n).map(|_| state_dir()).collect();
     let busy = Busy::start();
     let crowd = open_crowd(&hosts, &LeaseConfig::new(url));
-    crowd.assert_all_opened_and_issue(n);
+    let logs = [
+        pg.log_text(),
+        pooler.map(PgBouncer::log_text).unwrap_or_default(),
+    ];
+    crowd.assert_all_opened_and_issue(n, &logs);
     assert_eq!(held_rows(pg), n as u64);
     let (longest, _) = close_crowd(crowd.opened);
     drop(busy);
@@ -237,7 +310,7 @@ fn five_hundred_open_at_once_through_a_pool_of_four_on_an_overloaded_machine() {
     let Some(pooler) = bouncer(&pg, 4) else {
         return;
     };
-    every_one_opens_and_closes(&pg, &pooler.url("postgres"), 500);
+    every_one_opens_and_closes(&pg, Some(&pooler), 500);
 }
 
 /// 400 holders open at once, each with its own server connection, on an
@@ -245,7 +318,7 @@ fn five_hundred_open_at_once_through_a_pool_of_four_on_an_overloaded_machine() {
 #[test]
 fn four_hundred_open_at_once_each_on_its_own_connection_on_an_overloaded_machine() {
     let Some(pg) = server_for(400) else { return };
-    every_one_opens_and_closes(&pg, &pg.tcp_url(), 400);
+    every_one_opens_and_closes(&pg, None, 400);
 }
 
 /// The measurement quoted in BENCHMARKS.md (*Many holders opening at
@@ -396,7 +469,7 @@ fn a_crowd_opens_through_a_server_crash_and_cancelled_statements() {
         cancelling.join().unwrap();
         crowd
     });
-    crowd.assert_all_opened_and_issue(n);
+    crowd.assert_all_opened_and_issue(n, &[pg.log_text()]);
     assert_eq!(held_rows(&pg), n as u64, "rows held beyond the holders'");
     eprintln!(
         "{n} holders through a crash and {} cancelled statements: opened in {:?} (slowest {:?})",

@@ -4,6 +4,8 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex};
 
 use rustix::fs as rfs;
 
@@ -50,7 +52,96 @@ pub(super) fn pids_are_ours() -> bool {
 /// of thousands of locks). A lock of a process `/proc` does not show (in
 /// another PID namespace) is not listed at all. `None` if it cannot be
 /// read.
+///
+/// The read began after this call did (see [`holders`]): what it lists
+/// is never older than what the caller did before the call.
 pub(super) fn flocks(mut keep: impl FnMut(&str) -> bool) -> Option<Vec<(u32, String)>> {
+    Some(
+        holders()?
+            .iter()
+            .filter(|(_, file)| keep(file))
+            .cloned()
+            .collect(),
+    )
+}
+
+/// Every `FLOCK` holder `/proc/locks` lists: its pid and its file.
+type Holders = Arc<[(u32, String)]>;
+
+/// The reads of `/proc/locks` the threads of this process share.
+struct Reads {
+    /// How many reads have begun.
+    begun: u64,
+    /// The number of the last read that ended, and what it found.
+    ended: u64,
+    found: Option<Holders>,
+    /// Whether a read is under way.
+    reading: bool,
+}
+
+static READS: Mutex<Reads> = Mutex::new(Reads {
+    begun: 0,
+    ended: 0,
+    found: None,
+    reading: false,
+});
+static READ_ENDED: Condvar = Condvar::new();
+/// The fork count (see [`crate::fork`]) of the process whose threads share
+/// [`READS`], once one has; `u64::MAX` before.
+static SHARED_BY: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// What `/proc/locks` lists, read after this call began, shared between
+/// the threads of this process that ask at once.
+///
+/// The kernel lists `/proc/locks` under one host-wide lock, and a list of
+/// every lock on the host is long: a process opening hundreds of
+/// generators at once, each reading it whole, spent most of its opens
+/// queued there (O(n²) in the kernel), and took the cores its lease's
+/// server needed. So one read serves every thread that asked before it
+/// began: a thread that asks while a read is under way waits for it and
+/// then for the next, which begins after it asked, and every thread that
+/// waited takes that one. A caller never gets a read that began before
+/// its call: each uses it to see locks taken before the call (see
+/// `orphaned_holder`).
+///
+/// A child of `fork()` reads alone: a thread of its parent may have held
+/// [`READS`] at the fork, and would never let go in the child.
+fn holders() -> Option<Holders> {
+    let forks = crate::fork::install();
+    let owner = match SHARED_BY.compare_exchange(u64::MAX, forks, SeqCst, SeqCst) {
+        Ok(_) => forks,
+        Err(owner) => owner,
+    };
+    if owner != forks {
+        return read_holders().map(Holders::from);
+    }
+    let mut reads = crate::sync::lock(&READS);
+    // The first read that can serve this call: the one after any under way.
+    let wanted = reads.begun + 1;
+    loop {
+        if reads.ended >= wanted {
+            return reads.found.clone();
+        }
+        if !reads.reading {
+            reads.reading = true;
+            reads.begun += 1;
+            let number = reads.begun;
+            drop(reads);
+            let found = read_holders().map(Holders::from);
+            let mut reads = crate::sync::lock(&READS);
+            reads.reading = false;
+            reads.ended = number;
+            reads.found.clone_from(&found);
+            drop(reads);
+            READ_ENDED.notify_all();
+            return found;
+        }
+        reads = crate::sync::wait(&READ_ENDED, reads);
+    }
+}
+
+/// One read of `/proc/locks`: every `FLOCK` holder it lists.
+fn read_holders() -> Option<Vec<(u32, String)>> {
     let mut reader = BufReader::with_capacity(1 << 16, File::open("/proc/locks").ok()?);
     let mut found = Vec::new();
     let mut line = String::new();
@@ -75,7 +166,7 @@ pub(super) fn flocks(mut keep: impl FnMut(&str) -> bool) -> Option<Vec<(u32, Str
         };
         // 0 (or a negative number): a holder `/proc` cannot name.
         match pid.parse::<u32>() {
-            Ok(pid) if pid > 0 && keep(file) => found.push((pid, file.to_string())),
+            Ok(pid) if pid > 0 => found.push((pid, file.to_string())),
             _ => {}
         }
     }
@@ -131,5 +222,38 @@ pub(crate) fn process_state(pid: u32) -> ProcessState {
         (_, true, _) => ProcessState::Live,
         (_, _, true) => ProcessState::Stopped,
         _ => ProcessState::Asleep,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Threads at once each take a `flock` on a file of their own, then ask
+    /// who holds it; then let go, and ask again. However the reads are shared, each answer is
+    /// from a read that began after its call: it lists the lock taken
+    /// before the call, and not the one let go before it.
+    #[test]
+    fn a_shared_read_never_began_before_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        std::thread::scope(|s| {
+            for t in 0..32 {
+                let dir = dir.path();
+                s.spawn(move || {
+                    for round in 0..20 {
+                        let file = File::create(dir.join(format!("{t}-{round}"))).unwrap();
+                        rfs::flock(&file, rfs::FlockOperation::NonBlockingLockExclusive).unwrap();
+                        let key = lock_key(&rfs::fstat(&file).unwrap());
+                        let held = flocks(|f| f == key).expect("/proc/locks");
+                        // Listed once, or twice where the list moved
+                        // between two pieces of the read.
+                        assert!(!held.is_empty(), "thread {t}, round {round}");
+                        drop(file);
+                        let held = flocks(|f| f == key).expect("/proc/locks");
+                        assert!(held.is_empty(), "thread {t}, round {round}: {held:?}");
+                    }
+                });
+            }
+        });
     }
 }
