@@ -22,7 +22,7 @@ use idutil_harness::postgres::{Options, Postgres};
 use idutil_harness::state_dir;
 
 use idutil_harness::lease::{leased, WIDE};
-use idutil_harness::threads::wait_until;
+use idutil_harness::threads::{wait_until, SetOnDrop};
 use idutil_harness::Tally;
 
 /// Threads that spin until dropped, three for each core: the other work
@@ -493,6 +493,7 @@ fn a_crowd_opens_through_a_server_crash_and_cancelled_statements() {
         pg.kill_immediate();
         thread::sleep(Duration::from_millis(500));
         pg.restart();
+        let _stop = SetOnDrop(&stop);
         let cancelling = s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 let _ = pg.try_psql(

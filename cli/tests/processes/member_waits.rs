@@ -36,6 +36,7 @@ fn thirty_two_commands_at_once_on_busy_cores_never_call_a_live_member_stalled() 
                 }
             });
         }
+        let _stop = harness::threads::SetOnDrop(&stop);
         for round in 0..12 {
             let runs: Vec<_> = (0..32)
                 .map(|_| {
@@ -57,7 +58,6 @@ fn thirty_two_commands_at_once_on_busy_cores_never_call_a_live_member_stalled() 
                 }
             }
         }
-        stop.store(true, Relaxed);
     });
     assert!(
         failures.is_empty(),

@@ -56,3 +56,15 @@ pub fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
         thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Sets its flag when dropped. Helper threads in a `thread::scope` that
+/// run until a flag is set stop when the test panics too, not only when
+/// it reaches the end: the scope waits for every thread before it passes
+/// a panic on, so a flag set only at the end turns a failure into a hang.
+pub struct SetOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
