@@ -16,6 +16,12 @@ use super::{lock_name, DirIdentity, HostHolder, LOCK_DIRS};
 use crate::error::{Error, Result};
 use crate::flock::{change_flock, try_flock, Flock};
 
+/// How long a generator waits for a member of its own state directory
+/// that holds the per-host lock file alone while it checks the host,
+/// before it shares the file: its checks read `/proc`, which on busy
+/// cores with many processes can take seconds.
+const FORMING_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A held per-host lock: the open lock file (closing it releases the
 /// `flock`), and where it is, to remove it on release.
 #[derive(Debug)]
@@ -126,9 +132,20 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
     // and our lock, a lock held for an instant by a child between
     // fork and exec (it holds a copy of every descriptor until exec
     // closes it), or by a member writing the file before it shares
-    // it, is not a holder.
+    // it, is not a holder. A file held alone that already names our
+    // state directory is a member of it checking the host before it
+    // shares the file (see below): waited for longer, up to
+    // `FORMING_WAIT`, since on busy cores its checks can outlast the
+    // rounds.
     let mut last_err = None;
-    for _ in 0..20 {
+    let started = std::time::Instant::now();
+    let mut forming = false;
+    let mut round = 0;
+    loop {
+        round += 1;
+        if round > 20 && !(forming && started.elapsed() < FORMING_WAIT) {
+            break;
+        }
         let (file, ours, writable) = match open_existing(&dir, &name) {
             Ok(Some((file, writable))) => (file, false, writable),
             Ok(None) => {
@@ -176,6 +193,9 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
         } else if shared.is_some() && try_flock(&file, Flock::Shared).map_err(lock_error)? {
             false
         } else {
+            forming = shared.is_some_and(|identity| {
+                read_identity(&file).is_some_and(|(id, _)| id == identity.id)
+            });
             last_err = Some(fs2::lock_contended_error());
             std::thread::sleep(std::time::Duration::from_millis(10));
             continue;
@@ -184,6 +204,19 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
         // it after we opened it; then a new one may be locked by now.
         if !still_at(&dir, &name, &st, &path)? {
             continue;
+        }
+        // The first member says at once which state directory holds the
+        // shard, while it holds the file alone: the members of that
+        // directory who find the file held meanwhile wait for it to be
+        // shared (above), however long its checks below take.
+        // A holder that shares with no one clears what a member wrote
+        // before, so that no member waits for it as for one of its own.
+        if sole && writable {
+            match shared {
+                Some(identity) => write_identity(&file, identity),
+                None => file.set_len(0),
+            }
+            .map_err(|e| Error::io("write", &path, e))?;
         }
         if let (Some(identity), false) = (shared, sole) {
             // Members hold it: theirs must be our state directory.
@@ -260,14 +293,12 @@ pub(super) fn acquire(id_space: &str, shard: u32, shared: Option<&DirIdentity>) 
             return Err(refused(pid, held_dir));
         }
         let shared = match shared {
-            // The first member: it says which state directory holds the
-            // shard, then shares it with the members of that directory.
-            Some(identity) if sole && writable => {
-                let shared = write_identity(&file, identity)
-                    .and_then(|()| change_flock(&file, Flock::Shared));
-                if let Err(e) = shared {
+            // The first member, whose file names its state directory
+            // (above): it shares it with the members of that directory.
+            Some(_) if sole && writable => {
+                if let Err(e) = change_flock(&file, Flock::Shared) {
                     unmark();
-                    return Err(Error::io("write", &path, e));
+                    return Err(Error::io("share", &path, e));
                 }
                 true
             }
@@ -460,5 +491,59 @@ fn marked_holder(dir: &OwnedFd, name: &str) -> HostHolder {
     match Slot::of(name).held(dir.as_fd()) {
         Ok(true) => HostHolder::Unknown,
         _ => HostHolder::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn identity(n: u64) -> DirIdentity {
+        DirIdentity {
+            id: (0, n),
+            path: PathBuf::from(format!("/nowhere/{n}")),
+        }
+    }
+
+    /// A first member holds the lock file alone, its state directory
+    /// written in it, for longer than the rounds a contended lock is tried
+    /// (its checks of the host on busy cores): a generator of the same
+    /// state directory waits for it to share the file and joins; one of
+    /// another directory is refused without that wait.
+    #[test]
+    fn a_first_member_checking_the_host_is_waited_for_by_its_own_directory_only() {
+        let space = format!("unit-{}-forming", std::process::id());
+        let (_, dir) = lock_dir().unwrap();
+        let name = lock_name(&space, 6);
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC;
+        let first = File::from(
+            rfs::openat(&dir, name.as_str(), flags, Mode::from_raw_mode(0o644)).unwrap(),
+        );
+        assert!(try_flock(&first, Flock::Exclusive).unwrap());
+        write_identity(&first, &identity(1)).unwrap();
+
+        let start = Instant::now();
+        let other = acquire(&space, 6, Some(&identity(2)));
+        assert!(
+            matches!(other, Err(Error::HostLocked { .. })),
+            "another directory: {other:?}"
+        );
+        assert!(
+            start.elapsed() < FORMING_WAIT,
+            "another directory waited {:?}",
+            start.elapsed()
+        );
+
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_secs(1));
+                change_flock(&first, Flock::Shared).unwrap();
+            });
+            let joined = acquire(&space, 6, Some(&identity(1)));
+            assert!(joined.is_ok(), "the same directory: {:?}", joined.err());
+        });
+        drop(first);
+        let _ = rfs::unlinkat(&dir, name.as_str(), AtFlags::empty());
     }
 }
