@@ -57,6 +57,16 @@
 //! /run/lock`) removes the marks with it: do not. Two names whose ranges
 //! meet (one chance in 2<sup>50</sup> per pair) only ever refuse each other.
 //!
+//! The threads of one process share their reads of `/proc/locks` (the
+//! kernel lists it under one host-wide lock): one read serves every thread
+//! that asked before it began, and none gets a read that began before its
+//! call. The first member of a state directory writes the directory into
+//! the file as soon as it holds it alone, then checks the marks and
+//! `/proc`, then shares it; a generator of the same directory that finds
+//! the file held alone and naming its directory waits up to 5 s for the
+//! share (those checks can take seconds on busy cores), where any other
+//! holder is refused after a few tries, within a fraction of a second.
+//!
 //! The scope is the lock directory: processes that see the same
 //! `/run/lock`, in any PID or network namespace, share the lock and the
 //! marks, while containers with a `/run/lock` of their own are separate
