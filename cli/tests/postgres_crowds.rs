@@ -365,7 +365,7 @@ fn four_hundred_open_at_once_each_on_its_own_connection_on_an_overloaded_machine
 /// is busy; prints how many opened, why the others failed, the open
 /// times, and the close.
 ///
-/// `cargo test -p idutil-cli --all-features --test postgres_lease -- --ignored --nocapture a_thousand`
+/// `cargo test -p idutil-cli --all-features --test postgres_crowds -- --ignored --nocapture a_thousand`
 #[test]
 #[ignore = "a measurement, about a minute or two: run by hand"]
 fn a_thousand_open_at_once_measured() {
