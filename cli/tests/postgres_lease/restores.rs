@@ -119,10 +119,11 @@ fn repeats_after_restore(pg: &Postgres, layout: Layout, restore: Restore<'_>) ->
     // be consecutive transactions in shard order, as the restore's
     // `INSERT`s are: then aligning one aligns every row, which no check of
     // the rows can tell (the lease docs say so), and the dump is taken
-    // again a moment later.
+    // again a moment later (up to 200 times: the holders open one right
+    // after another, so their renewals often come in that order).
     let mut aligned = None;
     if let Restore::Aligned { probe, .. } = &restore {
-        for _ in 0..50 {
+        for _ in 0..200 {
             probe.psql("DROP TABLE IF EXISTS idutil_lease, idutil_lease_history");
             let start = probe.psql("SELECT txid_snapshot_xmax(txid_current_snapshot())");
             probe.client("pg_restore", &[dump.to_str().unwrap()]);
